@@ -1,0 +1,5 @@
+"""Linear federated classifiers."""
+
+from ._dwd import DWDClassifier
+
+__all__ = ["DWDClassifier"]

@@ -1,0 +1,81 @@
+"""Margin losses, vectorized: value, first derivative, curvature.
+
+Only the generalized distance-weighted discrimination (genDWD) loss lives here
+for now; every function works elementwise on arrays of margins
+``u = y * (x_bar @ theta)`` of any shape.
+
+References
+----------
+.. [1] Guo, Xie, Lu, Jiang, Dai, Kong (2025). Online federated learning for
+   classification with generalized DWD. Eqs. 4, 8 (``shared/papers/
+   online-federated-dwd-classification.txt``).
+.. [2] Wang, B. and Zou, H. (2018). Another look at distance-weighted
+   discrimination. JRSS-B 80(1), 177-198.
+"""
+
+import numpy as np
+
+# Half-width of the window around the kink u0 = q/(q+1) in which the paper's
+# smoothed second derivative (eq. 8) ramps linearly from 0 to V''(u0 + w).
+# The paper leaves the width open; it only shapes the curvature *model* used
+# by the online update, never the objective that is minimized.
+SMOOTHING_WIDTH = 0.05
+
+
+def check_q(q):
+    """Validate the genDWD exponent ``q`` (any finite q > 0)."""
+    if isinstance(q, bool) or not np.isscalar(q) or not np.isreal(q):
+        raise TypeError(f"q must be a real number > 0, got {q!r}.")
+    q = float(q)
+    if not np.isfinite(q) or q <= 0:
+        raise ValueError(f"q must be finite and > 0, got {q!r}.")
+    return q
+
+
+def _kink(q):
+    return q / (q + 1.0)
+
+
+def gendwd_loss(u, q):
+    """genDWD loss V_q(u) (paper eq. 4).
+
+    ``V_q(u) = 1 - u`` for ``u <= q/(q+1)``, else
+    ``q^q / ((q+1)^(q+1) u^q)``, written as ``(u0/u)^q / (q+1)`` with
+    ``u0 = q/(q+1)`` so that large ``q`` does not overflow.
+    """
+    u = np.asarray(u, dtype=float)
+    u0 = _kink(q)
+    right = u > u0
+    safe_u = np.where(right, u, u0)
+    return np.where(right, (u0 / safe_u) ** q / (q + 1.0), 1.0 - u)
+
+
+def gendwd_derivative(u, q):
+    """First derivative V_q'(u): -1 left of the kink, -(u0/u)^(q+1) right of it."""
+    u = np.asarray(u, dtype=float)
+    u0 = _kink(q)
+    right = u > u0
+    safe_u = np.where(right, u, u0)
+    return np.where(right, -((u0 / safe_u) ** (q + 1.0)), -1.0)
+
+
+def gendwd_curvature_bound(q):
+    """Global bound of V_q'': ``(q+1)^2 / q``, reached just right of the kink."""
+    return (q + 1.0) ** 2 / q
+
+
+def gendwd_smoothed_curvature(u, q, width=SMOOTHING_WIDTH):
+    """Smoothed second derivative of V_q (paper eq. 8).
+
+    Zero left of ``u0 - width``, the exact ``V_q''`` right of ``u0 + width``
+    and a linear ramp in between that joins the two continuously.
+    """
+    u = np.asarray(u, dtype=float)
+    u0 = _kink(q)
+    bound = gendwd_curvature_bound(q)
+    right_edge = u0 + width
+    safe_u = np.maximum(u, right_edge)
+    exact = bound * (u0 / safe_u) ** (q + 2.0)
+    top = bound * (u0 / right_edge) ** (q + 2.0)
+    ramp = top * (u - (u0 - width)) / (2.0 * width)
+    return np.where(u >= right_edge, exact, np.where(u > u0 - width, ramp, 0.0))

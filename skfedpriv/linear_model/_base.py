@@ -1,0 +1,211 @@
+"""Shared input handling of the federated classifiers.
+
+Every estimator of the package validates a batch the same way: features
+through scikit-learn's ``validate_data``, labels against ``classes_``,
+``sample_group`` and ``sample_weight`` against the row count, and all of it
+*before* any fitted attribute changes, so a rejected call leaves the estimator
+exactly as it was.
+"""
+
+import contextlib
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.multiclass import check_classification_targets, unique_labels
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._sites import check_sample_group
+
+_FEATURE_ATTRIBUTES = ("n_features_in_", "feature_names_in_")
+
+
+@contextlib.contextmanager
+def _restore_feature_attributes_on_error(estimator):
+    """Undo ``validate_data(reset=True)``'s writes if validation fails later."""
+    saved = {a: getattr(estimator, a) for a in _FEATURE_ATTRIBUTES if hasattr(estimator, a)}
+    try:
+        yield
+    except BaseException:
+        for attribute in _FEATURE_ATTRIBUTES:
+            if attribute in saved:
+                setattr(estimator, attribute, saved[attribute])
+            elif hasattr(estimator, attribute):
+                delattr(estimator, attribute)
+        raise
+
+
+def check_sample_weight(sample_weight, n_samples):
+    """Validate ``sample_weight``: finite, non-negative, one per row."""
+    if sample_weight is None:
+        return np.ones(n_samples)
+    if np.isscalar(sample_weight):
+        sample_weight = np.full(n_samples, sample_weight, dtype=float)
+    weights = np.asarray(sample_weight, dtype=float)
+    if weights.ndim != 1 or weights.shape[0] != n_samples:
+        raise ValueError(
+            f"sample_weight.shape == {weights.shape}, expected ({n_samples},)."
+        )
+    if not np.all(np.isfinite(weights)):
+        raise ValueError("sample_weight contains NaN or infinity.")
+    if np.any(weights < 0):
+        raise ValueError("Negative values in sample_weight are not allowed.")
+    if n_samples and not np.any(weights > 0):
+        raise ValueError("Sample weights must contain at least one non-zero number.")
+    return weights
+
+
+class Batch:
+    """One validated batch: features, labels, sites and row weights."""
+
+    __slots__ = ("X", "y", "site_labels", "site_codes", "sample_weight")
+
+    def __init__(self, X, y, site_labels, site_codes, sample_weight):
+        self.X = X
+        self.y = y
+        self.site_labels = site_labels
+        self.site_codes = site_codes
+        self.sample_weight = sample_weight
+
+    @property
+    def n_sites(self):
+        return len(self.site_labels)
+
+
+class FederatedClassifierMixin(ClassifierMixin):
+    """Validation shared by ``fit`` and ``partial_fit`` of the classifiers.
+
+    ``sample_group`` is requested by default for metadata routing, so a
+    routed Pipeline or GridSearchCV passes it on without ``set_fit_request``.
+    """
+
+    __metadata_request__fit = {"sample_group": True}
+    __metadata_request__partial_fit = {"sample_group": True}
+
+    def _validate_batch(self, X, y, sample_group, sample_weight, *, reset, classes=None,
+                        infer_classes=False):
+        """Validate a batch and the classes it is labelled with.
+
+        ``infer_classes=True`` (``fit``) takes the classes from ``y``;
+        otherwise (``partial_fit``) they come from ``classes`` on the first
+        call and must match ``classes_`` afterwards.
+        Returns the :class:`Batch` and the classes the estimator will hold.
+        Nothing fitted is modified unless the whole batch is valid (the only
+        writes are ``n_features_in_``/``feature_names_in_`` when ``reset``,
+        and those are undone on error).
+        """
+        with _restore_feature_attributes_on_error(self):
+            X, y = validate_data(
+                self, X, y, reset=reset, dtype=np.float64, y_numeric=False
+            )
+            check_classification_targets(y)
+            site_labels, site_codes = check_sample_group(sample_group, X.shape[0])
+            weights = check_sample_weight(sample_weight, X.shape[0])
+            if infer_classes:
+                classes = unique_labels(y)
+            batch_classes = self._resolve_classes(y, classes, first_call=reset)
+        return Batch(X, y, site_labels, site_codes, weights), batch_classes
+
+    def _resolve_classes(self, y, classes, *, first_call):
+        if classes is None and first_call:
+            raise ValueError(
+                "classes must be passed on the first call to partial_fit."
+            )
+        if classes is not None:
+            classes = unique_labels(np.asarray(classes))
+            if not first_call and not np.array_equal(classes, self.classes_):
+                raise ValueError(
+                    f"`classes={classes!r}` is not the same as on the last "
+                    f"call to partial_fit, was: {self.classes_!r}."
+                )
+        else:
+            classes = self.classes_
+        if len(classes) < 2:
+            raise ValueError(
+                "Classifier can't train when only one class is present: "
+                f"classes={classes!r}."
+            )
+        unseen = np.setdiff1d(np.unique(y), classes)
+        if unseen.size:
+            raise ValueError(
+                f"y contains labels {unseen!r} that are not in classes "
+                f"{classes!r}."
+            )
+        return classes
+
+    def _row_weights(self, batch, classes):
+        """Row weights: ``sample_weight`` times ``class_weight`` of the row's class."""
+        class_weight = getattr(self, "class_weight", None)
+        if class_weight is None:
+            return batch.sample_weight
+        if isinstance(class_weight, str) and class_weight == "balanced":
+            present = np.unique(batch.y)
+            per_class = compute_class_weight("balanced", classes=present, y=batch.y)
+            lookup = dict(zip(present.tolist(), per_class))
+        elif isinstance(class_weight, dict):
+            unknown = set(class_weight) - set(classes.tolist())
+            if unknown:
+                raise ValueError(
+                    f"class_weight names labels {sorted(unknown, key=str)!r} "
+                    f"that are not classes {classes!r}."
+                )
+            lookup = {c: float(class_weight.get(c, 1.0)) for c in classes.tolist()}
+        else:
+            raise ValueError(
+                "class_weight must be None, 'balanced' or a dict, got "
+                f"{class_weight!r}."
+            )
+        per_row = np.array([lookup[label] for label in batch.y.tolist()], dtype=float)
+        return batch.sample_weight * per_row
+
+    def _one_vs_rest_targets(self, y, classes):
+        """Targets in {-1, +1}: one column for two classes, else one per class."""
+        if len(classes) == 2:
+            return np.where(y == classes[1], 1.0, -1.0)[:, None]
+        return np.where(y[:, None] == classes[None, :], 1.0, -1.0)
+
+    def decision_function(self, X):
+        """Signed distance-like score of each row to each class's hyperplane.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        scores : ndarray of shape (n_samples,) for two classes, else
+            (n_samples, n_classes)
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        scores = X @ self.coef_.T + self.intercept_
+        return scores.ravel() if scores.shape[1] == 1 else scores
+
+    def predict(self, X):
+        """Predict class labels.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        scores = self.decision_function(X)
+        if scores.ndim == 1:
+            return self.classes_[(scores > 0).astype(int)]
+        return self.classes_[np.argmax(scores, axis=1)]
+
+
+def is_balanced_class_weight(class_weight):
+    return isinstance(class_weight, str) and class_weight == "balanced"
+
+
+__all__ = [
+    "Batch",
+    "FederatedClassifierMixin",
+    "BaseEstimator",
+    "check_sample_weight",
+    "is_balanced_class_weight",
+]
