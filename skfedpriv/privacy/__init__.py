@@ -1,0 +1,53 @@
+"""Privacy core of skfedpriv: calibration, accounting, noise and clipping.
+
+* :mod:`._accounting` — parameter validation, Laplace/Gaussian calibration,
+  the exact Gaussian privacy profile, zCDP conversions, the
+  :class:`PrivacyLedger` and the shared :class:`PrivacyBudget`.
+* :mod:`._mechanisms` — vectorized Laplace, Gaussian and symmetric-matrix
+  Gaussian noise from a :class:`numpy.random.Generator`.
+* :mod:`._clipping` — norm clipping of rows and per-example gradients, the
+  only source of sensitivity bounds.
+"""
+
+from ._accounting import (
+    LedgerEntry,
+    PrivacyBudget,
+    PrivacyBudgetError,
+    PrivacyLedger,
+    check_privacy_params,
+    gaussian_delta,
+    gaussian_epsilon,
+    gaussian_sigma,
+    gaussian_zcdp,
+    laplace_scale,
+    zcdp_rho,
+    zcdp_to_dp,
+)
+from ._clipping import clip_rows, clip_vectors
+from ._mechanisms import (
+    as_generator,
+    gaussian_noise,
+    laplace_noise,
+    symmetric_gaussian_noise,
+)
+
+__all__ = [
+    "LedgerEntry",
+    "PrivacyBudget",
+    "PrivacyBudgetError",
+    "PrivacyLedger",
+    "as_generator",
+    "check_privacy_params",
+    "clip_rows",
+    "clip_vectors",
+    "gaussian_delta",
+    "gaussian_epsilon",
+    "gaussian_noise",
+    "gaussian_sigma",
+    "gaussian_zcdp",
+    "laplace_noise",
+    "laplace_scale",
+    "symmetric_gaussian_noise",
+    "zcdp_rho",
+    "zcdp_to_dp",
+]
