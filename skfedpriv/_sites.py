@@ -9,6 +9,11 @@ spreads sites over a cluster with no change to estimator code.
 
 import numpy as np
 from joblib import Parallel, delayed
+from joblib.parallel import get_active_backend
+
+# joblib's local backends: with one job they run in-process anyway, so a plain
+# loop does the same work without joblib's per-call dispatch cost.
+_LOCAL_BACKENDS = {"SequentialBackend", "LokyBackend", "ThreadingBackend", "MultiprocessingBackend"}
 
 
 def check_sample_group(sample_group, n_samples):
@@ -77,8 +82,12 @@ def map_sites(func, site_args, n_jobs=None):
     GIL); a backend set with ``joblib.parallel_config`` takes precedence.
     """
     site_args = list(site_args)
-    if n_jobs in (None, 1) and len(site_args) == 1:
-        return [func(*site_args[0])]
+    backend, configured_n_jobs = get_active_backend()
+    effective = n_jobs if n_jobs is not None else configured_n_jobs
+    if len(site_args) == 1 or (
+        effective in (None, 1) and type(backend).__name__ in _LOCAL_BACKENDS
+    ):
+        return [func(*args) for args in site_args]
     return Parallel(n_jobs=n_jobs, prefer="threads")(
         delayed(func)(*args) for args in site_args
     )

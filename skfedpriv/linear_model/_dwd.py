@@ -213,33 +213,45 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         )
         q = check_q(self.q)
         common = dict(q=q, alpha=float(self.alpha), fit_intercept=self.fit_intercept)
-        if first:  # eq. 26: the first estimate solves its batch's equation
-            theta = np.zeros((Xbar.shape[1], Y.shape[1]))
-            theta, curvature, info = solve_batch(
-                sites, theta, max_iter=self.max_iter, tol=self.tol, **common
-            )
-            prior_sum, seen, n_batches, n_iter = 0.0, 0.0, 0, info["n_iter"]
+        n_models = Y.shape[1]
+        if first:
+            theta = np.zeros((Xbar.shape[1], n_models))
+            prior, seen, n_batches = None, 0.0, 0
+            started = np.zeros(n_models, dtype=bool)
         else:
-            prior_sum, seen, n_batches = self.curvature_, self.n_samples_seen_, self.n_batches_
-            if self.online_steps == 1:
-                theta, curvature = published_step(
-                    sites, self._theta, prior=prior_sum, **common
+            theta, prior = self._theta, self.curvature_
+            seen, n_batches, started = self.n_samples_seen_, self.n_batches_, self._started
+        # A model whose rows so far all sit on one side has no minimizer (the
+        # intercept would run off): it starts once a batch shows both sides.
+        positive = weights > 0
+        two_sided = np.any(positive[:, None] & (Y > 0), 0) & np.any(positive[:, None] & (Y < 0), 0)
+        starting = ~started & two_sided
+        curvature = np.zeros((n_models, Xbar.shape[1], Xbar.shape[1]))
+        n_iter = 0
+        if starting.any() or not started.any():
+            # eq. 26: a model's first estimate solves its batch's equation
+            new, curv, info = solve_batch(
+                sites, theta, prior=prior, center=theta, max_iter=self.max_iter,
+                tol=self.tol, frozen=~starting, **common,
+            )
+            theta = np.where(starting, new, theta)
+            curvature[~started] = curv[~started]
+            n_iter = info["n_iter"]
+        if started.any():
+            if self.online_steps == 1:  # Algorithm 1 as published (eq. 37)
+                new, curv = published_step(sites, theta, prior=prior, **common)
+                n_iter = max(n_iter, 1)
+            else:  # renewable estimating equation (30), curvature at θ_{b-1} (eq. 35)
+                new, curv, info = solve_batch(
+                    sites, theta, prior=prior, center=theta,
+                    max_iter=self.online_steps, tol=self.tol,
+                    scale=seen + sites.weight_sum, refresh_curvature=False,
+                    warn=False, frozen=~started, **common,
                 )
-                n_iter = 1
-            else:
-                theta, curvature, info = solve_batch(
-                    sites,
-                    self._theta,
-                    prior=prior_sum,
-                    center=self._theta,
-                    max_iter=self.online_steps,
-                    tol=self.tol,
-                    scale=seen + sites.weight_sum,
-                    refresh_curvature=False,
-                    warn=False,
-                    **common,
-                )
-                n_iter = info["n_iter"]
+                n_iter = max(n_iter, info["n_iter"])
+            theta = np.where(started, new, theta)
+            curvature[started] = curv[started]
+        prior_sum = 0.0 if prior is None else prior
         # every check passed and every number is computed: commit the state
         self.classes_ = classes
         self._theta = theta
@@ -247,6 +259,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         self.n_samples_seen_ = seen + sites.weight_sum
         self.n_batches_ = n_batches + 1
         self.n_iter_ = n_iter
+        self._started = started | starting
         if self.fit_intercept:
             self.intercept_, self.coef_ = theta[0].copy(), theta[1:].T.copy()
         else:

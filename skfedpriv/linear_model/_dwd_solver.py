@@ -151,6 +151,7 @@ def solve_batch(
     scale=None,
     refresh_curvature=True,
     warn=True,
+    frozen=None,
 ):
     """Minimize the renewable genDWD objective of one batch (see module doc).
 
@@ -176,6 +177,9 @@ def solve_batch(
         the curvature at the starting point, as eq. 35 does.
     warn : bool
         Emit a ConvergenceWarning when ``max_iter`` is reached.
+    frozen : ndarray of bool of shape (K,) or None
+        Class models to leave where they are (their curvature is still
+        returned).
 
     Returns
     -------
@@ -234,7 +238,7 @@ def solve_batch(
     value, grad, curvature = objective_and_gradient(Theta, True)
     start_curvature = curvature
     history = [value.copy()]
-    active = np.ones(n_models, dtype=bool)
+    active = np.ones(n_models, dtype=bool) if frozen is None else ~np.asarray(frozen)
     n_iter = 0
     for n_iter in range(1, max_iter + 1):
         active &= np.max(np.abs(grad), axis=0) > tol * scale
