@@ -75,18 +75,26 @@ def site_row_indices(codes, n_sites):
     return np.split(order, bounds)
 
 
+def runs_in_process(n_jobs=None):
+    """True when joblib would run per-site work one after another in this process.
+
+    That is the case for ``n_jobs`` in (None, 1) under joblib's local backends
+    (no ``parallel_config`` asking for more jobs or for a cluster backend).
+    """
+    backend, configured_n_jobs = get_active_backend()
+    effective = n_jobs if n_jobs is not None else configured_n_jobs
+    return effective in (None, 1) and type(backend).__name__ in _LOCAL_BACKENDS
+
+
 def map_sites(func, site_args, n_jobs=None):
     """Run ``func(*args)`` for each site's ``args`` through joblib.
 
     Threads are preferred (the per-site work is BLAS-bound and releases the
     GIL); a backend set with ``joblib.parallel_config`` takes precedence.
+    In process, a plain loop does the same work without joblib's dispatch.
     """
     site_args = list(site_args)
-    backend, configured_n_jobs = get_active_backend()
-    effective = n_jobs if n_jobs is not None else configured_n_jobs
-    if len(site_args) == 1 or (
-        effective in (None, 1) and type(backend).__name__ in _LOCAL_BACKENDS
-    ):
+    if len(site_args) == 1 or runs_in_process(n_jobs):
         return [func(*args) for args in site_args]
     return Parallel(n_jobs=n_jobs, prefer="threads")(
         delayed(func)(*args) for args in site_args

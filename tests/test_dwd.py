@@ -334,3 +334,21 @@ def test_invalid_hyperparameters_raise(params):
     X, y, _, _ = make_federated_gaussians(n_sites=2, n_batches=1, n_features=3, random_state=10)
     with pytest.raises((ValueError, TypeError)):
         DWDClassifier(**params).fit(X, y)
+
+
+def test_per_site_joblib_path_equals_in_process_path():
+    import joblib
+
+    from skfedpriv.linear_model._dwd_solver import SiteData
+
+    X, y, sites = _standardized_cancer()
+    in_process = DWDClassifier().fit(X, y, sample_group=sites)
+    threaded = DWDClassifier(n_jobs=2).fit(X, y, sample_group=sites)
+    with joblib.parallel_config(backend="threading", n_jobs=2):
+        configured = DWDClassifier().fit(X, y, sample_group=sites)
+        # under a parallel backend every site is its own task
+        parts = SiteData(X, np.ones((len(y), 1)), np.ones(len(y)),
+                         [np.flatnonzero(sites == s) for s in np.unique(sites)], None, True).parts
+        assert len(parts) == 4
+    for other in (threaded, configured):
+        np.testing.assert_allclose(other.coef_, in_process.coef_, rtol=1e-9, atol=1e-12)

@@ -123,7 +123,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
     >>> sites = [i % 3 for i in range(len(y))]
     >>> clf = DWDClassifier().fit(X, y, sample_group=sites)
     >>> round(clf.score(X, y), 2)
-    0.98
+    0.99
     """
 
     def __init__(
@@ -207,15 +207,16 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         weights = self._row_weights(batch, classes)
         Y = self._one_vs_rest_targets(batch.y, classes)
         X = batch.X
-        Xbar = np.hstack([np.ones((X.shape[0], 1)), X]) if self.fit_intercept else X
+        p1 = X.shape[1] + int(bool(self.fit_intercept))
         sites = SiteData(
-            Xbar, Y, weights, site_row_indices(batch.site_codes, batch.n_sites), self.n_jobs
+            X, Y, weights, site_row_indices(batch.site_codes, batch.n_sites),
+            self.n_jobs, bool(self.fit_intercept),
         )
         q = check_q(self.q)
         common = dict(q=q, alpha=float(self.alpha), fit_intercept=self.fit_intercept)
         n_models = Y.shape[1]
         if first:
-            theta = np.zeros((Xbar.shape[1], n_models))
+            theta = np.zeros((p1, n_models))
             prior, seen, n_batches = None, 0.0, 0
             started = np.zeros(n_models, dtype=bool)
         else:
@@ -226,7 +227,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         positive = weights > 0
         two_sided = np.any(positive[:, None] & (Y > 0), 0) & np.any(positive[:, None] & (Y < 0), 0)
         starting = ~started & two_sided
-        curvature = np.zeros((n_models, Xbar.shape[1], Xbar.shape[1]))
+        curvature = np.zeros((n_models, p1, p1))
         n_iter = 0
         if starting.any() or not started.any():
             # eq. 26: a model's first estimate solves its batch's equation
