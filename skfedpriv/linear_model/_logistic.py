@@ -224,7 +224,7 @@ default=None
     >>> learners = [i % 5 for i in range(len(y))]
     >>> clf = LogisticRegression(n_rounds=20, local_steps=5, learning_rate=0.5)
     >>> round(clf.fit(X, y, sample_group=learners).score(X, y), 2)
-    0.97
+    0.98
     >>> private = LogisticRegression(n_rounds=20, mechanism="toeplitz",
     ...                              epsilon=2.0, delta=1e-3,
     ...                              feature_clip_norm=6.0,
