@@ -208,8 +208,8 @@ def test_fit_is_partial_fit_over_blocks():
 @pytest.mark.parametrize("mechanism", [None, "independent", "tree", "toeplitz",
                                        "optimal", "blt"])
 def test_pickle_mid_stream_resumes_identically(mechanism):
-    batches = make_stream(8, seed=11)
-    kw = dict(n_rounds=8, mechanism=mechanism, feature_clip_norm=1.0,
+    batches = make_stream(10, seed=11)
+    kw = dict(n_rounds=10, mechanism=mechanism, feature_clip_norm=1.0,
               learning_rate=0.5, random_state=5, delta=1e-3)
     clf = LogisticRegression(**kw)
     for X, y, g in batches[:4]:

@@ -152,7 +152,7 @@ def test_sensitivity_brute_force_without_row_clipping(n_classes, alpha):
 @pytest.mark.parametrize("mechanism", ["independent", "tree", "honaker", "toeplitz",
                                        "optimal", "blt"])
 def test_calibration(mechanism):
-    R, tau, B, eps, delta = 50, 5, 0.8, 0.5, 1e-3
+    R, tau, B, eps, delta = 10, 5, 0.8, 0.5, 1e-3
     X = np.random.default_rng(0).normal(size=(30, 3))
     y = np.arange(30) % 2
     clf = LogisticRegression(mechanism=mechanism, n_rounds=R, local_steps=tau,

@@ -132,7 +132,8 @@ default=None
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Defined when X has string feature names.
     learners_ : ndarray of shape (n_learners,)
-        Labels of the learners seen, in order of first appearance.
+        Labels of the learners seen, in order of first appearance (learners
+        new in the same call in the order of :func:`numpy.unique`).
     n_rounds_seen_ : int
         Communication rounds run so far.
     gradient_sensitivity_ : float
