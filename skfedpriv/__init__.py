@@ -1,7 +1,14 @@
 """skfedpriv: private, online, federated classification with the scikit-learn API."""
 
-from .linear_model import DWDClassifier
+from .linear_model import DecentralizedLogisticRegression, DWDClassifier
+from .privacy import PrivacyBudget, PrivacyBudgetError
 
 __version__ = "0.1.0.dev0"
 
-__all__ = ["DWDClassifier", "__version__"]
+__all__ = [
+    "DWDClassifier",
+    "DecentralizedLogisticRegression",
+    "PrivacyBudget",
+    "PrivacyBudgetError",
+    "__version__",
+]

@@ -1,14 +1,28 @@
 """Generalized distance-weighted discrimination over federated sites."""
 
+import copy
+import math
 import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from .._losses import check_q
+from .._losses import check_q, gendwd_curvature_bound
 from .._sites import site_row_indices
 from ._base import FederatedClassifierMixin, is_balanced_class_weight
+from ..privacy import PrivacyBudget, as_generator, check_privacy_params
+from ._dwd_private import (
+    PublishedCalibration,
+    clip_augmented_rows,
+    local_gaussian_releases,
+    local_gaussian_sigma,
+    local_gaussian_update,
+    published_private_update,
+)
 from ._dwd_solver import SiteData, published_step, solve_batch
+
+
+_MECHANISMS = ("laplace", "gaussian", "local-gaussian")
 
 
 class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
@@ -69,8 +83,44 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         ``joblib.parallel_config`` context says otherwise, so a Dask or Ray
         joblib backend spreads the sites over a cluster.
     random_state : int, numpy Generator or None, default=None
-        Reserved for randomized mechanisms; the non-private fit is
+        Randomness of the privacy noise (drawn once per stream and carried
+        across ``partial_fit`` calls). ``None`` draws fresh OS entropy; an
+        integer makes the noise reproducible. The non-private model is
         deterministic.
+    mechanism : {None, 'laplace', 'gaussian', 'local-gaussian'}, default=None
+        Differential privacy (see Notes). ``None`` is the non-private model.
+    epsilon : float, default=1.0
+        ε of the guarantee (finite, > 0).
+    delta : float, default=1e-5
+        δ of the guarantee (0 < δ < 1) for the Gaussian mechanisms; ignored
+        by 'laplace' (pure ε).
+    clip_norm : float or None, default=None
+        C2, the bound enforced on the augmented row norm ``‖(1, x)‖₂`` (or
+        ``‖x‖₂`` without intercept): every training row is scaled into that
+        ball before any summary is formed. Required with a mechanism; never
+        read from the data. The paper's L1 bound ``C1 = sqrt(p + 1) C2``
+        follows from it. Prediction uses unclipped rows.
+    rho : float or None, default=None
+        ρ of eq. 41 ('laplace', 'gaussian'). ``None`` takes, per batch, the
+        smallest ρ >= 0 that meets Condition 2 and ``T2 <= epsilon / 2``
+        (Condition 2 alone only gives ``T2 <= 1/2``, which leaves no valid
+        Laplace scale for ε <= 1/2 and breaks the Gaussian proof's eq. 68
+        for ε < 1). A given ρ with no valid calibration raises ValueError.
+    step_radius : float or None, default=None
+        R, the enforced bound on how far one private update may move the
+        parameters (``‖θ_b - θ_{b-1}‖ <= R``, a trust region). It replaces
+        the proof's ``C_{p-1}/sqrt(N_{b-1})``, which is O_p(1) and not a
+        bound. ``None`` uses ``q / ((q+1)² C2)``, which makes the curvature
+        part of T1 (eq. 61) equal to its gradient part.
+    calibration : {'analytic', 'classic', 'zcdp'}, default='analytic'
+        Gaussian calibration of 'local-gaussian': the exact analytic Gaussian
+        mechanism (Balle & Wang 2018), or the classic / zCDP conversions for
+        comparison.
+    budget : PrivacyBudget or None, default=None
+        A budget shared with other estimators (it survives ``clone``): each
+        ``fit`` and the first ``partial_fit`` of a stream spend
+        ``(epsilon, delta)`` from it, before any state changes, and raise
+        :class:`~skfedpriv.PrivacyBudgetError` when it would overspend.
 
     Attributes
     ----------
@@ -89,6 +139,15 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         Total row weight seen.
     n_iter_ : int
         Iterations of the last ``fit`` or ``partial_fit``.
+    privacy_spent_ : tuple of float
+        ``(epsilon, delta)`` of the guarantee described in Notes, for the
+        mechanism used; defined when ``mechanism`` is set.
+    noise_scale_ : float
+        Last noise scale: Laplace η or Gaussian τ of Algorithm 2, or the
+        unit noise multiplier σ of 'local-gaussian' (a summary with
+        sensitivity Δ gets noise of std ``σ Δ``).
+    rho_ : float or None
+        ρ used by the last 'laplace'/'gaussian' release.
 
     See Also
     --------
@@ -102,16 +161,63 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
     enough, which makes every iterate a descent and the limit the minimizer
     of eq. 5. The smoothed curvature of eq. 8 is only the Newton model.
 
+    **Differential privacy.** Neighbouring data differ in one row replaced
+    (its features and label) by any other row; every row weighs one
+    (``sample_weight`` and ``class_weight`` are refused with a mechanism),
+    and each row is in one batch of the stream only: feeding a row twice
+    is outside the guarantee. Batch sizes, the site of each row and the
+    number of batches are public.
+
+    * ``'local-gaussian'`` (rigorous over the whole stream, against the
+      server): each site adds Gaussian noise to every summary it sends —
+      the gradient sums (L2 sensitivity ``2 C2``, as ``|V_q'| <= 1``), the
+      curvature matrix at the previous estimate (upper triangle, Frobenius
+      sensitivity ``sqrt(2) (q+1)²/q C2²``) and, in the first batch, the Gram
+      matrix (``sqrt(2) C2²``). A batch makes ``K (online_steps + 1)``
+      such releases (+1 in the first batch), ``K`` the number of one-vs-rest
+      models (one for two classes), composed exactly as one Gaussian
+      mechanism of sensitivity ``sqrt(releases)`` and calibrated to
+      ``(epsilon, delta)``. Everything the server does after is
+      post-processing (the PSD repair of noisy curvature, the trust region
+      of radius R on each step), so every model released after every batch
+      — the whole stream — is ``(epsilon, delta)``-DP for each row against
+      the server and anyone who sees the messages or the models. Batches
+      are disjoint, so the cost does not grow with the stream.
+    * ``'laplace'`` / ``'gaussian'``: Algorithm 2 as published, one release
+      per batch: ``θ_b`` minimizes the perturbed objective ``Q`` (eq. 41)
+      over the ball ``‖θ - θ_{b-1}‖ <= R`` (objective perturbation over a
+      convex set, Kifer et al. 2012) with ξ Laplace of scale
+      ``η = T1 / (ε - T2)`` (ε-DP) or Gaussian with τ of step 7 (eq. 64,
+      (ε, δ)-DP), ``T1``, ``Δ1`` computed with R in place of
+      ``C_{p-1}/sqrt(N_{b-1})``. One-vs-rest models share the budget
+      (``ε/K``, ``δ/K`` each). **What this covers:** the single release
+      ``θ_b`` with respect to one row of batch ``D_b``, the earlier batches
+      and releases held fixed, against an observer of the released models.
+      **What it does not cover:** the server sees raw summaries (it is
+      trusted), and a row of batch ``b`` also shapes every later release
+      through the accumulated curvature ``J_b``; no accounting covers those
+      later releases, so the stream as a whole carries no guarantee.
+      ``privacy_spent_`` reports the per-release figure. Use
+      ``'local-gaussian'`` for a guarantee over the whole stream.
+
+    ``fit`` is one batch: with 'laplace'/'gaussian' it is one release from
+    ``θ_0 = 0`` (a single step, as Algorithm 2 starts a stream).
+
     References
     ----------
     .. [1] Guo, Xie, Lu, Jiang, Dai, Kong (2025). Online federated learning
-       for classification with generalized DWD. Eqs. 5, 16, 30-37,
-       Algorithm 1.
+       for classification with generalized DWD. Eqs. 5, 16, 30-37, 41-45,
+       61, 64, Algorithms 1-2.
     .. [2] Wang, B. and Zou, H. (2018). Another look at distance-weighted
        discrimination. JRSS-B 80(1), 177-198.
     .. [3] Luo, L. and Song, P. X.-K. (2020). Renewable estimation and
        incremental inference in generalized linear models with streaming
        data sets. JRSS-B 82(1), 69-97.
+    .. [4] Kifer, D., Smith, A. and Thakurta, A. (2012). Private convex
+       empirical risk minimization and high-dimensional regression. COLT.
+    .. [5] Balle, B. and Wang, Y.-X. (2018). Improving the Gaussian mechanism
+       for differential privacy: analytical calibration and optimal
+       denoising. ICML.
 
     Examples
     --------
@@ -137,6 +243,14 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         online_steps=10,
         n_jobs=None,
         random_state=None,
+        mechanism=None,
+        epsilon=1.0,
+        delta=1e-5,
+        clip_norm=None,
+        rho=None,
+        step_radius=None,
+        calibration="analytic",
+        budget=None,
     ):
         self.q = q
         self.alpha = alpha
@@ -147,6 +261,14 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         self.online_steps = online_steps
         self.n_jobs = n_jobs
         self.random_state = random_state
+        self.mechanism = mechanism
+        self.epsilon = epsilon
+        self.delta = delta
+        self.clip_norm = clip_norm
+        self.rho = rho
+        self.step_radius = step_radius
+        self.calibration = calibration
+        self.budget = budget
 
     def fit(self, X, y, sample_group=None, sample_weight=None):
         """Offline federated fit on all rows (the paper's OffWP).
@@ -203,31 +325,74 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
     # -- the algorithm box ------------------------------------------------
 
     def _update(self, batch, classes, *, first):
-        """Validated batch -> sites -> summaries -> server update -> state."""
+        """Validated batch -> sites -> summaries -> server update -> state.
+
+        Everything is computed into local variables first (the random
+        generator is a copy); the estimator is only written at the end, so
+        a call that raises changes nothing.
+        """
+        private = self.mechanism is not None
+        if private:
+            self._check_private_batch(batch)
         weights = self._row_weights(batch, classes)
         Y = self._one_vs_rest_targets(batch.y, classes)
         X = batch.X
+        if private:
+            X = clip_augmented_rows(X, float(self.clip_norm), bool(self.fit_intercept))
         p1 = X.shape[1] + int(bool(self.fit_intercept))
         sites = SiteData(
             X, Y, weights, site_row_indices(batch.site_codes, batch.n_sites),
             self.n_jobs, bool(self.fit_intercept),
         )
-        q = check_q(self.q)
-        common = dict(q=q, alpha=float(self.alpha), fit_intercept=self.fit_intercept)
         n_models = Y.shape[1]
         if first:
-            theta = np.zeros((p1, n_models))
-            prior, seen, n_batches = None, 0.0, 0
-            started = np.zeros(n_models, dtype=bool)
+            state = dict(
+                theta=np.zeros((p1, n_models)), prior=None, seen=0.0, n_batches=0,
+                started=np.zeros(n_models, dtype=bool),
+            )
         else:
-            theta, prior = self._theta, self.curvature_
-            seen, n_batches, started = self.n_samples_seen_, self.n_batches_, self._started
+            state = dict(
+                theta=self._theta, prior=self.curvature_, seen=self.n_samples_seen_,
+                n_batches=self.n_batches_, started=self._started,
+            )
+        if private:
+            rng = as_generator(self.random_state) if first else copy.deepcopy(self._rng)
+            theta, curvature, n_iter, privacy = self._private_step(
+                sites, batch, state, first, rng
+            )
+            started = np.ones(n_models, dtype=bool)
+        else:
+            theta, curvature, n_iter, started = self._renewable_step(sites, Y, weights, state)
+        prior = 0.0 if state["prior"] is None else state["prior"]
+        # every check passed and every number is computed: commit the state
+        self.classes_ = classes
+        self._theta = theta
+        self.curvature_ = prior + curvature
+        self.n_samples_seen_ = state["seen"] + sites.weight_sum
+        self.n_batches_ = state["n_batches"] + 1
+        self.n_iter_ = n_iter
+        self._started = started
+        if private:
+            self._rng = rng
+            self.privacy_spent_ = privacy["spent"]
+            self.noise_scale_ = privacy["scale"]
+            self.rho_ = privacy.get("rho")
+            self._curvature_noise_var = privacy.get("curvature_noise_var", 0.0)
+        if self.fit_intercept:
+            self.intercept_, self.coef_ = theta[0].copy(), theta[1:].T.copy()
+        else:
+            self.intercept_, self.coef_ = np.zeros(theta.shape[1]), theta.T.copy()
+
+    def _renewable_step(self, sites, Y, weights, state):
+        """Non-private update: eq. 26 for a model's first batch, then eq. 30/37."""
+        common = dict(q=check_q(self.q), alpha=float(self.alpha), fit_intercept=self.fit_intercept)
+        theta, prior, started = state["theta"], state["prior"], state["started"]
         # A model whose rows so far all sit on one side has no minimizer (the
         # intercept would run off): it starts once a batch shows both sides.
         positive = weights > 0
         two_sided = np.any(positive[:, None] & (Y > 0), 0) & np.any(positive[:, None] & (Y < 0), 0)
         starting = ~started & two_sided
-        curvature = np.zeros((n_models, p1, p1))
+        curvature = np.zeros((Y.shape[1],) + theta.shape[:1] * 2)
         n_iter = 0
         if starting.any() or not started.any():
             # eq. 26: a model's first estimate solves its batch's equation
@@ -246,25 +411,86 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
                 new, curv, info = solve_batch(
                     sites, theta, prior=prior, center=theta,
                     max_iter=self.online_steps, tol=self.tol,
-                    scale=seen + sites.weight_sum, refresh_curvature=False,
+                    scale=state["seen"] + sites.weight_sum, refresh_curvature=False,
                     warn=False, frozen=~started, **common,
                 )
                 n_iter = max(n_iter, info["n_iter"])
             theta = np.where(started, new, theta)
             curvature[started] = curv[started]
-        prior_sum = 0.0 if prior is None else prior
-        # every check passed and every number is computed: commit the state
-        self.classes_ = classes
-        self._theta = theta
-        self.curvature_ = prior_sum + curvature
-        self.n_samples_seen_ = seen + sites.weight_sum
-        self.n_batches_ = n_batches + 1
-        self.n_iter_ = n_iter
-        self._started = started | starting
-        if self.fit_intercept:
-            self.intercept_, self.coef_ = theta[0].copy(), theta[1:].T.copy()
-        else:
-            self.intercept_, self.coef_ = np.zeros(theta.shape[1]), theta.T.copy()
+        return theta, curvature, n_iter, started | starting
+
+    def _private_step(self, sites, batch, state, first, rng):
+        """One private release per batch (Algorithm 2) or site-local Gaussian."""
+        q, alpha = check_q(self.q), float(self.alpha)
+        epsilon, delta = self._privacy_params()
+        n_models = state["theta"].shape[1]
+        p1 = state["theta"].shape[0]
+        if self.mechanism == "local-gaussian":
+            releases = local_gaussian_releases(n_models, self.online_steps, first)
+            sigma = local_gaussian_sigma(epsilon, delta, releases, self.calibration)
+            self._spend(epsilon, delta, first)
+            theta, curvature, noise_var = local_gaussian_update(
+                sites, state["theta"], state["prior"], first, sigma, rng,
+                prior_noise_var=0.0 if first else self._curvature_noise_var,
+                n_sites=batch.n_sites, online_steps=self.online_steps, q=q, alpha=alpha,
+                fit_intercept=self.fit_intercept, clip_norm=float(self.clip_norm),
+                step_radius=self._step_radius(q),
+            )
+            noise_var += 0.0 if first else self._curvature_noise_var
+            return theta, curvature, self.online_steps, dict(
+                spent=(epsilon, delta), scale=sigma, curvature_noise_var=noise_var
+            )
+        # Algorithm 2: one release per batch; one-vs-rest splits the budget
+        per_model = (epsilon / n_models, delta / n_models)
+        calibrations = [
+            PublishedCalibration(
+                self.mechanism, *per_model, q=q, alpha=alpha,
+                clip_norm=float(self.clip_norm), step_radius=self._step_radius(q),
+                rho=self.rho, p1=p1, n_seen=state["seen"] + sites.weight_sum,
+            )
+        ] * n_models
+        self._spend(epsilon, delta, first)
+        theta, h_bar = published_private_update(
+            sites, state["theta"], state["prior"], calibrations, rng, q=q, alpha=alpha,
+            fit_intercept=self.fit_intercept, step_radius=self._step_radius(q),
+        )
+        return theta, h_bar, 1, dict(
+            spent=(epsilon, delta), scale=calibrations[0].scale, rho=calibrations[0].rho
+        )
+
+    def _step_radius(self, q):
+        """R; by default ``q / ((q+1)² C2)``, which makes the curvature part of
+        T1 (eq. 61) equal to its gradient part."""
+        if self.step_radius is None:
+            return 1.0 / (gendwd_curvature_bound(q) * float(self.clip_norm))
+        return float(self.step_radius)
+
+    def _privacy_params(self):
+        delta = 0.0 if self.mechanism == "laplace" else self.delta
+        return check_privacy_params(
+            self.epsilon, delta, require_delta=self.mechanism != "laplace"
+        )
+
+    def _spend(self, epsilon, delta, first):
+        """Charge the shared budget once per stream (rows of later batches are
+        new rows: parallel composition)."""
+        if self.budget is not None and first:
+            self.budget.spend(
+                epsilon, delta,
+                note=f"DWDClassifier(mechanism={self.mechanism!r}) on a new stream",
+            )
+
+    def _check_private_batch(self, batch):
+        if not np.all(batch.sample_weight == 1.0):
+            raise ValueError(
+                "sample_weight is not supported with a privacy mechanism: the "
+                "sensitivity bounds assume every row weighs one."
+            )
+        if self.class_weight is not None:
+            raise ValueError(
+                "class_weight must be None with a privacy mechanism: the "
+                "sensitivity bounds assume every row weighs one."
+            )
 
     def _check_params(self):
         check_q(self.q)
@@ -280,3 +506,40 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
         if not isinstance(self.fit_intercept, (bool, np.bool_)):
             raise ValueError(f"fit_intercept must be a bool, got {self.fit_intercept!r}.")
+        if self.mechanism is None:
+            return
+        if self.mechanism not in _MECHANISMS:
+            raise ValueError(
+                f"mechanism must be one of {(None,) + _MECHANISMS}, got {self.mechanism!r}."
+            )
+        self._privacy_params()
+        if self.clip_norm is None:
+            raise ValueError(
+                "clip_norm must be set with a privacy mechanism: it bounds the norm "
+                "of the augmented row (1, x) and is never read from the data."
+            )
+        for name in ("clip_norm", "step_radius"):
+            value = getattr(self, name)
+            if name == "step_radius" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+                math.isfinite(value) and value > 0
+            ):
+                raise ValueError(f"{name} must be finite and > 0, got {value!r}.")
+        if self.fit_intercept and self.clip_norm <= 1:
+            raise ValueError(
+                "clip_norm bounds the norm of (1, x) when fit_intercept=True and "
+                f"must be > 1, got {self.clip_norm!r}."
+            )
+        if self.rho is not None and (
+            isinstance(self.rho, bool) or not isinstance(self.rho, numbers.Real)
+            or not (math.isfinite(self.rho) and self.rho >= 0)
+        ):
+            raise ValueError(f"rho must be None or finite and >= 0, got {self.rho!r}.")
+        if self.calibration not in ("analytic", "classic", "zcdp"):
+            raise ValueError(
+                "calibration must be 'analytic', 'classic' or 'zcdp', got "
+                f"{self.calibration!r}."
+            )
+        if self.budget is not None and not isinstance(self.budget, PrivacyBudget):
+            raise TypeError(f"budget must be a PrivacyBudget or None, got {self.budget!r}.")

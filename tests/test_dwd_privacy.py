@@ -1,0 +1,332 @@
+"""Private DWD: calibration, sensitivity, an empirical audit, accounting."""
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+from scipy.stats import beta as beta_dist
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV
+
+from skfedpriv import DWDClassifier
+from skfedpriv._losses import gendwd_derivative, gendwd_smoothed_curvature
+from skfedpriv.datasets import make_federated_gaussians
+from skfedpriv.linear_model._dwd_private import (
+    PublishedCalibration,
+    clip_augmented_rows,
+    curvature_sensitivity,
+    gradient_sensitivity,
+    gram_sensitivity,
+    local_gaussian_releases,
+    local_gaussian_sigma,
+    trust_region_step,
+)
+from skfedpriv.privacy import PrivacyBudget, PrivacyBudgetError
+
+
+def _data(n_batches=4, seed=0, p=5):
+    return make_federated_gaussians(
+        n_sites=3, n_batches=n_batches, n_per_batch=40, n_features=p, random_state=seed
+    )
+
+
+# -- calibration against independent computations ----------------------------
+
+
+@pytest.mark.parametrize("q", [0.5, 1.0, 3.0])
+@pytest.mark.parametrize("epsilon", [0.8, 2.0])
+def test_published_calibration_matches_paper_formulas(q, epsilon):
+    c2, radius, alpha, n, p1, delta = 4.0, 0.05, 1e-3, 1200.0, 6, 1e-5
+    rho = 500.0
+    laplace = PublishedCalibration("laplace", epsilon, 0.0, q=q, alpha=alpha, clip_norm=c2,
+                                   step_radius=radius, rho=rho, p1=p1, n_seen=n)
+    # eq. 61 with C1 = sqrt(p1) C2 and C_{p-1}/sqrt(N_{b-1}) replaced by R
+    c1 = math.sqrt(p1) * c2
+    t1 = 2 * c1 + 2 * (q + 1) ** 2 * c1 * c2 * radius / q
+    t2 = 2 * math.log(1 + (q + 1) ** 2 * c2**2 / ((n * alpha + rho) * q))
+    assert laplace.t1 == pytest.approx(t1, rel=1e-12)
+    assert laplace.t2 == pytest.approx(t2, rel=1e-12)
+    if epsilon > t2:
+        assert laplace.scale == pytest.approx(t1 / (epsilon - t2), rel=1e-12)
+    # eq. 64 and Algorithm 2 step 7
+    auto = PublishedCalibration("gaussian", epsilon, delta, q=q, alpha=alpha, clip_norm=c2,
+                                step_radius=radius, rho=None, p1=p1, n_seen=n)
+    d1 = 2 * c2 + 2 * (q + 1) ** 2 * c2**2 * radius / q
+    tau = d1 * (math.sqrt(2 * math.log(1 / delta)) + math.sqrt(2 * math.log(1 / delta) + epsilon)) / epsilon
+    assert auto.scale == pytest.approx(tau, rel=1e-12)
+    # the default rho meets Condition 2 and T2 <= eps/2, and is the smallest such
+    bound = (q + 1) ** 2 * c2**2 / q
+    assert auto.rho >= bound / (math.exp(0.25) - 1) - n * alpha - 1e-9
+    assert auto.t2 <= min(0.5, epsilon / 2) * (1 + 1e-12)
+    smaller = auto.rho * 0.99
+    assert 2 * math.log1p(bound / (n * alpha + smaller)) > min(0.5, epsilon / 2)
+
+
+def test_laplace_without_valid_scale_names_rho():
+    with pytest.raises(ValueError, match="rho"):
+        PublishedCalibration("laplace", 0.1, 0.0, q=1.0, alpha=0.0, clip_norm=4.0,
+                             step_radius=0.1, rho=1.0, p1=3, n_seen=10)
+    X, y, g, b = _data()
+    clf = DWDClassifier(mechanism="laplace", epsilon=0.1, clip_norm=4.0, rho=1.0, alpha=0.0)
+    with pytest.raises(ValueError, match="rho"):
+        clf.partial_fit(X, y, classes=[-1, 1])
+    assert not hasattr(clf, "coef_")
+
+
+@pytest.mark.parametrize("epsilon, delta", [(0.5, 1e-5), (1.0, 1e-5), (4.0, 1e-6)])
+@pytest.mark.parametrize("releases", [2, 11])
+def test_local_gaussian_sigma_matches_dp_accounting(epsilon, delta, releases):
+    dp_accounting = pytest.importorskip("dp_accounting")
+    sigma = local_gaussian_sigma(epsilon, delta, releases, "analytic")
+    # r unit-sensitivity Gaussian releases compose to one of sensitivity sqrt(r)
+    reference = dp_accounting.get_sigma_gaussian(epsilon, delta) * math.sqrt(releases)
+    assert sigma == pytest.approx(reference, rel=1e-6)
+    assert local_gaussian_releases(3, 4, first=True) == 3 * 5 + 1
+    assert local_gaussian_releases(1, 1, first=False) == 2
+
+
+# -- sensitivity: brute force over random neighbours -------------------------
+
+
+def _summaries(Xbar, y, theta, q):
+    u = y * (Xbar @ theta)
+    grad = Xbar.T @ (y * gendwd_derivative(u, q))
+    curvature = (Xbar * gendwd_smoothed_curvature(u, q)[:, None]).T @ Xbar
+    gram = Xbar.T @ Xbar
+    return grad, curvature, gram
+
+
+@pytest.mark.parametrize("q", [0.5, 1.0, 2.0])
+def test_released_summaries_move_within_calibrated_sensitivity(q):
+    rng = np.random.default_rng(0)
+    c2, p = 3.0, 4
+    worst = np.zeros(3)
+    for trial in range(300):
+        X = rng.normal(scale=rng.uniform(0.5, 4), size=(20, p))
+        Xc = clip_augmented_rows(X, c2, True)
+        y = rng.choice([-1.0, 1.0], size=20)
+        theta = rng.normal(scale=rng.uniform(0.1, 3), size=p + 1)
+        # adversarial replacement: a clipped row on the boundary, any label
+        new = rng.normal(size=p)
+        new *= math.sqrt(c2**2 - 1) / np.linalg.norm(new)
+        Xn, yn = Xc.copy(), y.copy()
+        Xn[0], yn[0] = new, -y[0]
+        Xbar = np.hstack([np.ones((20, 1)), Xc])
+        Xbar_n = np.hstack([np.ones((20, 1)), Xn])
+        assert np.all(np.linalg.norm(Xbar, axis=1) <= c2 * (1 + 1e-12))
+        a, b = _summaries(Xbar, y, theta, q), _summaries(Xbar_n, yn, theta, q)
+        iu = np.triu_indices(p + 1)
+        changes = [
+            np.linalg.norm(a[0] - b[0]),
+            np.linalg.norm((a[1] - b[1])[iu]),
+            np.linalg.norm((a[2] - b[2])[iu]),
+        ]
+        bounds = [gradient_sensitivity(c2), curvature_sensitivity(q, c2), gram_sensitivity(c2)]
+        assert all(c <= bnd * (1 + 1e-9) for c, bnd in zip(changes, bounds))
+        worst = np.maximum(worst, np.array(changes) / bounds)
+    assert worst[0] > 0.5  # the bound is not vacuous
+
+
+def test_published_objective_perturbation_bounds_hold_in_the_ball():
+    """Δξ(α) of eq. 60 stays within T1 (L1) and Δ1 (L2) for α in the ball,
+    and the Jacobian ratio of eq. 58 within exp(T2)."""
+    rng = np.random.default_rng(1)
+    q, c2, alpha, p = 1.0, 3.0, 0.01, 3
+    radius = 0.2
+    for trial in range(200):
+        X = clip_augmented_rows(rng.normal(scale=2, size=(30, p)), c2, True)
+        y = rng.choice([-1.0, 1.0], size=30)
+        Xn, yn = X.copy(), y.copy()
+        Xn[0] = clip_augmented_rows(rng.normal(scale=5, size=(1, p)), c2, True)[0]
+        yn[0] = rng.choice([-1.0, 1.0])
+        Xbar, Xbar_n = (np.hstack([np.ones((30, 1)), Z]) for Z in (X, Xn))
+        theta = rng.normal(size=p + 1)
+        prior = np.eye(p + 1) * rng.uniform(0, 20)
+        cal = PublishedCalibration("laplace", 2.0, 0.0, q=q, alpha=alpha, clip_norm=c2,
+                                   step_radius=radius, rho=None, p1=p + 1, n_seen=30)
+
+        def residual(Xb, yy, point):
+            grad, curvature, _ = _summaries(Xb, yy, theta, q)
+            s = prior + curvature + 30 * alpha * np.eye(p + 1)
+            return grad + s @ (point - theta) + cal.rho * point, s + cal.rho * np.eye(p + 1)
+
+        step = rng.normal(size=p + 1)
+        point = theta + step * rng.uniform(0, radius) / np.linalg.norm(step)
+        r1, m1 = residual(Xbar, y, point)
+        r2, m2 = residual(Xbar_n, yn, point)
+        assert np.abs(r1 - r2).sum() <= cal.t1 * (1 + 1e-9)
+        assert np.linalg.norm(r1 - r2) <= cal.delta_1 * (1 + 1e-9)
+        ratio = abs(np.linalg.det(m2) / np.linalg.det(m1))
+        assert math.log(ratio) <= cal.t2 + 1e-9
+
+
+def test_trust_region_step_is_the_constrained_minimizer():
+    rng = np.random.default_rng(2)
+    for _ in range(50):
+        A = rng.normal(size=(4, 4))
+        P = A @ A.T + 0.1 * np.eye(4)
+        g = rng.normal(size=4) * 10
+        radius = rng.uniform(0.01, 2)
+        d = trust_region_step(P, g, radius)
+        assert np.linalg.norm(d) <= radius * (1 + 1e-9)
+        value = 0.5 * d @ P @ d + g @ d
+        # no feasible random point does better
+        for _ in range(200):
+            e = rng.normal(size=4)
+            e *= rng.uniform(0, radius) / np.linalg.norm(e)
+            assert value <= 0.5 * e @ P @ e + g @ e + 1e-9
+
+
+# -- empirical audit ----------------------------------------------------------
+
+
+def _audit_epsilon(sample_d, sample_d_prime, delta, threshold_grid, confidence=0.05):
+    """Lower confidence bound of ε from threshold tests (Clopper-Pearson)."""
+    n = len(sample_d)
+    best = 0.0
+    for t in threshold_grid:
+        k1 = int(np.sum(sample_d > t))
+        k2 = int(np.sum(sample_d_prime > t))
+        p1_low = beta_dist.ppf(confidence / 2, k1, n - k1 + 1) if k1 > 0 else 0.0
+        p2_high = beta_dist.ppf(1 - confidence / 2, k2 + 1, n - k2) if k2 < n else 1.0
+        if p1_low - delta > 0 and p2_high > 0:
+            best = max(best, math.log((p1_low - delta) / p2_high))
+    return best
+
+
+@pytest.mark.parametrize("noise_factor, should_violate", [(1.0, False), (0.25, True)])
+def test_empirical_audit_of_a_local_gaussian_release(noise_factor, should_violate):
+    """Run the site's gradient release many times on neighbouring batches.
+
+    The audited output is one gradient release of a batch (one class model,
+    one online step: 2 releases in the batch), projected on the direction in
+    which the replaced row moves it most. Its ε lower bound must stay below
+    the claimed ε; with the noise cut to a quarter it must exceed it.
+    """
+    epsilon, delta, c2 = 1.0, 1e-5, 2.0
+    sigma_unit = local_gaussian_sigma(epsilon, delta, local_gaussian_releases(1, 1, False), "analytic")
+    sigma = sigma_unit * gradient_sensitivity(c2) * noise_factor
+    rng = np.random.default_rng(3)
+    n = 400_000
+    # the replaced row moves the gradient sum by exactly 2 C2 (x and -x, V' = -1)
+    shift = gradient_sensitivity(c2)
+    released_d = shift + sigma * rng.standard_normal(n)
+    released_d_prime = sigma * rng.standard_normal(n)
+    grid = np.linspace(0, shift + 5 * sigma, 200)
+    lower = _audit_epsilon(released_d, released_d_prime, delta, grid)
+    if should_violate:
+        assert lower > epsilon
+    else:
+        assert lower <= epsilon
+
+
+# -- estimator behaviour -------------------------------------------------------
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "gaussian", "local-gaussian"])
+def test_private_stream_accounts_and_resumes_after_pickle(mechanism):
+    X, y, g, b = _data(n_batches=4)
+    clf = DWDClassifier(mechanism=mechanism, epsilon=2.0, clip_norm=4.0, random_state=0, online_steps=2)
+    first = b < 2
+    for k in (0, 1):
+        m = b == k
+        clf.partial_fit(X[m], y[m], sample_group=g[m], classes=[-1, 1])
+    expected = (2.0, 0.0 if mechanism == "laplace" else 1e-5)
+    assert clf.privacy_spent_ == expected
+    resumed = pickle.loads(pickle.dumps(clf))
+    assert resumed.privacy_spent_ == expected
+    for k in (2, 3):
+        m = b == k
+        clf.partial_fit(X[m], y[m], sample_group=g[m])
+        resumed.partial_fit(X[m], y[m], sample_group=g[m])
+    np.testing.assert_array_equal(clf.coef_, resumed.coef_)
+    assert resumed.privacy_spent_ == expected
+    assert np.all(np.isfinite(clf.coef_))
+    assert not np.array_equal(clf.coef_, DWDClassifier().fit(X[~first], y[~first]).coef_)
+
+
+def test_same_seed_same_noise_and_none_draws_fresh():
+    X, y, g, b = _data()
+    a = DWDClassifier(mechanism="local-gaussian", clip_norm=4.0, random_state=7).fit(X, y)
+    c = DWDClassifier(mechanism="local-gaussian", clip_norm=4.0, random_state=7).fit(X, y)
+    np.testing.assert_array_equal(a.coef_, c.coef_)
+    d = DWDClassifier(mechanism="local-gaussian", clip_norm=4.0).fit(X, y)
+    e = DWDClassifier(mechanism="local-gaussian", clip_norm=4.0).fit(X, y)
+    assert not np.array_equal(d.coef_, e.coef_)
+
+
+def test_private_accuracy_grows_with_epsilon():
+    X, y, g, b = make_federated_gaussians(n_sites=5, n_batches=20, n_per_batch=200,
+                                          n_features=10, random_state=4)
+    Xt, yt, _, _ = make_federated_gaussians(n_sites=5, n_batches=4, n_per_batch=200,
+                                            n_features=10, random_state=5)
+    scores = {}
+    for eps in (0.05, 50.0):
+        clf = DWDClassifier(mechanism="local-gaussian", epsilon=eps, clip_norm=5.0,
+                            random_state=0, online_steps=1)
+        for k in range(20):
+            m = b == k
+            clf.partial_fit(X[m], y[m], sample_group=g[m], classes=[-1, 1])
+        scores[eps] = clf.score(Xt, yt)
+    offline = DWDClassifier().fit(X, y).score(Xt, yt)
+    assert scores[50.0] > offline - 0.03
+    assert scores[50.0] > scores[0.05]
+
+
+@pytest.mark.parametrize(
+    "params, data_kwargs, message",
+    [
+        (dict(mechanism="gaussian", clip_norm=None), {}, "clip_norm"),
+        (dict(mechanism="gaussian", clip_norm=1.0), {}, "clip_norm"),
+        (dict(mechanism="gaussian", clip_norm=3.0, epsilon=np.nan), {}, "epsilon"),
+        (dict(mechanism="gaussian", clip_norm=3.0, delta=0.0), {}, "delta"),
+        (dict(mechanism="local-gaussian", clip_norm=3.0), dict(sample_weight=True), "sample_weight"),
+        (dict(mechanism="local-gaussian", clip_norm=3.0, class_weight={1: 2.0}), {}, "class_weight"),
+        (dict(mechanism="bogus"), {}, "mechanism"),
+    ],
+)
+def test_invalid_private_configuration_raises_and_changes_nothing(params, data_kwargs, message):
+    X, y, g, b = _data()
+    clf = DWDClassifier(mechanism="local-gaussian", clip_norm=3.0, random_state=0)
+    clf.partial_fit(X[b == 0], y[b == 0], classes=[-1, 1])
+    before = pickle.dumps(clf.__dict__)
+    clf.set_params(**{"mechanism": "local-gaussian", **params})
+    weights = np.full((b == 1).sum(), 2.0) if data_kwargs else None
+    with pytest.raises((ValueError, TypeError), match=message):
+        clf.partial_fit(X[b == 1], y[b == 1], sample_weight=weights)
+    clf.set_params(mechanism="local-gaussian", clip_norm=3.0, epsilon=1.0, delta=1e-5,
+                   class_weight=None)
+    after = {k: v for k, v in clf.__dict__.items()}
+    assert pickle.dumps(after) == before
+
+
+def test_shared_budget_counts_every_grid_candidate_and_refuses_overspend():
+    X, y, g, b = _data(n_batches=6)
+    budget = PrivacyBudget(epsilon=10.0, delta=1e-3)
+    est = DWDClassifier(mechanism="local-gaussian", epsilon=1.0, clip_norm=4.0, random_state=0,
+                        budget=budget)
+    assert clone(est).budget is budget
+    search = GridSearchCV(est, {"alpha": [1e-3, 1e-2]}, cv=3, error_score="raise")
+    search.fit(X, y)
+    assert budget.spent[0] == pytest.approx(2 * 3 + 1)  # 6 candidate fits + refit
+    search = GridSearchCV(est, {"alpha": [1e-3, 1e-2]}, cv=3, error_score="raise")
+    with pytest.raises(PrivacyBudgetError):
+        search.fit(X, y)
+    assert budget.spent[0] <= 10.0 + 1e-9
+    # a refused fit leaves the estimator unfitted
+    fresh = DWDClassifier(mechanism="local-gaussian", epsilon=5.0, clip_norm=4.0, budget=budget)
+    with pytest.raises(PrivacyBudgetError):
+        fresh.fit(X, y)
+    assert not hasattr(fresh, "coef_")
+
+
+def test_stream_spends_the_shared_budget_once():
+    X, y, g, b = _data(n_batches=5)
+    budget = PrivacyBudget(epsilon=1.5, delta=1e-4)
+    clf = DWDClassifier(mechanism="gaussian", epsilon=1.0, clip_norm=4.0, budget=budget)
+    for k in range(5):
+        m = b == k
+        clf.partial_fit(X[m], y[m], classes=[-1, 1])
+    assert budget.spent == (1.0, 1e-5)
+    assert len(budget.ledger) == 1
