@@ -1,6 +1,6 @@
 """skfedpriv: private, online, federated classification with the scikit-learn API."""
 
-from .linear_model import DecentralizedLogisticRegression, DWDClassifier
+from .linear_model import DecentralizedLogisticRegression, DWDClassifier, LogisticRegression
 from .privacy import PrivacyBudget, PrivacyBudgetError
 
 __version__ = "0.1.0.dev0"
@@ -8,6 +8,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "DWDClassifier",
     "DecentralizedLogisticRegression",
+    "LogisticRegression",
     "PrivacyBudget",
     "PrivacyBudgetError",
     "__version__",

@@ -2,5 +2,6 @@
 
 from ._decentralized import DecentralizedLogisticRegression
 from ._dwd import DWDClassifier
+from ._logistic import LogisticRegression
 
-__all__ = ["DWDClassifier", "DecentralizedLogisticRegression"]
+__all__ = ["DWDClassifier", "DecentralizedLogisticRegression", "LogisticRegression"]

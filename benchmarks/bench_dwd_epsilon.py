@@ -1,0 +1,133 @@
+"""Private DWD: accuracy against ε.
+
+Two data sets: the Table 1 balanced setting of the genDWD paper (M=10 sites,
+b=100 batches of 10 rows per site, p=50, μ=0.2) and scikit-learn's breast
+cancer data split into 4 non-IID sites and streamed in 8 batches. For each ε
+in 0.05..10: 'laplace' and 'gaussian' (Algorithm 2, one release per batch,
+per-release guarantee) and 'local-gaussian' (guarantee over the whole
+stream, against the server), beside the non-private stream. diffprivlib's
+central ε-DP LogisticRegression on pooled rows is added from
+``results/dwd_epsilon_diffprivlib.csv`` when that file exists (it needs
+scikit-learn <= 1.7 and runs in its own environment:
+``bench_diffprivlib.py``).
+
+    python benchmarks/bench_dwd_epsilon.py [--quick]
+
+Writes results/dwd_epsilon.csv and results/dwd_epsilon.png.
+
+Breast cancer is standardized with statistics of the training rows; that
+step reads the data and is outside every guarantee (see docs).
+"""
+
+import argparse
+import csv
+import os
+import pathlib
+import warnings
+
+import numpy as np
+from sklearn.model_selection import train_test_split
+
+from skfedpriv import DWDClassifier
+from skfedpriv.datasets import load_breast_cancer_sites, make_federated_gaussians
+
+RESULTS = pathlib.Path(__file__).parent / "results"
+EPSILONS = [0.05, 0.1, 0.2, 0.5, 0.8, 1.0, 2.0, 5.0, 10.0]
+
+
+def gaussian_task(seed):
+    X, y, g, b = make_federated_gaussians(n_sites=10, n_batches=100, n_per_batch=10,
+                                          n_features=50, random_state=seed)
+    Xt, yt, _, _ = make_federated_gaussians(n_sites=10, n_batches=20, n_per_batch=10,
+                                            n_features=50, random_state=1000 + seed)
+    return X, y, g, b, Xt, yt, float(np.sqrt(1 + 1.5 * 50))
+
+
+def cancer_task(seed):
+    X, y, g = load_breast_cancer_sites(n_sites=4, random_state=seed)
+    X, Xt, y, yt, g, _ = train_test_split(X, y, g, test_size=0.3, stratify=y, random_state=seed)
+    mean, std = X.mean(0), X.std(0)
+    X, Xt = (X - mean) / std, (Xt - mean) / std
+    b = np.repeat(np.arange(8), int(np.ceil(len(y) / 8)))[: len(y)]
+    return X, y, g, b, Xt, yt, float(np.sqrt(1 + 30))
+
+
+def stream(clf, X, y, g, b):
+    classes = np.unique(y)
+    for k in np.unique(b):
+        m = b == k
+        clf.partial_fit(X[m], y[m], sample_group=g[m], classes=classes)
+    return clf
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    quick = args.quick or os.environ.get("SKFEDPRIV_QUICK")
+    reps = 2 if quick else 10
+    epsilons = [0.1, 1.0, 10.0] if quick else EPSILONS
+    rows = []
+    for task_name, task in (("gaussian T1", gaussian_task), ("breast cancer", cancer_task)):
+        for rep in range(reps):
+            X, y, g, b, Xt, yt, clip = task(rep)
+            base = stream(DWDClassifier(), X, y, g, b).score(Xt, yt)
+            rows.append(dict(task=task_name, method="non-private stream", epsilon="inf",
+                             rep=rep, accuracy=base))
+            for eps in epsilons:
+                for mech in ("laplace", "gaussian", "local-gaussian"):
+                    clf = DWDClassifier(mechanism=mech, epsilon=eps, delta=1e-5, clip_norm=clip,
+                                        online_steps=1, random_state=rep)
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        try:
+                            acc = stream(clf, X, y, g, b).score(Xt, yt)
+                        except ValueError:  # no valid calibration at this ε
+                            acc = float("nan")
+                    rows.append(dict(task=task_name, method=mech, epsilon=eps, rep=rep, accuracy=acc))
+        print("done", task_name, flush=True)
+    RESULTS.mkdir(exist_ok=True)
+    with open(RESULTS / "dwd_epsilon.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    extra = RESULTS / "dwd_epsilon_diffprivlib.csv"
+    if extra.exists():
+        with open(extra) as fh:
+            rows += [dict(r, accuracy=float(r["accuracy"])) for r in csv.DictReader(fh)]
+    summary = {}
+    for r in rows:
+        summary.setdefault((r["task"], r["method"], str(r["epsilon"])), []).append(float(r["accuracy"]))
+    lines = ["| task | method | ε | accuracy (mean ± sd) |", "|---|---|---|---|"]
+    for (task, method, eps), accs in summary.items():
+        lines.append(f"| {task} | {method} | {eps} | {np.nanmean(accs):.3f} ± {np.nanstd(accs):.3f} |")
+    text = "\n".join(lines) + "\n"
+    (RESULTS / "dwd_epsilon.md").write_text(text)
+    print(text)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, task in zip(axes, ("gaussian T1", "breast cancer")):
+        for method in ("laplace", "gaussian", "local-gaussian", "diffprivlib LogisticRegression (central, pooled)"):
+            pts = sorted((float(e), np.nanmean(a)) for (t, m, e), a in summary.items()
+                         if t == task and m == method)
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=method)
+        base = [np.mean(a) for (t, m, e), a in summary.items() if t == task and m == "non-private stream"]
+        ax.axhline(base[0], color="k", ls="--", label="non-private stream")
+        ax.set_xscale("log")
+        ax.set_xlabel("ε")
+        ax.set_ylabel("test accuracy")
+        ax.set_title(task)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "dwd_epsilon.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()
