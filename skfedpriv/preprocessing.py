@@ -1,0 +1,304 @@
+"""Data-independent preprocessing for private pipelines.
+
+A private estimator's guarantee covers what the estimator does with the rows
+it is given. A transformer fitted on the raw rows before it (a
+:class:`~sklearn.preprocessing.StandardScaler` reading means and variances,
+a :class:`~sklearn.preprocessing.MinMaxScaler` reading minima and maxima)
+publishes statistics of those rows through every later prediction, and no
+estimator's guarantee covers them.
+
+The transformers here never read the data: each row is mapped by a function
+fixed by the hyperparameters alone, so the output row ``i`` depends on input
+row ``i`` and nothing else. ``fit`` only validates the input and records
+``n_features_in_`` (and ``feature_names_in_``); the transformers are
+stateless (``requires_fit=False``). Replacing one input row replaces one
+output row, so a :class:`~sklearn.pipeline.Pipeline` of these transformers
+and a private estimator keeps the estimator's neighbouring relation and its
+guarantee.
+
+* :class:`RowNormClipper` scales each row into a norm ball.
+* :class:`BoundedScaler` maps user-given per-feature bounds affinely onto
+  ``[-1, 1]`` and clips values outside them.
+"""
+
+import math
+import numbers
+
+import numpy as np
+from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
+from sklearn.utils.validation import validate_data
+
+__all__ = ["BoundedScaler", "RowNormClipper"]
+
+_NORMS = ("l2", "l1", "max")
+
+
+def _check_positive_real(value, name):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}.")
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}.")
+    return value
+
+
+def _row_norms(X, norm):
+    if norm == "l1":
+        return np.abs(X).sum(axis=1)
+    if norm == "max":
+        return np.abs(X).max(axis=1, initial=0.0)
+    # rescale by the row maximum so squares of huge entries cannot overflow
+    peak = np.abs(X).max(axis=1, initial=0.0)
+    safe = np.where(peak > 0, peak, 1.0)
+    return peak * np.sqrt(np.einsum("ij,ij->i", X / safe[:, None], X / safe[:, None]))
+
+
+class RowNormClipper(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+    """Scale each row into the ball of radius ``max_norm``.
+
+    Row ``x`` becomes ``x · min(1, max_norm / ‖x‖)``: rows inside the ball
+    are unchanged, rows outside keep their direction and land on the sphere.
+    The map of a row depends on that row and ``max_norm`` only; nothing is
+    learned from the data.
+
+    This bounds the norm of the features ``x``. An estimator with an
+    intercept bounds the augmented row ``(1, x)``: :class:`~skfedpriv.DWDClassifier`'s
+    ``clip_norm`` applies to ``‖(1, x)‖₂``, so with ``norm='l2'`` a
+    ``clip_norm`` of ``sqrt(1 + max_norm²)`` or more leaves the clipped rows
+    unchanged.
+
+    Parameters
+    ----------
+    max_norm : float, default=1.0
+        Radius of the ball, finite and > 0.
+    norm : {'l2', 'l1', 'max'}, default='l2'
+        Norm of each row: Euclidean, sum of absolute values, or largest
+        absolute value.
+
+    Attributes
+    ----------
+    n_features_in_ : int
+        Number of features seen by ``fit``.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Defined when X has string feature names.
+
+    See Also
+    --------
+    BoundedScaler : Per-feature bounds mapped onto ``[-1, 1]``.
+    sklearn.preprocessing.Normalizer : Scales every row to norm one (also
+        data-independent, but inflates small rows).
+    skfedpriv.privacy.clip_rows : The function form of the L1/L2 clipping.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfedpriv.preprocessing import RowNormClipper
+    >>> X = np.array([[3.0, 4.0], [0.3, 0.4]])
+    >>> RowNormClipper(max_norm=1.0).fit_transform(X)
+    array([[0.6, 0.8],
+           [0.3, 0.4]])
+    >>> RowNormClipper(max_norm=1.0, norm="max").fit_transform(X)
+    array([[0.75, 1.  ],
+           [0.3 , 0.4 ]])
+    """
+
+    def __init__(self, max_norm=1.0, norm="l2"):
+        self.max_norm = max_norm
+        self.norm = norm
+
+    def _check_params(self):
+        if self.norm not in _NORMS:
+            raise ValueError(f"norm must be one of {_NORMS}, got {self.norm!r}.")
+        return _check_positive_real(self.max_norm, "max_norm")
+
+    def fit(self, X, y=None):
+        """Validate the hyperparameters and ``X``; record ``n_features_in_``.
+
+        Nothing is computed from ``X``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : RowNormClipper
+        """
+        self._check_params()
+        validate_data(self, X, dtype=np.float64)
+        return self
+
+    def transform(self, X):
+        """Scale each row of ``X`` into the ball.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Finite values.
+
+        Returns
+        -------
+        X_clipped : ndarray of shape (n_samples, n_features)
+            Every row has norm ``<= max_norm``.
+        """
+        max_norm = self._check_params()
+        X = validate_data(self, X, reset=False, dtype=np.float64, copy=True)
+        norms = _row_norms(X, self.norm)
+        over = norms > max_norm
+        X[over] *= (max_norm / norms[over])[:, None]
+        return X
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.requires_fit = False
+        return tags
+
+
+class BoundedScaler(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+    """Map given per-feature bounds onto ``[-1, 1]``, clipping outside them.
+
+    Feature ``j`` becomes ``clip(2 (x_j - lower_j) / (upper_j - lower_j) - 1,
+    -1, 1)``. The bounds are hyperparameters (known ranges: ages in
+    ``[0, 120]``, a sensor's range, a questionnaire's scale), never read
+    from the data, so a row's image depends on that row alone. Unlike
+    :class:`~sklearn.preprocessing.MinMaxScaler`, which reads each feature's
+    minimum and maximum from the training rows, this keeps a downstream
+    private estimator's guarantee.
+
+    Every output row lies in ``[-1, 1]^p``, so its Euclidean norm is at most
+    ``sqrt(p)`` and the augmented row ``(1, x)`` has norm at most
+    ``sqrt(p + 1)``: a :class:`~skfedpriv.DWDClassifier` with
+    ``clip_norm=sqrt(p + 1)`` never needs to shrink a row, and a smaller
+    ``clip_norm`` trades clipping bias for less noise.
+
+    Parameters
+    ----------
+    lower : float or array-like of shape (n_features,), default=-1.0
+        Lower bound of each feature (a scalar applies to every feature);
+        finite.
+    upper : float or array-like of shape (n_features,), default=1.0
+        Upper bound of each feature, finite and ``> lower``.
+    clip : bool, default=True
+        Clip the output to ``[-1, 1]``. Only ``clip=True`` bounds the
+        output whatever the input; without it, values outside the bounds
+        map outside ``[-1, 1]`` and a private estimator's own clipping is the
+        only bound.
+
+    Attributes
+    ----------
+    n_features_in_ : int
+        Number of features seen by ``fit``.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Defined when X has string feature names.
+
+    See Also
+    --------
+    RowNormClipper : Scales each row into a norm ball.
+    sklearn.preprocessing.MinMaxScaler : Reads the bounds from the data (not
+        covered by any privacy guarantee).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skfedpriv.preprocessing import BoundedScaler
+    >>> X = np.array([[30.0, 0.5], [120.0, 2.0], [-5.0, 1.0]])
+    >>> scaler = BoundedScaler(lower=[0, 0], upper=[100, 1])
+    >>> scaler.fit_transform(X)
+    array([[-0.4,  0. ],
+           [ 1. ,  1. ],
+           [-1. ,  1. ]])
+
+    In a private pipeline: pixel intensities of scikit-learn's digits lie
+    in ``[0, 16]`` by construction of the data set, a public range.
+
+    >>> from sklearn.datasets import load_digits
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from skfedpriv import DWDClassifier
+    >>> X, y = load_digits(n_class=2, return_X_y=True)    # 64 pixels, 0 vs 1
+    >>> pipe = make_pipeline(
+    ...     BoundedScaler(lower=0, upper=16),
+    ...     DWDClassifier(mechanism="local-gaussian", epsilon=1.0,
+    ...                   clip_norm=np.sqrt(64 + 1), random_state=0))
+    >>> round(pipe.fit(X, y).score(X, y), 2)
+    1.0
+    """
+
+    def __init__(self, lower=-1.0, upper=1.0, clip=True):
+        self.lower = lower
+        self.upper = upper
+        self.clip = clip
+
+    def _bounds(self, n_features):
+        """Validated ``(lower, width)`` broadcast to ``n_features``."""
+        if not isinstance(self.clip, (bool, np.bool_)):
+            raise ValueError(f"clip must be a bool, got {self.clip!r}.")
+        bounds = []
+        for name in ("lower", "upper"):
+            value = getattr(self, name)
+            try:
+                array = np.asarray(value, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise TypeError(
+                    f"{name} must be a real number or an array of them, got {value!r}."
+                ) from None
+            if array.ndim > 1 or (array.ndim == 1 and array.shape[0] != n_features):
+                raise ValueError(
+                    f"{name} must be a scalar or have shape ({n_features},) (one "
+                    f"bound per feature), got shape {array.shape}."
+                )
+            if not np.all(np.isfinite(array)):
+                raise ValueError(f"{name} must be finite, got {value!r}.")
+            bounds.append(np.broadcast_to(array, (n_features,)))
+        lower, upper = bounds
+        if not np.all(upper > lower):
+            bad = np.flatnonzero(~(upper > lower))
+            raise ValueError(
+                f"upper must be > lower for every feature; not for feature(s) {bad.tolist()}."
+            )
+        return lower, upper - lower
+
+    def fit(self, X, y=None):
+        """Validate the hyperparameters and ``X``; record ``n_features_in_``.
+
+        Nothing is computed from ``X``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : BoundedScaler
+        """
+        X = validate_data(self, X, dtype=np.float64)
+        self._bounds(X.shape[1])
+        return self
+
+    def transform(self, X):
+        """Map each feature's bounds onto ``[-1, 1]`` (and clip).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Finite values.
+
+        Returns
+        -------
+        X_scaled : ndarray of shape (n_samples, n_features)
+            In ``[-1, 1]`` when ``clip=True``.
+        """
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        lower, width = self._bounds(X.shape[1])
+        Z = 2.0 * ((X - lower) / width) - 1.0
+        if self.clip:
+            np.clip(Z, -1.0, 1.0, out=Z)
+        return Z
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.requires_fit = False
+        return tags
