@@ -1,4 +1,4 @@
-"""The README's short tour: a Pipeline, GridSearchCV with sites, a stream."""
+"""The README's short tour: a Pipeline, GridSearchCV with sites, a stream, a private stream."""
 
 import numpy as np
 from sklearn.model_selection import GridSearchCV, GroupKFold
@@ -27,3 +27,12 @@ clf = DWDClassifier()
 for batch in np.array_split(np.arange(len(y)), 10):
     clf.partial_fit(scaled[batch], y[batch], sample_group=sites[batch], classes=[0, 1])
 print(round(clf.score(scaled, y), 3))
+
+from skfedpriv import PrivacyBudget
+
+budget = PrivacyBudget(epsilon=3.0, delta=1e-5)      # shared, survives clone
+private = DWDClassifier(mechanism="local-gaussian", epsilon=1.0, delta=1e-6,
+                        clip_norm=6.0, budget=budget)
+for batch in np.array_split(np.arange(len(y)), 4):
+    private.partial_fit(scaled[batch], y[batch], sample_group=sites[batch], classes=[0, 1])
+print(private.privacy_spent_, budget.spent)

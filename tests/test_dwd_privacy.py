@@ -197,24 +197,39 @@ def _audit_epsilon(sample_d, sample_d_prime, delta, threshold_grid, confidence=0
 
 @pytest.mark.parametrize("noise_factor, should_violate", [(1.0, False), (0.25, True)])
 def test_empirical_audit_of_a_local_gaussian_release(noise_factor, should_violate):
-    """Run the site's gradient release many times on neighbouring batches.
+    """Run a site's gradient release many times on two neighbouring batches.
 
-    The audited output is one gradient release of a batch (one class model,
-    one online step: 2 releases in the batch), projected on the direction in
-    which the replaced row moves it most. Its ε lower bound must stay below
-    the claimed ε; with the noise cut to a quarter it must exceed it.
+    The summaries come from the package's own site code on clipped rows, the
+    noise from its own calibration and generator; the audited output is one
+    gradient release (one class model, one online step: 2 releases in the
+    batch), projected on the direction in which the replaced row moves it.
+    Its ε lower bound (Clopper-Pearson, 95%) must stay below the claimed ε;
+    with the noise cut to a quarter it must exceed it (the audit has power).
     """
-    epsilon, delta, c2 = 1.0, 1e-5, 2.0
+    from skfedpriv.linear_model._dwd_solver import site_summary
+    from skfedpriv.privacy import gaussian_noise
+
+    epsilon, delta, c2, q = 1.0, 1e-5, 2.0, 1.0
+    rng = np.random.default_rng(3)
+    X = clip_augmented_rows(rng.normal(size=(30, 3)), c2, True)
+    y = rng.choice([-1.0, 1.0], size=(30, 1))
+    # neighbour: row 0 replaced by its mirror image with the other label, the
+    # replacement that moves the gradient most at theta = 0 (V' = -1 there)
+    Xn, yn = X.copy(), y.copy()
+    X[0] *= math.sqrt(c2**2 - 1) / np.linalg.norm(X[0])
+    Xn[0], yn[0] = -X[0], -y[0]
+    theta = np.zeros((4, 1))
+    grad_d = site_summary(X, y, np.ones(30), theta, q, True, False)[1].ravel()
+    grad_n = site_summary(Xn, yn, np.ones(30), theta, q, True, False)[1].ravel()
+    direction = (grad_d - grad_n) / np.linalg.norm(grad_d - grad_n)
     sigma_unit = local_gaussian_sigma(epsilon, delta, local_gaussian_releases(1, 1, False), "analytic")
     sigma = sigma_unit * gradient_sensitivity(c2) * noise_factor
-    rng = np.random.default_rng(3)
     n = 400_000
-    # the replaced row moves the gradient sum by exactly 2 C2 (x and -x, V' = -1)
-    shift = gradient_sensitivity(c2)
-    released_d = shift + sigma * rng.standard_normal(n)
-    released_d_prime = sigma * rng.standard_normal(n)
-    grid = np.linspace(0, shift + 5 * sigma, 200)
-    lower = _audit_epsilon(released_d, released_d_prime, delta, grid)
+    released_d = (grad_d + gaussian_noise(sigma, (n, 4), random_state=rng)) @ direction
+    released_n = (grad_n + gaussian_noise(sigma, (n, 4), random_state=rng)) @ direction
+    center = grad_n @ direction
+    grid = center + np.linspace(0, np.linalg.norm(grad_d - grad_n) + 5 * sigma, 200)
+    lower = _audit_epsilon(released_d, released_n, delta, grid)
     if should_violate:
         assert lower > epsilon
     else:
