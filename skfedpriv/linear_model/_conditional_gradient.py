@@ -93,9 +93,30 @@ def lmo(G, constraint, radius):
         norms = _fro(G)
         safe = np.where(norms > 0, norms, 1.0)
         return -radius * G / safe[:, None, None] * (norms > 0)[:, None, None]
-    U, s, Vt = np.linalg.svd(G, full_matrices=False)
-    V = -radius * U[:, :, :1] * Vt[:, None, 0, :]
-    return V * (s[:, 0] > 0)[:, None, None]
+    return -radius * _top_singular_pair(G)
+
+
+def _top_singular_pair(G):
+    """``u₁ v₁ᵀ`` (top singular pair, zero for a zero matrix) of each matrix of a stack.
+
+    Through the top eigenvector of the smaller Gram matrix (``GᵀG`` or
+    ``GGᵀ``) with one batched ``eigh``: exact like the SVD, and for the small
+    matrices of section 4.1 (26 x 17) about twice as fast as a batched SVD
+    with singular vectors, which dominated PD-OCG (one LMO per
+    conditional-gradient iteration, i.e. per round).
+    """
+    Gt = G.transpose(0, 2, 1)
+    if G.shape[1] >= G.shape[2]:  # tall: v₁ from GᵀG (p x p), u₁ ∝ G v₁
+        v = np.linalg.eigh(np.matmul(Gt, G))[1][:, :, -1]
+        u = np.einsum("nij,nj->ni", G, v)
+        norm = np.sqrt(np.einsum("ni,ni->n", u, u))
+        u = u / np.where(norm > 0, norm, 1.0)[:, None]
+    else:  # wide: u₁ from GGᵀ (q x q), v₁ ∝ Gᵀ u₁
+        u = np.linalg.eigh(np.matmul(G, Gt))[1][:, :, -1]
+        v = np.einsum("nji,nj->ni", G, u)
+        norm = np.sqrt(np.einsum("ni,ni->n", v, v))
+        v = v / np.where(norm > 0, norm, 1.0)[:, None]
+    return u[:, :, None] * v[:, None, :] * (norm > 0)[:, None, None]
 
 
 def quadratic_objective(X, linear, eta):
