@@ -79,7 +79,7 @@ class RowNormClipper(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     ----------
     n_features_in_ : int
         Number of features seen by ``fit``.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (``n_features_in_``,)
         Defined when X has string feature names.
 
     See Also
@@ -190,7 +190,7 @@ class BoundedScaler(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     ----------
     n_features_in_ : int
         Number of features seen by ``fit``.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (``n_features_in_``,)
         Defined when X has string feature names.
 
     See Also
