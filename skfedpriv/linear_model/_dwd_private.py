@@ -230,12 +230,21 @@ def local_gaussian_update(sites, theta, prior, first, sigma_unit, rng, *, n_site
     def site_noise(draw):
         return sum(draw() for _ in range(n_sites))
 
+    # Sites that draw their own noise (separate processes, e.g. Flower
+    # clients) expose ``noised_summary(kind, point, q, std)``: the sum over
+    # sites of each site's summary plus its own N(0, std²) noise.
+    site_noised = getattr(sites, "noised_summary", None)
+
     def noisy_gradient(point):
+        if site_noised is not None:
+            return site_noised("gradient", point, q, sigma_g) + ridge[:, None] * point
         _, grad, _ = sites.summaries(point, q, False)
         grad = grad + site_noise(lambda: gaussian_noise(sigma_g, (p1, n_models), random_state=rng))
         return grad + ridge[:, None] * point
 
     def noisy_curvature(point):
+        if site_noised is not None:
+            return site_noised("curvature", point, q, sigma_h) + np.diag(ridge)[None]
         _, _, curvature = sites.summaries(point, q, True)
         noise = site_noise(lambda: np.stack([
             symmetric_gaussian_noise(p1, sigma_h, random_state=rng) for _ in range(n_models)
@@ -243,9 +252,12 @@ def local_gaussian_update(sites, theta, prior, first, sigma_unit, rng, *, n_site
         return curvature + noise + np.diag(ridge)[None]
 
     if first:
-        gram = sum(
-            augmented_gram(X, w, fit_intercept) for X, _, w in sites.parts
-        ) + site_noise(lambda: symmetric_gaussian_noise(p1, sigma_unit * gram_sensitivity(clip_norm), random_state=rng))
+        if site_noised is not None:
+            gram = site_noised("gram", theta, q, sigma_unit * gram_sensitivity(clip_norm))
+        else:
+            gram = sum(
+                augmented_gram(X, w, fit_intercept) for X, _, w in sites.parts
+            ) + site_noise(lambda: symmetric_gaussian_noise(p1, sigma_unit * gram_sensitivity(clip_norm), random_state=rng))
         gram_noise_std = math.sqrt(n_sites) * sigma_unit * gram_sensitivity(clip_norm)
         majorizer = gendwd_curvature_bound(q) * _project_psd(gram[None], gram_noise_std)[0] + np.diag(ridge)
         system = np.broadcast_to(majorizer, (n_models, p1, p1))

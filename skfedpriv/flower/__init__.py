@@ -1,0 +1,52 @@
+"""Federated DWD across processes and machines with Flower (optional extra).
+
+``pip install "skfedpriv[flower]"``. Each site runs a Flower ClientApp that
+holds its own rows (:func:`make_client_app`); the server runs a ServerApp
+holding a :class:`~skfedpriv.DWDClassifier` (:func:`make_server_app`). The
+server code of the estimator runs unchanged on :class:`RemoteSites`, whose
+summaries are the sums of the sites' replies, so the fitted model equals the
+in-process ``fit`` on the pooled rows up to floating-point summation order.
+
+With a :class:`SitePrivacy` (``mechanism='local-gaussian'``), clipping,
+noise and release counting happen at the site; the server only ever
+receives noised summaries.
+
+Requests (``op``): ``describe`` (row count, feature count, labels),
+``prepare`` (weight sum; which sides of each one-vs-rest model are present),
+``summary`` and ``gram`` (raw sums, refused by private sites) and ``noised``
+(gradient, curvature or Gram matrix plus the site's own Gaussian noise).
+
+Everything but :func:`make_client_app`, :func:`make_server_app` and
+:class:`GridTransport` works without Flower (``LocalTransport`` runs the same
+protocol in one process).
+
+Examples
+--------
+>>> import numpy as np
+>>> from skfedpriv import DWDClassifier
+>>> from skfedpriv.flower import DWDSite, LocalTransport, federated_fit
+>>> rng = np.random.default_rng(0)
+>>> X = rng.normal(size=(90, 3)); y = (X[:, 0] + 0.5 * rng.normal(size=90) > 0).astype(int)
+>>> g = np.arange(90) % 3
+>>> sites = [DWDSite(lambda b, s=s: (X[g == s], y[g == s]), name=f"s{s}") for s in range(3)]
+>>> remote = federated_fit(DWDClassifier(), LocalTransport(sites))
+>>> local = DWDClassifier().fit(X, y, sample_group=g)
+>>> bool(np.allclose(remote.coef_, local.coef_, atol=1e-8))
+True
+"""
+
+from ._apps import GridTransport, make_client_app, make_server_app
+from ._server import LocalTransport, RemoteSites, federated_fit, federated_partial_fit
+from ._site import DWDSite, SitePrivacy
+
+__all__ = [
+    "DWDSite",
+    "GridTransport",
+    "LocalTransport",
+    "RemoteSites",
+    "SitePrivacy",
+    "federated_fit",
+    "federated_partial_fit",
+    "make_client_app",
+    "make_server_app",
+]

@@ -1,0 +1,190 @@
+"""Flower apps: a ClientApp per site and a ServerApp holding the estimator.
+
+Flower is imported inside the functions, so ``import skfedpriv.flower``
+works without it.
+"""
+
+import os
+import pickle
+import time
+
+import numpy as np
+
+from ._server import federated_fit, federated_partial_fit
+from ._site import DWDSite, SitePrivacy
+
+#: Flower message type of every request (``ClientApp.query("skfedpriv")``).
+MESSAGE_TYPE = "query.skfedpriv"
+_LEDGER = "skfedpriv-ledger"
+
+
+def encode(payload):
+    """dict of arrays and scalars -> Flower ``RecordDict``."""
+    from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+
+    arrays, config = {}, {}
+    for key, value in payload.items():
+        if isinstance(value, np.ndarray):
+            arrays[key] = Array(np.ascontiguousarray(value))
+        elif isinstance(value, (np.generic,)):
+            config[key] = value.item()
+        elif value is not None:
+            config[key] = value
+    return RecordDict({"arrays": ArrayRecord(arrays), "config": ConfigRecord(config)})
+
+
+def decode(content):
+    """Flower ``RecordDict`` -> dict of arrays and scalars."""
+    payload = dict(content.config_records["config"])
+    payload.update({k: v.numpy() for k, v in content.array_records["arrays"].items()})
+    return payload
+
+
+def make_client_app(load_batch, privacy=None):
+    """A Flower ``ClientApp`` that answers for one site.
+
+    Parameters
+    ----------
+    load_batch : callable ``(context, batch) -> (X, y)`` or ``(X, y, sample_weight)``
+        Reads this site's rows of a batch, typically from a path in
+        ``context.node_config`` (set with ``flower-supernode --node-config``).
+        It runs in the ClientApp process, which Flower starts for every
+        message: keep it cheap.
+    privacy : SitePrivacy, callable ``context -> SitePrivacy or None``, or None
+        The site's own privacy parameters. With them, the site only ever
+        sends noised summaries and counts its releases in the client's
+        ``context.state``.
+
+    The site's name is ``node_config['site-id']`` (else the node id); the
+    server sums replies in order of names.
+    """
+    from flwr.app import ConfigRecord, Error, Message
+    from flwr.clientapp import ClientApp
+
+    app = ClientApp()
+
+    @app.query("skfedpriv")
+    def answer(message, context):
+        try:
+            site_privacy = privacy(context) if callable(privacy) else privacy
+            name = context.node_config.get("site-id", context.node_id)
+            site = DWDSite(lambda batch: load_batch(context, batch), site_privacy, name=str(name))
+            stored = context.state.config_records.get(_LEDGER)
+            ledger = dict(stored) if stored is not None else {}
+            reply = site.handle(decode(message.content), ledger)
+            if ledger:
+                context.state.config_records[_LEDGER] = ConfigRecord(ledger)
+            return Message(encode(reply), reply_to=message)
+        except Exception as exc:  # the server gets the reason, never data
+            return Message(Error(code=1, reason=f"{type(exc).__name__}: {exc}"), reply_to=message)
+
+    return app
+
+
+class GridTransport:
+    """Send a request to every site through a Flower ``Grid`` and wait for all replies.
+
+    Parameters
+    ----------
+    grid : flwr.serverapp.Grid
+    node_ids : list of int
+    timeout : float
+        Seconds to wait for the replies of one request.
+    poll : float
+        Seconds between pulls (Flower's own ``send_and_receive`` waits 3 s).
+    """
+
+    def __init__(self, grid, node_ids, timeout=120.0, poll=0.05):
+        self.grid, self.node_ids = grid, list(node_ids)
+        self.timeout, self.poll = float(timeout), float(poll)
+        self.n_round_trips = 0
+
+    def __call__(self, request):
+        from flwr.app import Message
+
+        messages = [Message(encode(request), dst_node_id=node, message_type=MESSAGE_TYPE)
+                    for node in self.node_ids]
+        ids = [i for i in self.grid.push_messages(messages) if i]
+        if len(ids) != len(messages):
+            raise RuntimeError("Flower did not accept every message.")
+        replies, deadline = {}, time.monotonic() + self.timeout
+        while len(replies) < len(ids):
+            for reply in self.grid.pull_messages(ids):
+                replies[reply.metadata.reply_to_message_id] = reply
+            if len(replies) == len(ids):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(ids) - len(replies)} sites did not answer in {self.timeout} s.")
+            time.sleep(self.poll)
+        self.n_round_trips += 1
+        out = []
+        for message_id in ids:
+            reply = replies[message_id]
+            if reply.has_error():
+                raise RuntimeError(f"site error: {reply.error.reason}")
+            out.append(decode(reply.content))
+        return out
+
+
+def wait_for_nodes(grid, n_sites, timeout=60.0, poll=0.2):
+    """Node ids once ``n_sites`` SuperNodes are connected (bounded wait)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = sorted(grid.get_node_ids())
+        if len(nodes) >= n_sites:
+            return nodes
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(nodes)} of {n_sites} sites connected after {timeout} s.")
+        time.sleep(poll)
+
+
+def make_server_app(make_estimator, *, n_sites=None, classes=None, timeout=120.0):
+    """A Flower ``ServerApp`` that fits a DWDClassifier on the sites' rows.
+
+    Parameters
+    ----------
+    make_estimator : callable ``context -> DWDClassifier``
+        The server's (unfitted) estimator, e.g. built from
+        ``context.run_config``.
+    n_sites : int or None
+        Sites to wait for; ``None`` reads ``run_config['n-sites']``.
+    classes : array-like or None
+        Known classes; ``None`` takes them from the sites' labels (as
+        ``fit`` does from ``y``).
+    timeout : float
+        Seconds to wait for the sites to connect, and for each reply.
+
+    Run config keys: ``n-sites``, ``n-batches`` (default 1: batch 0 is
+    ``fit``, batches 1, 2, ... are ``partial_fit``), ``model-path`` (where
+    the fitted estimator is pickled; optional).
+    """
+    from flwr.serverapp import ServerApp
+
+    app = ServerApp()
+
+    @app.main()
+    def main(grid, context):
+        config = context.run_config
+        count = int(config["n-sites"]) if n_sites is None else int(n_sites)
+        nodes = wait_for_nodes(grid, count, timeout)
+        transport = GridTransport(grid, nodes[:count], timeout=timeout)
+        estimator = make_estimator(context)
+        if classes is None:
+            federated_fit(estimator, transport, 0)
+        else:
+            federated_partial_fit(estimator, transport, 0, classes=classes)
+        for batch in range(1, int(config.get("n-batches", 1))):
+            federated_partial_fit(estimator, transport, batch)
+        estimator.n_round_trips_ = transport.n_round_trips
+        path = config.get("model-path")
+        if path:
+            tmp = f"{path}.tmp{os.getpid()}"
+            with open(tmp, "wb") as fh:
+                pickle.dump(estimator, fh)
+            os.replace(tmp, path)
+
+    return app
+
+
+__all__ = ["GridTransport", "SitePrivacy", "encode", "decode", "make_client_app",
+           "make_server_app", "wait_for_nodes"]

@@ -1,0 +1,253 @@
+"""The server side of the federated DWD protocol (no Flower import).
+
+:class:`RemoteSites` is a drop-in for the estimator's in-process
+``SiteData``: its ``summaries`` asks every site, through a *transport*, for
+its sums at ``Theta`` and adds them up, so the server code of
+:class:`~skfedpriv.DWDClassifier` (``solve_batch``, ``published_step``,
+``local_gaussian_update``, ...) runs unchanged. :func:`federated_fit` and
+:func:`federated_partial_fit` are ``fit`` / ``partial_fit`` for rows that
+stay at the sites.
+
+A transport is any callable ``request (dict) -> list of reply dicts`` (one
+per site). :class:`LocalTransport` calls :class:`DWDSite` objects in this
+process; the Flower server app sends each request as a Flower message.
+"""
+
+import copy
+
+import numpy as np
+from sklearn.utils.multiclass import unique_labels
+
+from .._losses import gendwd_curvature_bound
+from ..privacy import as_generator
+from ._site import PROTOCOL_VERSION
+
+
+class LocalTransport:
+    """Send each request to :class:`DWDSite` objects in this process.
+
+    Keeps each site's release ledger, and records every request and reply
+    (``log``) so tests can look at exactly what the server received.
+    """
+
+    def __init__(self, sites):
+        self.sites = list(sites)
+        self.ledgers = [{} for _ in self.sites]
+        self.log = []
+
+    def __call__(self, request):
+        replies = [site.handle(dict(request), ledger) for site, ledger in zip(self.sites, self.ledgers)]
+        self.log.append((dict(request), replies))
+        return replies
+
+
+class RemoteSites:
+    """The sites of one batch, reached through a transport (a ``SiteData``).
+
+    Parameters
+    ----------
+    transport : callable
+    batch : int
+    classes : ndarray
+    fit_intercept : bool
+    class_weight : ndarray of shape (n_classes,) or None
+    clip_norm : float or None
+        Asks non-private sites to clip their rows (Algorithm 2 on a trusted
+        server).
+    cache : bool
+        Ask for the curvature with every summary and answer the next request
+        at the same point from it (one round trip per Newton iteration
+        instead of two). Off for private runs, where every release counts.
+    """
+
+    def __init__(self, transport, batch, classes, *, fit_intercept, class_weight=None,
+                 clip_norm=None, cache=True):
+        self.transport = transport
+        self.fit_intercept = bool(fit_intercept)
+        self._base = {
+            "protocol": PROTOCOL_VERSION, "batch": int(batch),
+            "classes": np.asarray(classes).tolist(), "fit_intercept": self.fit_intercept,
+        }
+        if class_weight is not None:
+            self._base["class_weight"] = [float(v) for v in class_weight]
+        if clip_norm is not None:
+            self._base["clip_norm"] = float(clip_norm)
+        self._cache = {} if cache else None
+        replies = self._ask(op="prepare")
+        self.site_names = [r["site"] for r in replies]
+        self.n_sites = len(replies)
+        self.weight_sum = float(sum(r["weight_sum"] for r in replies))
+        self.has_positive = np.any([r["has_positive"] for r in replies], axis=0)
+        self.has_negative = np.any([r["has_negative"] for r in replies], axis=0)
+        self.n_requests = 1
+
+    @property
+    def parts(self):
+        raise AttributeError("the rows of remote sites are not here")
+
+    def _ask(self, **request):
+        replies = self.transport({**self._base, **request})
+        names = [r["site"] for r in replies]
+        if len(set(names)) != len(names):
+            raise RuntimeError(f"two sites share a name: {names!r}")
+        return sorted(replies, key=lambda r: r["site"])  # fixed summation order
+
+    def summaries(self, Theta, q, with_curvature):
+        """Sum of the sites' summaries at ``Theta`` (loss, gradient, curvature)."""
+        key = (np.asarray(Theta, dtype=float).tobytes(), Theta.shape, float(q))
+        if self._cache is not None and key in self._cache:
+            return self._cache[key]
+        replies = self._ask(op="summary", theta=np.asarray(Theta, dtype=float), q=float(q),
+                            with_curvature=bool(with_curvature or self._cache is not None))
+        self.n_requests += 1
+        loss = sum(np.asarray(r["loss"]) for r in replies)
+        grad = sum(np.asarray(r["grad"]) for r in replies)
+        curvature = sum(np.asarray(r["curvature"]) for r in replies) if "curvature" in replies[0] else None
+        result = (loss, grad, curvature)
+        if self._cache is not None:
+            self._cache = {key: result}
+        return result if with_curvature else (loss, grad, None)
+
+    def majorizer(self, q):
+        """``(q+1)²/q Σ_i w_i x̄_i x̄_iᵀ`` from the sites' Gram matrices."""
+        replies = self._ask(op="gram")
+        self.n_requests += 1
+        return gendwd_curvature_bound(q) * sum(np.asarray(r["gram"]) for r in replies)
+
+    def noised_summary(self, kind, point, q, std):
+        """Sum of the sites' noised summaries (each site draws its own noise).
+
+        Every site reports the noise std it used, computed from its own
+        privacy parameters; it must be the ``std`` the server's
+        post-processing assumes.
+        """
+        replies = self._ask(op="noised", kind=kind, theta=np.asarray(point, dtype=float), q=float(q))
+        self.n_requests += 1
+        for r in replies:
+            if not np.isclose(float(r["std"]), std, rtol=1e-9, atol=0.0):
+                raise RuntimeError(
+                    f"site {r['site']} adds noise of std {float(r['std']):.6g} to its {kind}, "
+                    f"the server expects {std:.6g}: site and server privacy parameters differ."
+                )
+        return sum(np.asarray(r["value"]) for r in replies)
+
+
+class _BatchInfo:
+    """What ``DWDClassifier._private_step`` reads from a batch."""
+
+    def __init__(self, n_sites):
+        self.n_sites = n_sites
+
+
+def _describe(transport, batch):
+    replies = transport({"protocol": PROTOCOL_VERSION, "op": "describe", "batch": int(batch)})
+    n_features = {int(r["n_features"]) for r in replies}
+    if len(n_features) != 1:
+        raise ValueError(f"sites disagree on the number of features: {sorted(n_features)}")
+    labels = [label for r in replies for label in r["labels"]]
+    return n_features.pop(), labels, replies
+
+
+def _class_weight_vector(estimator, classes):
+    class_weight = estimator.class_weight
+    if class_weight is None:
+        return None
+    if isinstance(class_weight, dict):
+        unknown = set(class_weight) - set(classes.tolist())
+        if unknown:
+            raise ValueError(f"class_weight names labels {sorted(unknown, key=str)!r} that are not classes.")
+        return np.array([float(class_weight.get(c, 1.0)) for c in classes.tolist()])
+    raise NotImplementedError(
+        "class_weight='balanced' needs the class counts of every site; pass a dict."
+    )
+
+
+def federated_fit(estimator, transport, batch=0):
+    """``estimator.fit`` on rows that stay at the sites (batch ``batch``).
+
+    The same server update as ``DWDClassifier.fit``; the sites compute every
+    sum over rows. Returns the fitted estimator.
+    """
+    n_features, labels, _ = _describe(transport, batch)
+    classes = unique_labels(np.asarray(labels))
+    return _fit_batch(estimator, transport, batch, classes, n_features, first=True)
+
+
+def federated_partial_fit(estimator, transport, batch, classes=None):
+    """``estimator.partial_fit`` on batch ``batch`` held at the sites."""
+    first = not hasattr(estimator, "curvature_")
+    n_features, labels, _ = _describe(transport, batch)
+    if first:
+        if classes is None:
+            raise ValueError("classes must be passed on the first call to partial_fit.")
+        classes = unique_labels(np.asarray(classes))
+    else:
+        if classes is not None and not np.array_equal(unique_labels(np.asarray(classes)), estimator.classes_):
+            raise ValueError("classes differ from those of the earlier batches.")
+        classes = estimator.classes_
+        if n_features != estimator.n_features_in_:
+            raise ValueError(f"sites have {n_features} features, the model {estimator.n_features_in_}.")
+    return _fit_batch(estimator, transport, batch, classes, n_features, first=first)
+
+
+def _fit_batch(estimator, transport, batch, classes, n_features, *, first):
+    """``DWDClassifier._update`` with the sites remote (mirrors it step by step)."""
+    est = estimator
+    est._check_params()
+    if len(classes) < 2:
+        raise ValueError(f"Classifier can't train when only one class is present: classes={classes!r}.")
+    private = est.mechanism is not None
+    if private and est.class_weight is not None:
+        raise ValueError("class_weight must be None with a privacy mechanism.")
+    local = est.mechanism == "local-gaussian"
+    sites = RemoteSites(
+        transport, batch, classes, fit_intercept=bool(est.fit_intercept),
+        class_weight=_class_weight_vector(est, classes),
+        clip_norm=float(est.clip_norm) if private and not local else None,
+        cache=not private,
+    )
+    n_models = 1 if len(classes) == 2 else len(classes)
+    p1 = n_features + int(bool(est.fit_intercept))
+    if first:
+        state = dict(theta=np.zeros((p1, n_models)), prior=None, seen=0.0, n_batches=0,
+                     started=np.zeros(n_models, dtype=bool))
+    else:
+        state = dict(theta=est._theta, prior=est.curvature_, seen=est.n_samples_seen_,
+                     n_batches=est.n_batches_, started=est._started)
+    if private:
+        rng = as_generator(est.random_state) if first else copy.deepcopy(est._rng)
+        theta, curvature, n_iter, privacy = est._private_step(
+            sites, _BatchInfo(sites.n_sites), state, first, rng
+        )
+        started = np.ones(n_models, dtype=bool)
+    else:
+        # the two-sidedness test of _renewable_step, from the sites' flags
+        Y = np.vstack([np.where(sites.has_positive, 1.0, 0.0), np.where(sites.has_negative, -1.0, 0.0)])
+        theta, curvature, n_iter, started = est._renewable_step(sites, Y, np.ones(2), state)
+    prior = 0.0 if state["prior"] is None else state["prior"]
+    if first:
+        est.n_features_in_ = n_features
+        if hasattr(est, "feature_names_in_"):
+            del est.feature_names_in_
+    est.classes_ = classes
+    est._theta = theta
+    est.curvature_ = prior + curvature
+    est.n_samples_seen_ = state["seen"] + sites.weight_sum
+    est.n_batches_ = state["n_batches"] + 1
+    est.n_iter_ = n_iter
+    est._started = started
+    est.n_requests_ = sites.n_requests
+    if private:
+        est._rng = rng
+        est.privacy_spent_ = privacy["spent"]
+        est.noise_scale_ = privacy["scale"]
+        est.rho_ = privacy.get("rho")
+        est._curvature_noise_var = privacy.get("curvature_noise_var", 0.0)
+    if est.fit_intercept:
+        est.intercept_, est.coef_ = theta[0].copy(), theta[1:].T.copy()
+    else:
+        est.intercept_, est.coef_ = np.zeros(theta.shape[1]), theta.T.copy()
+    return est
+
+
+__all__ = ["LocalTransport", "RemoteSites", "federated_fit", "federated_partial_fit"]

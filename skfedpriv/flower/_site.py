@@ -1,0 +1,258 @@
+"""The site side of the federated DWD protocol (no Flower import).
+
+A :class:`DWDSite` holds one site's rows (batch by batch) and answers the
+server's requests with sums over those rows — exactly the summaries the
+in-process :class:`~skfedpriv.DWDClassifier` computes per site. With a
+:class:`SitePrivacy` it answers *only* with Gaussian-noised summaries: the
+noise scale is computed at the site from its own privacy parameters, the
+rows are clipped at the site, and the site counts its releases and refuses
+any request past the number the calibration covers. A server that asks for
+more, or for raw sums, gets an error, never data.
+"""
+
+import math
+import numbers
+
+import numpy as np
+
+from .._losses import check_q
+from ..linear_model._dwd_private import (
+    clip_augmented_rows,
+    curvature_sensitivity,
+    gradient_sensitivity,
+    gram_sensitivity,
+    local_gaussian_releases,
+    local_gaussian_sigma,
+)
+from ..linear_model._dwd_solver import augmented_gram, site_summary
+from ..privacy import check_privacy_params, gaussian_noise, symmetric_gaussian_noise
+
+PROTOCOL_VERSION = 1
+
+
+class SitePrivacy:
+    """Site-local Gaussian privacy of ``DWDClassifier(mechanism='local-gaussian')``.
+
+    The parameters must equal the server estimator's (``q``,
+    ``online_steps``, ``fit_intercept`` enter the noise calibration); the
+    server checks that the noise scale each site reports is the one it
+    expects and stops otherwise.
+
+    Parameters
+    ----------
+    epsilon, delta : float
+        The guarantee for each row of this site over the whole stream.
+    clip_norm : float
+        Bound enforced on ``‖(1, x)‖₂`` (``‖x‖₂`` without intercept).
+    q : float, default=1.0
+    online_steps : int, default=10
+    fit_intercept : bool, default=True
+    calibration : {'analytic', 'classic', 'zcdp'}, default='analytic'
+    random_state : int or None, default=None
+        Seed of this site's noise; ``None`` draws OS entropy for every
+        release. Keep it secret from the server: whoever knows it can
+        subtract the noise. An integer is for reproducible experiments.
+    """
+
+    def __init__(self, epsilon, delta, clip_norm, *, q=1.0, online_steps=10,
+                 fit_intercept=True, calibration="analytic", random_state=None):
+        self.epsilon, self.delta = check_privacy_params(epsilon, delta, require_delta=True)
+        if not (isinstance(clip_norm, numbers.Real) and math.isfinite(clip_norm) and clip_norm > 0):
+            raise ValueError(f"clip_norm must be finite and > 0, got {clip_norm!r}.")
+        if fit_intercept and clip_norm <= 1:
+            raise ValueError("clip_norm bounds ‖(1, x)‖ and must be > 1 with fit_intercept.")
+        self.clip_norm = float(clip_norm)
+        self.q = check_q(q)
+        if isinstance(online_steps, bool) or not isinstance(online_steps, numbers.Integral) or online_steps < 1:
+            raise ValueError(f"online_steps must be an integer >= 1, got {online_steps!r}.")
+        self.online_steps = int(online_steps)
+        self.fit_intercept = bool(fit_intercept)
+        if calibration not in ("analytic", "classic", "zcdp"):
+            raise ValueError(f"unknown calibration {calibration!r}.")
+        self.calibration = calibration
+        if random_state is not None and (
+            isinstance(random_state, bool) or not isinstance(random_state, numbers.Integral)
+        ):
+            raise TypeError("random_state must be an int or None (it must survive processes).")
+        self.random_state = random_state
+
+    @classmethod
+    def from_estimator(cls, estimator, random_state=None):
+        """The site parameters matching a ``DWDClassifier(mechanism='local-gaussian')``."""
+        if estimator.mechanism != "local-gaussian":
+            raise ValueError("only mechanism='local-gaussian' runs its noise at the sites.")
+        return cls(
+            estimator.epsilon, estimator.delta, estimator.clip_norm, q=estimator.q,
+            online_steps=estimator.online_steps, fit_intercept=estimator.fit_intercept,
+            calibration=estimator.calibration, random_state=random_state,
+        )
+
+    def unit_sigma(self, n_models, first):
+        releases = local_gaussian_releases(n_models, self.online_steps, first)
+        return local_gaussian_sigma(self.epsilon, self.delta, releases, self.calibration)
+
+    def release_cap(self, n_models, first):
+        return local_gaussian_releases(n_models, self.online_steps, first)
+
+
+def _as_labels(values):
+    return np.asarray(list(values))
+
+
+class DWDSite:
+    """One site: its rows and its answers to the server.
+
+    Parameters
+    ----------
+    load_batch : callable ``batch -> (X, y)`` or ``(X, y, sample_weight)``
+        The site's rows of batch ``batch`` (0 for ``fit``, 0, 1, ... for a
+        stream). Called on every request (a Flower client process lives for
+        one message), so it should be cheap (e.g. ``numpy.load``).
+    privacy : SitePrivacy or None
+        None: the site trusts the server with raw sums.
+    name : str
+        The site's name (replies are summed in order of names).
+    """
+
+    def __init__(self, load_batch, privacy=None, name="site"):
+        if privacy is not None and not isinstance(privacy, SitePrivacy):
+            raise TypeError("privacy must be a SitePrivacy or None.")
+        self.load_batch = load_batch
+        self.privacy = privacy
+        self.name = str(name)
+
+    # -- rows -----------------------------------------------------------------
+
+    def _rows(self, batch):
+        loaded = self.load_batch(int(batch))
+        X, y = np.asarray(loaded[0], dtype=np.float64), np.asarray(loaded[1])
+        w = np.ones(len(y)) if len(loaded) < 3 or loaded[2] is None else np.asarray(loaded[2], dtype=float)
+        if X.ndim != 2 or y.ndim != 1 or len(y) != X.shape[0] or w.shape != y.shape:
+            raise ValueError("load_batch must return X of shape (n, p), y and sample_weight of shape (n,).")
+        if not np.all(np.isfinite(X)) or not np.all(np.isfinite(w)) or np.any(w < 0):
+            raise ValueError("X and sample_weight must be finite, sample_weight >= 0.")
+        return X, y, w
+
+    def _prepared(self, request):
+        """Rows as the summaries need them: targets, weights, clipped rows."""
+        X, y, w = self._rows(request["batch"])
+        classes = _as_labels(request["classes"])
+        unseen = np.setdiff1d(np.unique(y), classes)
+        if unseen.size:
+            raise ValueError(f"site {self.name}: labels {unseen!r} are not in classes {classes!r}.")
+        if len(classes) == 2:
+            Y = np.where(y == classes[1], 1.0, -1.0)[:, None]
+        else:
+            Y = np.where(y[:, None] == classes[None, :], 1.0, -1.0)
+        if "class_weight" in request:
+            per_class = np.asarray(request["class_weight"], dtype=float)
+            w = w * per_class[np.searchsorted(classes, y)] if len(y) else w
+        fit_intercept = bool(request["fit_intercept"])
+        if self.privacy is not None:
+            if not np.all(w == 1.0):
+                raise ValueError("a private site needs every row to weigh one (no weights).")
+            if fit_intercept != self.privacy.fit_intercept:
+                raise ValueError("server and site disagree on fit_intercept.")
+            X = clip_augmented_rows(X, self.privacy.clip_norm, fit_intercept)
+        elif "clip_norm" in request:  # Algorithm 2 on a trusted server: clip here
+            X = clip_augmented_rows(X, float(request["clip_norm"]), fit_intercept)
+        return X, Y, w, fit_intercept
+
+    # -- requests -------------------------------------------------------------
+
+    def handle(self, request, ledger):
+        """Answer one request.
+
+        Parameters
+        ----------
+        request : dict
+            ``op`` and its arguments (see :mod:`skfedpriv.flower`).
+        ledger : dict
+            The site's release counts, kept between requests by the caller
+            (Flower: the client's ``context.state``); updated in place.
+
+        Returns
+        -------
+        reply : dict of arrays and scalars
+        """
+        op = request.get("op")
+        if int(request.get("protocol", -1)) != PROTOCOL_VERSION:
+            raise ValueError(f"protocol version {request.get('protocol')!r} is not {PROTOCOL_VERSION}.")
+        reply = {"site": self.name}
+        if op == "describe":
+            X, y, w = self._rows(request["batch"])
+            reply.update(n_rows=int(len(y)), n_features=int(X.shape[1]),
+                         labels=np.unique(y).tolist(), private=self.privacy is not None)
+            return reply
+        X, Y, w, fit_intercept = self._prepared(request)
+        if op == "prepare":
+            positive = w > 0
+            reply.update(
+                weight_sum=float(w.sum()),
+                has_positive=np.any(positive[:, None] & (Y > 0), 0).tolist(),
+                has_negative=np.any(positive[:, None] & (Y < 0), 0).tolist(),
+            )
+            return reply
+        if op == "noised":
+            return self._noised(request, X, Y, w, fit_intercept, ledger, reply)
+        if self.privacy is not None:
+            raise PermissionError(
+                f"site {self.name} is private: it sends noised summaries only, not {op!r}."
+            )
+        if op == "summary":
+            loss, grad, curvature = site_summary(
+                X, Y, w, np.asarray(request["theta"], dtype=float), float(request["q"]),
+                fit_intercept, bool(request["with_curvature"]),
+            )
+            reply.update(loss=loss, grad=grad)
+            if curvature is not None:
+                reply["curvature"] = curvature
+            return reply
+        if op == "gram":
+            reply["gram"] = augmented_gram(X, w, fit_intercept)
+            return reply
+        raise ValueError(f"unknown request {op!r}.")
+
+    def _noised(self, request, X, Y, w, fit_intercept, ledger, reply):
+        privacy = self.privacy
+        if privacy is None:
+            raise ValueError(f"site {self.name} has no SitePrivacy to draw noise with.")
+        if float(request["q"]) != privacy.q:
+            raise ValueError("server and site disagree on q.")
+        batch, kind = int(request["batch"]), request["kind"]
+        n_models = Y.shape[1]
+        first = batch == 0
+        p1 = X.shape[1] + int(fit_intercept)
+        sigma = privacy.unit_sigma(n_models, first)
+        cost = 1 if kind == "gram" else n_models
+        if kind == "gram" and not first:
+            raise PermissionError("the Gram matrix is released in the first batch only.")
+        key = f"releases-{batch}"
+        used = int(ledger.get(key, 0))
+        if used + cost > privacy.release_cap(n_models, first):
+            raise PermissionError(
+                f"site {self.name}: batch {batch} has used {used} of its "
+                f"{privacy.release_cap(n_models, first)} calibrated releases; refusing more."
+            )
+        rng = np.random.default_rng(
+            None if privacy.random_state is None else [privacy.random_state, batch, used]
+        )
+        Theta = np.asarray(request["theta"], dtype=float)
+        if kind == "gradient":
+            std = sigma * gradient_sensitivity(privacy.clip_norm)
+            _, grad, _ = site_summary(X, Y, w, Theta, privacy.q, fit_intercept, False)
+            value = grad + gaussian_noise(std, (p1, n_models), random_state=rng)
+        elif kind == "curvature":
+            std = sigma * curvature_sensitivity(privacy.q, privacy.clip_norm)
+            _, _, curvature = site_summary(X, Y, w, Theta, privacy.q, fit_intercept, True)
+            value = curvature + np.stack([
+                symmetric_gaussian_noise(p1, std, random_state=rng) for _ in range(n_models)
+            ])
+        elif kind == "gram":
+            std = sigma * gram_sensitivity(privacy.clip_norm)
+            value = augmented_gram(X, w, fit_intercept) + symmetric_gaussian_noise(p1, std, random_state=rng)
+        else:
+            raise ValueError(f"unknown noised summary {kind!r}.")
+        ledger[key] = used + cost  # counted before the value leaves the site
+        reply.update(value=value, std=float(std))
+        return reply
