@@ -109,8 +109,11 @@ class GridTransport:
             raise RuntimeError("Flower did not accept every message.")
         replies, deadline = {}, time.monotonic() + self.timeout
         while len(replies) < len(ids):
-            for reply in self.grid.pull_messages(ids):
-                replies[reply.metadata.reply_to_message_id] = reply
+            # pull only what is still pending: a reply is deleted once pulled
+            pending = [i for i in ids if i not in replies]
+            for reply in self.grid.pull_messages(pending):
+                if reply.metadata.reply_to_message_id in pending:
+                    replies[reply.metadata.reply_to_message_id] = reply
             if len(replies) == len(ids):
                 break
             if time.monotonic() > deadline:
