@@ -1,15 +1,19 @@
 """skfedpriv: private, online, federated classification with the scikit-learn API."""
 
 from .linear_model import DecentralizedLogisticRegression, DWDClassifier, LogisticRegression
+from . import preprocessing
+from .preprocessing import BoundedScaler, RowNormClipper
 from .privacy import PrivacyBudget, PrivacyBudgetError
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "BoundedScaler",
     "DWDClassifier",
     "DecentralizedLogisticRegression",
     "LogisticRegression",
     "PrivacyBudget",
     "PrivacyBudgetError",
+    "RowNormClipper",
     "__version__",
 ]
