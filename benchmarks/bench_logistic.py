@@ -161,7 +161,11 @@ def main():
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=1000)
     parser.add_argument("--tag", default="")
+    parser.add_argument("--quick", action="store_true",
+                        help="2 repetitions, 100 rounds, results tagged _quick")
     args = parser.parse_args()
+    if args.quick:
+        args.reps, args.rounds, args.tag = 2, 100, args.tag or "_quick"
     R = args.rounds
     os.makedirs(RESULTS, exist_ok=True)
     tag = args.tag

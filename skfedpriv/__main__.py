@@ -67,6 +67,42 @@ def demo(n_sites=4, n_batches=8, random_state=0, out=None):
     return rows
 
 
+BENCHMARKS = {
+    "dwd": "bench_dwd.py",
+    "dwd-epsilon": "bench_dwd_epsilon.py",
+    "factorizations": "bench_factorizations.py",
+    "logistic": "bench_logistic.py",
+    "decentralized": "bench_decentralized.py",
+}
+
+
+def bench(name, quick=False, root=None):
+    """Run a paper-reproduction script of ``benchmarks/`` (source checkout only).
+
+    The scripts live beside the package in a checkout of the repository,
+    not in the installed wheel; they write CSV/PNG under
+    ``benchmarks/results/``.
+    """
+    import pathlib
+    import runpy
+
+    root = pathlib.Path(root) if root else pathlib.Path(__file__).resolve().parents[1]
+    script = root / "benchmarks" / BENCHMARKS[name]
+    if not script.exists():
+        raise SystemExit(
+            f"{script} not found: `skfedpriv bench` runs the scripts of a source "
+            "checkout of the repository (benchmarks/ is not installed)."
+        )
+    saved = sys.argv
+    sys.argv = [str(script)] + (["--quick"] if quick else [])
+    sys.path.insert(0, str(script.parent))
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    finally:
+        sys.argv = saved
+        sys.path.remove(str(script.parent))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="skfedpriv", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -74,9 +110,16 @@ def main(argv=None):
     demo_parser.add_argument("--sites", type=int, default=4)
     demo_parser.add_argument("--batches", type=int, default=8)
     demo_parser.add_argument("--seed", type=int, default=0)
+    bench_parser = commands.add_parser(
+        "bench", help="reproduce a paper table or figure (source checkout)"
+    )
+    bench_parser.add_argument("name", choices=sorted(BENCHMARKS))
+    bench_parser.add_argument("--quick", action="store_true", help="small sizes, seconds")
     args = parser.parse_args(argv)
     if args.command == "demo":
         demo(n_sites=args.sites, n_batches=args.batches, random_state=args.seed)
+    elif args.command == "bench":
+        bench(args.name, quick=args.quick)
     return 0
 
 

@@ -38,3 +38,17 @@ def test_examples_run(path, monkeypatch):
     monkeypatch.setenv("SKFEDPRIV_QUICK", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     runpy.run_path(str(path), run_name="__main__")
+
+
+def test_bench_runs_a_paper_script_quick(tmp_path, monkeypatch, capsys):
+    root = tmp_path / "repo"
+    (root / "benchmarks").mkdir(parents=True)
+    (root / "benchmarks" / "bench_dwd.py").write_text(
+        "import sys\nprint('ran with', sys.argv[1:])\n"
+    )
+    from skfedpriv.__main__ import bench
+
+    bench("dwd", quick=True, root=root)
+    assert "ran with ['--quick']" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="source checkout"):
+        bench("logistic", root=root)
