@@ -27,6 +27,7 @@ from sklearn.metrics import balanced_accuracy_score
 from sklearn.svm import LinearSVC
 
 from skfedpriv import DWDClassifier
+from skfedpriv._progress import progress
 from skfedpriv.datasets import gaussian_bayes_accuracy, make_federated_gaussians
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -64,7 +65,7 @@ def _stream(clf, X, y, g, batch):
 def run_setting(setting, n_per_batch, repetitions, seed):
     name, M, b, p, mu, mu_range, sigma_range, ratio = setting
     rows = []
-    for rep in range(repetitions):
+    for rep in progress(range(repetitions), label=name[:28]):
         kwargs = dict(n_sites=M, n_batches=b, n_per_batch=n_per_batch, n_features=p, ratio=ratio)
         if mu is None:
             kwargs.update(mu_range=mu_range, sigma_range=sigma_range)

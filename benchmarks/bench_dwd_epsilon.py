@@ -29,6 +29,7 @@ import numpy as np
 from sklearn.model_selection import train_test_split
 
 from skfedpriv import DWDClassifier
+from skfedpriv._progress import progress
 from skfedpriv.datasets import load_breast_cancer_sites, make_federated_gaussians
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -69,7 +70,7 @@ def main():
     epsilons = [0.1, 1.0, 10.0] if quick else EPSILONS
     rows = []
     for task_name, task in (("gaussian T1", gaussian_task), ("breast cancer", cancer_task)):
-        for rep in range(reps):
+        for rep in progress(range(reps), label=task_name):
             X, y, g, b, Xt, yt, clip = task(rep)
             base = stream(DWDClassifier(), X, y, g, b).score(Xt, yt)
             rows.append(dict(task=task_name, method="non-private stream", epsilon="inf",

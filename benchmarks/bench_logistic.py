@@ -43,6 +43,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from sklearn.linear_model import SGDClassifier  # noqa: E402
 
+from skfedpriv._progress import progress  # noqa: E402
 from skfedpriv.linear_model._logistic import LogisticRegression  # noqa: E402
 from skfedpriv.privacy import gaussian_sigma  # noqa: E402
 from skfedpriv.privacy._correlated import make_factorization  # noqa: E402
@@ -204,7 +205,7 @@ def main():
     # accuracy / loss curves
     rows = []
     t0 = time.perf_counter()
-    for rep in range(args.reps):
+    for rep in progress(range(args.reps), label="repetitions"):
         data = synthetic(R, seed=1000 + rep)
         for eps, delta in BUDGETS:
             for label, mech, factor in RUNS:
