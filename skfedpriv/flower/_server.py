@@ -208,12 +208,8 @@ def _fit_batch(estimator, transport, batch, classes, n_features, *, first):
     )
     n_models = 1 if len(classes) == 2 else len(classes)
     p1 = n_features + int(bool(est.fit_intercept))
-    if first:
-        state = dict(theta=np.zeros((p1, n_models)), prior=None, seen=0.0, n_batches=0,
-                     started=np.zeros(n_models, dtype=bool))
-    else:
-        state = dict(theta=est._theta, prior=est.curvature_, seen=est.n_samples_seen_,
-                     n_batches=est.n_batches_, started=est._started)
+    state = est._stream_state(first, p1, n_models)
+    rng = privacy = None
     if private:
         rng = as_generator(est.random_state) if first else copy.deepcopy(est._rng)
         theta, curvature, n_iter, privacy = est._private_step(
@@ -224,29 +220,12 @@ def _fit_batch(estimator, transport, batch, classes, n_features, *, first):
         # the two-sidedness test of _renewable_step, from the sites' flags
         Y = np.vstack([np.where(sites.has_positive, 1.0, 0.0), np.where(sites.has_negative, -1.0, 0.0)])
         theta, curvature, n_iter, started = est._renewable_step(sites, Y, np.ones(2), state)
-    prior = 0.0 if state["prior"] is None else state["prior"]
     if first:
         est.n_features_in_ = n_features
         if hasattr(est, "feature_names_in_"):
             del est.feature_names_in_
-    est.classes_ = classes
-    est._theta = theta
-    est.curvature_ = prior + curvature
-    est.n_samples_seen_ = state["seen"] + sites.weight_sum
-    est.n_batches_ = state["n_batches"] + 1
-    est.n_iter_ = n_iter
-    est._started = started
+    est._commit(classes, sites.weight_sum, state, theta, curvature, n_iter, started, privacy, rng)
     est.n_requests_ = sites.n_requests
-    if private:
-        est._rng = rng
-        est.privacy_spent_ = privacy["spent"]
-        est.noise_scale_ = privacy["scale"]
-        est.rho_ = privacy.get("rho")
-        est._curvature_noise_var = privacy.get("curvature_noise_var", 0.0)
-    if est.fit_intercept:
-        est.intercept_, est.coef_ = theta[0].copy(), theta[1:].T.copy()
-    else:
-        est.intercept_, est.coef_ = np.zeros(theta.shape[1]), theta.T.copy()
     return est
 
 

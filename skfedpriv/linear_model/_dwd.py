@@ -345,16 +345,8 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             self.n_jobs, bool(self.fit_intercept),
         )
         n_models = Y.shape[1]
-        if first:
-            state = dict(
-                theta=np.zeros((p1, n_models)), prior=None, seen=0.0, n_batches=0,
-                started=np.zeros(n_models, dtype=bool),
-            )
-        else:
-            state = dict(
-                theta=self._theta, prior=self.curvature_, seen=self.n_samples_seen_,
-                n_batches=self.n_batches_, started=self._started,
-            )
+        state = self._stream_state(first, p1, n_models)
+        rng = privacy = None
         if private:
             rng = as_generator(self.random_state) if first else copy.deepcopy(self._rng)
             theta, curvature, n_iter, privacy = self._private_step(
@@ -363,16 +355,34 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             started = np.ones(n_models, dtype=bool)
         else:
             theta, curvature, n_iter, started = self._renewable_step(sites, Y, weights, state)
+        self._commit(classes, sites.weight_sum, state, theta, curvature, n_iter, started,
+                     privacy, rng)
+
+    def _stream_state(self, first, p1, n_models):
+        """What the update starts from: nothing on a new stream, else the
+        parameters and the accumulated curvature of the earlier batches."""
+        if first:
+            return dict(
+                theta=np.zeros((p1, n_models)), prior=None, seen=0.0, n_batches=0,
+                started=np.zeros(n_models, dtype=bool),
+            )
+        return dict(
+            theta=self._theta, prior=self.curvature_, seen=self.n_samples_seen_,
+            n_batches=self.n_batches_, started=self._started,
+        )
+
+    def _commit(self, classes, weight_sum, state, theta, curvature, n_iter, started,
+                privacy=None, rng=None):
+        """Write the fitted state; called once every number is computed."""
         prior = 0.0 if state["prior"] is None else state["prior"]
-        # every check passed and every number is computed: commit the state
         self.classes_ = classes
         self._theta = theta
         self.curvature_ = prior + curvature
-        self.n_samples_seen_ = state["seen"] + sites.weight_sum
+        self.n_samples_seen_ = state["seen"] + weight_sum
         self.n_batches_ = state["n_batches"] + 1
         self.n_iter_ = n_iter
         self._started = started
-        if private:
+        if privacy is not None:
             self._rng = rng
             self.privacy_spent_ = privacy["spent"]
             self.noise_scale_ = privacy["scale"]
