@@ -177,9 +177,14 @@ class FederatedClassifierMixin(ClassifierMixin):
             (n_samples, n_classes)
         """
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = self._prediction_rows(validate_data(self, X, reset=False, dtype=np.float64))
         scores = X @ self.coef_.T + self.intercept_
         return scores.ravel() if scores.shape[1] == 1 else scores
+
+    def _prediction_rows(self, X):
+        """Rows as the model scores them (an estimator that clips rows in
+        training may clip them here too)."""
+        return X
 
     def predict(self, X):
         """Predict class labels.

@@ -573,27 +573,11 @@ default=None
         self._commit(state)
         return self
 
-    def decision_function(self, X):
-        """Score of each row for each class model.
-
-        Rows are clipped to ``feature_clip_norm`` first (if set), as in
-        training.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        scores : ndarray of shape (n_samples,) for two classes, else
-            (n_samples, n_classes)
-        """
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+    def _prediction_rows(self, X):
+        # rows are clipped to ``feature_clip_norm`` (if set), as in training
         if self._params["Cx"] is not None:
-            X = clip_rows(X, self._params["Cx"])
-        scores = X @ self.coef_.T + self.intercept_
-        return scores.ravel() if scores.shape[1] == 1 else scores
+            return clip_rows(X, self._params["Cx"])
+        return X
 
     def predict_proba(self, X):
         """Class probabilities.
