@@ -12,7 +12,6 @@ import numbers
 import numpy as np
 from scipy.special import expit
 from sklearn.base import BaseEstimator
-from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..privacy import (
     PrivacyBudgetError,
