@@ -197,10 +197,14 @@ class FederatedClassifierMixin(ClassifierMixin):
         -------
         labels : ndarray of shape (n_samples,)
         """
-        scores = self.decision_function(X)
-        if scores.ndim == 1:
-            return self.classes_[(scores > 0).astype(int)]
-        return self.classes_[np.argmax(scores, axis=1)]
+        return scores_to_labels(self.classes_, self.decision_function(X))
+
+
+def scores_to_labels(classes, scores):
+    """Labels from decision scores: the sign for two classes, else the argmax."""
+    if scores.ndim == 1:
+        return classes[(scores > 0).astype(int)]
+    return classes[np.argmax(scores, axis=1)]
 
 
 def is_balanced_class_weight(class_weight):

@@ -27,7 +27,11 @@ from ..privacy import (
     laplace_scale,
 )
 from ..privacy._correlated import TreeAggregator
-from ._base import FederatedClassifierMixin, _restore_feature_attributes_on_error
+from ._base import (
+    FederatedClassifierMixin,
+    _restore_feature_attributes_on_error,
+    scores_to_labels,
+)
 from ._conditional_gradient import (
     CONSTRAINTS,
     conditional_gradient,
@@ -425,10 +429,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         -------
         labels : ndarray of shape (n_samples,)
         """
-        scores = self.decision_function(X, learner=learner)
-        if scores.ndim == 1:
-            return self.classes_[(scores > 0).astype(int)]
-        return self.classes_[np.argmax(scores, axis=1)]
+        return scores_to_labels(self.classes_, self.decision_function(X, learner=learner))
 
     def predict_proba(self, X, learner=None):
         """Class probabilities ``softmax(W x)`` of the multiclass logistic model.
