@@ -197,7 +197,8 @@ class FederatedClassifierMixin(ClassifierMixin):
         -------
         labels : ndarray of shape (n_samples,)
         """
-        return scores_to_labels(self.classes_, self.decision_function(X))
+        scores = self.decision_function(X)  # checks the fit first
+        return scores_to_labels(self.classes_, scores)
 
 
 def scores_to_labels(classes, scores):

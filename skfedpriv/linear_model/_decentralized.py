@@ -429,7 +429,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         -------
         labels : ndarray of shape (n_samples,)
         """
-        return scores_to_labels(self.classes_, self.decision_function(X, learner=learner))
+        scores = self.decision_function(X, learner=learner)  # checks the fit first
+        return scores_to_labels(self.classes_, scores)
 
     def predict_proba(self, X, learner=None):
         """Class probabilities ``softmax(W x)`` of the multiclass logistic model.
