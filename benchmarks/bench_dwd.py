@@ -163,7 +163,7 @@ def main():
         (RESULTS / "dwd_timing.md").write_text(text)
         print(text)
         return
-    quick = args.quick or os.environ.get("SKFEDPRIV_QUICK")
+    quick = args.quick or os.environ.get("SKFEDPRIV_QUICK") == "1"
     reps = args.repetitions or (2 if quick else 10)
     settings = SETTINGS[:1] + SETTINGS[2:3] if quick else SETTINGS
     n_per_batch = 10

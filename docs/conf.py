@@ -4,13 +4,11 @@ Build with ``docs/build.sh`` (warnings are errors).
 """
 
 import os
-import sys
 from importlib.util import find_spec
 
 # The gallery runs every example at its small size (as the test suite does)
 # so the build stays fast; set SKFEDPRIV_QUICK=0 to build full-size figures.
 os.environ.setdefault("SKFEDPRIV_QUICK", "1")
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import skfedpriv  # noqa: E402
 
@@ -58,10 +56,7 @@ sphinx_gallery_conf = {
     "filename_pattern": r"/plot_",
     "ignore_pattern": r"(__init__|readme_tour)\.py$",
     "image_scrapers": ("matplotlib",) if find_spec("matplotlib") else (),
-    # Some examples close their figures (they also run as plain scripts);
-    # keep figures open while an example runs so the scraper sees them.
-    "reset_modules": ("matplotlib", "_gallery_support.keep_figures_open"),
-    "reset_modules_order": "both",
+    "reset_modules": ("matplotlib",),
     "download_all_examples": False,
     "remove_config_comments": True,
     "within_subsection_order": "FileNameSortKey",

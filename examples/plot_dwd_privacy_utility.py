@@ -86,4 +86,3 @@ if plt is not None:
     fig.tight_layout()
     if plt.get_backend().lower() != "agg":
         plt.show()
-    plt.close(fig)
