@@ -5,6 +5,12 @@ its rows. Estimators ask each site for a summary of its rows and only ever
 combine summaries; :func:`map_sites` runs that per-site work through joblib,
 so a Dask or Ray joblib backend (``joblib.parallel_config(backend="dask")``)
 spreads sites over a cluster with no change to estimator code.
+
+Under Dask's joblib backend an estimator can send each site's rows to the
+cluster once per batch (:func:`dask_client`, :func:`scatter_sites`) and pass
+the resulting futures to :func:`map_sites`, which then submits the per-site
+tasks to the cluster itself: the rows stay on the workers for every round
+of the batch instead of travelling with each round's tasks.
 """
 
 import numpy as np
@@ -86,14 +92,98 @@ def runs_in_process(n_jobs=None):
     return effective in (None, 1) and type(backend).__name__ in _LOCAL_BACKENDS
 
 
+_DASK_BACKEND = "DaskDistributedBackend"
+
+
+def _active_dask_backend():
+    """joblib's active backend when it is Dask's, else None (no dask import)."""
+    backend, _ = get_active_backend()
+    return backend if type(backend).__name__ == _DASK_BACKEND else None
+
+
+def dask_client():
+    """The Dask client that per-site work should be sent to, or None.
+
+    A client when joblib's active backend is Dask's
+    (``joblib.parallel_config(backend="dask")``) and this code runs outside
+    a Dask task. Inside a task (an estimator fitted on a worker, e.g. by a
+    search under the Dask backend) it returns None and per-site work keeps
+    joblib's path: a task that scatters and blocks on further tasks could
+    hold the very worker thread those need. ``distributed`` is imported only
+    when its backend is active, so it stays an optional dependency.
+    """
+    backend = _active_dask_backend()
+    if backend is None:
+        return None
+    import distributed
+
+    try:
+        distributed.get_worker()
+    except ValueError:  # not inside a Dask task
+        pass
+    else:
+        return None
+    client = getattr(backend, "client", None) or distributed.get_client()
+    if getattr(client, "asynchronous", False):  # pragma: no cover - async clients
+        return None
+    return client
+
+
+def scatter_sites(client, parts):
+    """Send each site's data to the cluster once; one future per site.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    parts : list of tuple
+        One tuple of arrays per site, kept together on one worker.
+
+    Returns
+    -------
+    futures : list of distributed.Future
+        ``futures[s]`` holds ``tuple(parts[s])``. The sites are spread over
+        the workers (no broadcast: each site's data lives on one worker and
+        its tasks are scheduled there). The data is released from the
+        cluster when the futures are garbage collected.
+    """
+    return client.scatter([tuple(part) for part in parts], broadcast=False, hash=False)
+
+
+def _is_dask_future(obj):
+    return type(obj).__name__ == "Future" and type(obj).__module__.partition(".")[0] == "distributed"
+
+
+def _futures_client(site_args):
+    """The client of the first Dask future among the arguments, or None."""
+    for args in site_args:
+        for arg in args:
+            if _is_dask_future(arg):
+                return arg.client
+    return None
+
+
 def map_sites(func, site_args, n_jobs=None):
     """Run ``func(*args)`` for each site's ``args`` through joblib.
 
     Threads are preferred (the per-site work is BLAS-bound and releases the
     GIL); a backend set with ``joblib.parallel_config`` takes precedence.
     In process, a plain loop does the same work without joblib's dispatch.
+
+    When the arguments hold Dask futures (site data sent once with
+    :func:`scatter_sites`), each site's call is submitted to their cluster
+    directly: the task refers to the data already on a worker, and only the
+    small arguments (the current parameters) travel with it. ``func`` must be
+    importable (a module-level function) so that it pickles. Submit options
+    given to joblib's Dask backend (``parallel_config(backend="dask",
+    workers=...)``) are passed on.
     """
     site_args = list(site_args)
+    client = _futures_client(site_args)
+    if client is not None:
+        backend = _active_dask_backend()
+        options = dict(getattr(backend, "submit_kwargs", None) or {})
+        futures = [client.submit(func, *args, pure=False, **options) for args in site_args]
+        return client.gather(futures)
     if len(site_args) == 1 or runs_in_process(n_jobs):
         return [func(*args) for args in site_args]
     return Parallel(n_jobs=n_jobs, prefer="threads")(

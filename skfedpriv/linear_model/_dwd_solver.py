@@ -38,7 +38,7 @@ from .._losses import (
     gendwd_loss,
     gendwd_smoothed_curvature,
 )
-from .._sites import map_sites, runs_in_process
+from .._sites import dask_client, map_sites, runs_in_process, scatter_sites
 
 _ARMIJO_SLOPE = 1e-4
 _MAX_HALVINGS = 50
@@ -101,6 +101,18 @@ def site_summary(X, Y, weights, Theta, q, fit_intercept, with_curvature):
     return loss, grad, curvature
 
 
+def _site_gram(part, fit_intercept):
+    """:func:`augmented_gram` of one site's ``(X, Y, weights)``."""
+    X, _, weights = part
+    return augmented_gram(X, weights, fit_intercept)
+
+
+def _site_summary(part, Theta, q, fit_intercept, with_curvature):
+    """:func:`site_summary` of one site's ``(X, Y, weights)``."""
+    X, Y, weights = part
+    return site_summary(X, Y, weights, Theta, q, fit_intercept, with_curvature)
+
+
 class SiteData:
     """The rows of each site of one batch, as the per-site work needs them.
 
@@ -109,6 +121,14 @@ class SiteData:
     summaries is computed in one vectorized pass over all rows: the same
     numbers up to floating-point summation order, without a Python call
     per site. Otherwise each site's summary is a separate joblib task.
+
+    Under joblib's Dask backend (and outside a Dask task) each site's rows
+    are scattered to the cluster once, when the batch's ``SiteData`` is
+    built; every round's per-site task then refers to the site's future and
+    carries only the parameters. The data is released from the cluster when
+    this object is garbage collected. ``parts`` keeps the client's copy of
+    the rows (the site-local noise path computes the first batch's Gram
+    matrix from it, in this process).
     """
 
     def __init__(self, X, Y, weights, site_rows, n_jobs, fit_intercept):
@@ -119,23 +139,37 @@ class SiteData:
         self.weight_sum = float(weights.sum())
         self.n_jobs = n_jobs
         self.fit_intercept = fit_intercept
+        # under Dask's backend: futures of the rows, sent to the cluster
+        # once here and referred to by every round's tasks
+        self._handles = None
+        client = dask_client() if len(self.parts) > 1 else None
+        if client is not None:
+            self._handles = scatter_sites(client, self.parts)
+
+    @property
+    def scattered(self):
+        """True when the sites' rows were sent to a Dask cluster."""
+        return self._handles is not None
 
     def majorizer(self, q):
         """``(q+1)²/q Σ_i w_i x̄_i x̄_iᵀ``: a global bound of the loss curvature."""
-        results = map_sites(
-            augmented_gram,
-            [(X, w, self.fit_intercept) for X, _, w in self.parts],
-            n_jobs=self.n_jobs,
-        )
+        if self.scattered:
+            tasks = [(part, self.fit_intercept) for part in self._handles]
+            results = map_sites(_site_gram, tasks, n_jobs=self.n_jobs)
+        else:
+            tasks = [(X, w, self.fit_intercept) for X, _, w in self.parts]
+            results = map_sites(augmented_gram, tasks, n_jobs=self.n_jobs)
         return gendwd_curvature_bound(q) * sum(results)
 
     def summaries(self, Theta, q, with_curvature):
         """Sum of the sites' summaries (the server's aggregation)."""
-        results = map_sites(
-            site_summary,
-            [(X, Y, w, Theta, q, self.fit_intercept, with_curvature) for X, Y, w in self.parts],
-            n_jobs=self.n_jobs,
-        )
+        rest = (Theta, q, self.fit_intercept, with_curvature)
+        if self.scattered:
+            tasks = [(part,) + rest for part in self._handles]
+            results = map_sites(_site_summary, tasks, n_jobs=self.n_jobs)
+        else:
+            tasks = [part + rest for part in self.parts]
+            results = map_sites(site_summary, tasks, n_jobs=self.n_jobs)
         loss = sum(r[0] for r in results)
         grad = sum(r[1] for r in results)
         curvature = sum(r[2] for r in results) if with_curvature else None
