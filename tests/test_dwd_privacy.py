@@ -345,3 +345,19 @@ def test_stream_spends_the_shared_budget_once():
         clf.partial_fit(X[m], y[m], classes=[-1, 1])
     assert budget.spent == (1.0, 1e-5)
     assert len(budget.ledger) == 1
+
+
+@pytest.mark.parametrize("change", [dict(mechanism="laplace"), dict(epsilon=5.0),
+                                    dict(clip_norm=9.0), dict(mechanism=None)])
+def test_privacy_settings_are_frozen_for_a_stream(change):
+    X, y, g, b = _data()
+    clf = DWDClassifier(mechanism="local-gaussian", clip_norm=4.0, random_state=0)
+    clf.partial_fit(X[b == 0], y[b == 0], classes=[-1, 1])
+    before = pickle.dumps(clf.__dict__)
+    clf.set_params(**change)
+    with pytest.raises(ValueError, match="changed in the middle of a stream"):
+        clf.partial_fit(X[b == 1], y[b == 1])
+    clf.set_params(mechanism="local-gaussian", epsilon=1.0, clip_norm=4.0)
+    assert pickle.dumps(clf.__dict__) == before
+    clf.set_params(**change)
+    clf.fit(X, y)  # fit starts a new stream with the new settings

@@ -332,6 +332,13 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         a call that raises changes nothing.
         """
         private = self.mechanism is not None
+        if not first and self._stream_privacy != self._privacy_signature():
+            raise ValueError(
+                "The privacy hyperparameters changed in the middle of a stream "
+                f"(was {self._stream_privacy}, now {self._privacy_signature()}); the "
+                "accumulated curvature and the guarantee belong to the stream's "
+                "settings. Call fit, or start a new estimator."
+            )
         if private:
             self._check_private_batch(batch)
         weights = self._row_weights(batch, classes)
@@ -375,6 +382,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
                 privacy=None, rng=None):
         """Write the fitted state; called once every number is computed."""
         prior = 0.0 if state["prior"] is None else state["prior"]
+        self._stream_privacy = self._privacy_signature()
         self.classes_ = classes
         self._theta = theta
         self.curvature_ = prior + curvature
@@ -467,6 +475,14 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         return theta, h_bar, 1, dict(
             spent=(epsilon, delta), scale=calibrations[0].scale, rho=calibrations[0].rho
         )
+
+    def _privacy_signature(self):
+        """The settings a stream's guarantee and accumulated state depend on."""
+        if self.mechanism is None:
+            return (None,)
+        return (self.mechanism, self.epsilon, self.delta, self.clip_norm, self.rho,
+                self.step_radius, self.calibration, self.online_steps, self.q,
+                self.alpha, self.fit_intercept)
 
     def _step_radius(self, q):
         """R; by default ``q / ((q+1)² C2)``, which makes the curvature part of
