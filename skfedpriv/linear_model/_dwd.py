@@ -201,7 +201,10 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
       ``'local-gaussian'`` for a guarantee over the whole stream.
 
     ``fit`` is one batch: with 'laplace'/'gaussian' it is one release from
-    ``θ_0 = 0`` (a single step, as Algorithm 2 starts a stream).
+    ``θ_0 = 0`` (a single step, as Algorithm 2 starts a stream). The privacy
+    settings (mechanism, ε, δ, clip, ρ, R, calibration, ``online_steps``,
+    ``q``, ``alpha``) are fixed for a stream: changing them between
+    ``partial_fit`` calls raises ``ValueError``; ``fit`` starts a new stream.
 
     References
     ----------
