@@ -59,6 +59,18 @@ def gendwd_derivative(u, q):
     return np.where(right, -((u0 / safe_u) ** (q + 1.0)), -1.0)
 
 
+def gendwd_loss_and_derivative(u, q):
+    """``(V_q(u), V_q'(u))`` in one pass (one power evaluation)."""
+    u = np.asarray(u, dtype=float)
+    u0 = _kink(q)
+    right = u > u0
+    ratio = u0 / np.where(right, u, u0)
+    ratio_q = ratio**q
+    loss = np.where(right, ratio_q / (q + 1.0), 1.0 - u)
+    derivative = np.where(right, -ratio_q * ratio, -1.0)
+    return loss, derivative
+
+
 def gendwd_curvature_bound(q):
     """Global bound of V_q'': ``(q+1)^2 / q``, reached just right of the kink."""
     return (q + 1.0) ** 2 / q

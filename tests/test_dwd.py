@@ -289,6 +289,8 @@ def _state(clf):
         (lambda X, y, g, w: (X, y, g[:-1], w), "sample_group"),
         (lambda X, y, g, w: (X, y, g, w[:-1]), "sample_weight"),
         (lambda X, y, g, w: (X, np.where(y == 1, 7, y), g, w), "not in classes"),
+        (lambda X, y, g, w: (X, y + 0.5, g, w), "not in classes"),
+        (lambda X, y, g, w: (X, y.astype(str), g, w), "not in classes"),
         (lambda X, y, g, w: (X, y[:-1], g, w), "inconsistent"),
         (lambda X, y, g, w: (X, y, g, -w), "Negative"),
     ],
@@ -352,3 +354,13 @@ def test_per_site_joblib_path_equals_in_process_path():
         assert len(parts) == 4
     for other in (threaded, configured):
         np.testing.assert_allclose(other.coef_, in_process.coef_, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("q", [0.3, 1.0, 5.0])
+def test_loss_and_derivative_in_one_pass_match_separate(q):
+    from skfedpriv._losses import gendwd_loss_and_derivative
+
+    u = np.linspace(-3, 6, 1001)
+    loss, derivative = gendwd_loss_and_derivative(u, q)
+    np.testing.assert_allclose(loss, gendwd_loss(u, q), rtol=1e-14)
+    np.testing.assert_allclose(derivative, gendwd_derivative(u, q), rtol=1e-14)

@@ -35,6 +35,16 @@ def _restore_feature_attributes_on_error(estimator):
         raise
 
 
+def _labels_outside(y, classes):
+    """The distinct labels of ``y`` that are not in the sorted ``classes``."""
+    try:
+        position = np.minimum(np.searchsorted(classes, y), len(classes) - 1)
+        outside = classes[position] != y
+    except TypeError:  # labels that do not order against the classes
+        outside = ~np.isin(y, classes)
+    return np.unique(y[outside]) if outside.any() else y[:0]
+
+
 def check_sample_weight(sample_weight, n_samples):
     """Validate ``sample_weight``: finite, non-negative, one per row."""
     if sample_weight is None:
@@ -98,7 +108,10 @@ class FederatedClassifierMixin(ClassifierMixin):
             X, y = validate_data(
                 self, X, y, reset=reset, dtype=np.float64, y_numeric=False
             )
-            check_classification_targets(y)
+            if infer_classes or reset:
+                # later batches are checked against classes_ below, which
+                # rejects continuous targets as well
+                check_classification_targets(y)
             site_labels, site_codes = check_sample_group(sample_group, X.shape[0])
             weights = check_sample_weight(sample_weight, X.shape[0])
             if infer_classes:
@@ -125,7 +138,7 @@ class FederatedClassifierMixin(ClassifierMixin):
                 "Classifier can't train when only one class is present: "
                 f"classes={classes!r}."
             )
-        unseen = np.setdiff1d(np.unique(y), classes)
+        unseen = _labels_outside(y, classes)
         if unseen.size:
             raise ValueError(
                 f"y contains labels {unseen!r} that are not in classes "

@@ -34,8 +34,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .._losses import (
     gendwd_curvature_bound,
-    gendwd_derivative,
-    gendwd_loss,
+    gendwd_loss_and_derivative,
     gendwd_smoothed_curvature,
 )
 from .._sites import dask_client, map_sites, runs_in_process, scatter_sites
@@ -87,8 +86,9 @@ def site_summary(X, Y, weights, Theta, q, fit_intercept, with_curvature):
     if fit_intercept:
         scores += Theta[0]
     margins = Y * scores
-    loss = weights @ gendwd_loss(margins, q)
-    residual = weights[:, None] * Y * gendwd_derivative(margins, q)
+    row_loss, row_derivative = gendwd_loss_and_derivative(margins, q)
+    loss = weights @ row_loss
+    residual = weights[:, None] * Y * row_derivative
     grad_x = X.T @ residual
     grad = np.vstack([residual.sum(axis=0), grad_x]) if fit_intercept else grad_x
     curvature = None
