@@ -12,10 +12,14 @@ is downloaded.
 
 Usage::
 
-    python benchmarks/bench_decentralized.py --quick   # T = 15000/9 rounds, < 1 min
-    python benchmarks/bench_decentralized.py           # T = 150 000, the paper's size
+    python benchmarks/bench_decentralized.py --quick          # 1 copy: T = 15000/n rounds
+    python benchmarks/bench_decentralized.py --size medium    # n copies: T = 15 000
+    python benchmarks/bench_decentralized.py                  # 10n copies: T = 150 000 (paper)
+    # full size with the h multiplier picked at medium size (one run per config):
+    python benchmarks/bench_decentralized.py --h-from benchmarks/results/decentralized_medium_hgrid.csv
 
-Writes ``benchmarks/results/decentralized[_quick].csv`` (one row per run),
+Writes ``benchmarks/results/decentralized[_quick|_medium].csv`` (one row per
+configuration, its best h), ``..._hgrid.csv`` (every h multiplier tried),
 ``..._curves.csv`` (AL(t) at checkpoints) and a PNG of the curves.
 """
 
@@ -89,20 +93,62 @@ def run(X, y, idx, groups, rounds, n, *, solver, epsilon, topology, h_scale, cli
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="1 copy of the data (T = 15000/n)")
-    ap.add_argument("--h-grid", default="0.01,0.1,1",
+    ap.add_argument("--quick", action="store_true", help="same as --size quick")
+    ap.add_argument("--size", choices=("quick", "medium", "full"), default="full",
+                    help="quick: 1 copy of the data (T = 15000/n); medium: n copies "
+                         "(T = 15 000); full: 10n copies (T = 150 000, the paper's)")
+    ap.add_argument("--h-grid", default="0.001,0.01,0.1,1,10,100",
                     help="multipliers of the theoretical h, best kept (section 4.1)")
+    ap.add_argument("--h-from", default=None,
+                    help="comma list of ..._hgrid.csv: use, per (experiment, n, topology, epsilon, "
+                         "solver), the multiplier that was best there instead of --h-grid")
+    ap.add_argument("--h-around", type=float, default=None,
+                    help="with --h-from: also try the picked multiplier times and "
+                         "divided by this factor")
+    ap.add_argument("--h-below", type=int, default=0,
+                    help="with --h-from: try only the picked multiplier divided by "
+                         "f, f^2, ..., f^K (f = --h-around, default 3)")
+    ap.add_argument("--plot-only", default=None,
+                    help="comma list of ..._curves.csv: redraw them into one PNG (the "
+                         "path of --suffix) and exit")
     ap.add_argument("--experiments", default="eps,n,topology",
                     help="comma list among eps, n, topology")
+    ap.add_argument("--solvers", default="ftgl,ocg,ogd", help="comma list (filter)")
+    ap.add_argument("--epsilons", default="none,2.5,5,10", help="eps experiment's list")
+    ap.add_argument("--suffix", default=None, help="output file suffix (default from --size)")
     args = ap.parse_args()
+    size = "quick" if args.quick else args.size
+    suffix = args.suffix if args.suffix is not None else ("" if size == "full" else "_" + size)
+    if args.plot_only:
+        curves, rows = [], []
+        for path in args.plot_only.split(","):
+            with open(path) as f:
+                for r in csv.DictReader(f):
+                    r["t"], r["avg_loss"] = int(r["t"]), float(r["avg_loss"])
+                    curves.append(r)
+            runs = path.replace("_curves.csv", ".csv")
+            if runs != path and os.path.exists(runs):
+                with open(runs) as f:
+                    rows += list(csv.DictReader(f))
+        plot(curves, os.path.join(RESULTS, f"decentralized{suffix}.png"), rows)
+        return
     X, y = load_letter()
-    suffix = "_quick" if args.quick else ""
     clip = 1.0
     h_grid = tuple(float(v) for v in args.h_grid.split(","))
+    h_best = {}
+    if args.h_from:
+        for path in args.h_from.split(","):
+            with open(path) as f:
+                for r in csv.DictReader(f):
+                    key = (r["experiment"], int(r["n"]), r["topology"], r["epsilon"], r["solver"])
+                    if key not in h_best or float(r["avg_loss"]) < h_best[key][1]:
+                        h_best[key] = (float(r["h_scale"]), float(r["avg_loss"]))
+    solvers = args.solvers.split(",")
+    eps_list = [None if v == "none" else float(v) for v in args.epsilons.split(",")]
     configs = []
     exps = args.experiments.split(",")
     if "eps" in exps:
-        for eps in (None, 2.5, 5.0, 10.0):
+        for eps in eps_list:
             for solver in ("ftgl", "ocg", "ogd"):
                 configs.append(("eps", 9, "complete", eps, solver))
     if "n" in exps:
@@ -113,22 +159,37 @@ def main():
         for topo in ("ring", "grid"):
             for solver in ("ftgl", "ocg"):
                 configs.append(("topology", 9, topo, 10.0, solver))
-    rows, curves = [], []
+    configs = [c for c in configs if c[4] in solvers]
+    rows, curves, hrows = [], [], []
     os.makedirs(RESULTS, exist_ok=True)
     for exp, n, topo, eps, solver in configs:
-        copies = 1 if args.quick else 10 * n
+        copies = {"quick": 1, "medium": n, "full": 10 * n}[size]
         idx, groups, rounds = make_stream(X, y, n, copies)
         best = None
-        for h_scale in (h_grid if solver != "ogd" else (1.0,)):
+        grid = h_grid
+        key = (exp, n, topo, "none" if eps is None else str(eps), solver)
+        if key in h_best:
+            c = h_best[key][0]
+            grid = (c,) if args.h_around is None else (c / args.h_around, c, c * args.h_around)
+            if args.h_below:  # extend below a best that sat at the grid's lower edge
+                grid = tuple(c / (args.h_around or 3.0) ** k for k in range(1, args.h_below + 1))
+        for h_scale in (grid if solver != "ogd" else (1.0,)):
             est, secs, al = run(X, y, idx, groups, rounds, n, solver=solver, epsilon=eps,
                                 topology=topo, h_scale=h_scale, clip=clip)
+            hrows.append(dict(experiment=exp, n=n, topology=topo,
+                              epsilon="none" if eps is None else eps, solver=solver, T=rounds,
+                              h_scale=h_scale, h=round(float(est.h_), 3),
+                              avg_loss=round(float(al[-1]), 4), seconds=round(secs, 2)))
+            print(hrows[-1], flush=True)
             if best is None or al[-1] < best[2][-1]:
                 best = (est, secs, al, h_scale)
         est, secs, al, h_scale = best
         acc = float(np.mean(est.predict(X) == y))
         row = dict(experiment=exp, n=n, topology=topo, epsilon=eps, solver=solver,
                    T=rounds, block_size=est.block_size_, gossip_steps=est.gossip_steps_,
-                   h_scale=h_scale, noise_scale=round(est.noise_scale_, 4),
+                   h_scale=h_scale, h_at_edge=(len(grid) > 1 and solver != "ogd"
+                                               and h_scale in (min(grid), max(grid))),
+                   noise_scale=round(est.noise_scale_, 4),
                    avg_loss=round(float(al[-1]), 4), final_accuracy=round(acc, 4),
                    seconds=round(secs, 2))
         print(row, flush=True)
@@ -143,14 +204,18 @@ def main():
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
+        with open(os.path.join(RESULTS, f"decentralized{suffix}_hgrid.csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(hrows[0]))
+            w.writeheader()
+            w.writerows(hrows)
         with open(os.path.join(RESULTS, f"decentralized{suffix}_curves.csv"), "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(curves[0]))
             w.writeheader()
             w.writerows(curves)
-    plot(curves, os.path.join(RESULTS, f"decentralized{suffix}.png"))
+    plot(curves, os.path.join(RESULTS, f"decentralized{suffix}.png"), rows)
 
 
-def plot(curves, path):
+def plot(curves, path, rows=()):
     try:
         import matplotlib
 
@@ -160,23 +225,52 @@ def plot(curves, path):
         print("matplotlib missing: no plot")
         return
     panels = sorted({c["experiment"] for c in curves})
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    timed = [r for r in rows if r["experiment"] == "eps"]
+    fig, axes = plt.subplots(1, len(panels) + bool(timed), figsize=(5 * (len(panels) + bool(timed)), 4),
+                             squeeze=False)
+    if timed:  # runtime of the eps experiment: one bar per (epsilon, solver)
+        ax = axes[0][-1]
+        labels = [f"{r['solver']}\neps={r['epsilon']}" for r in timed]
+        colors = {"ftgl": "C0", "ocg": "C1", "ogd": "C2"}
+        ax.bar(range(len(timed)), [float(r["seconds"]) for r in timed],
+               color=[colors.get(r["solver"], "C3") for r in timed])
+        ax.set_xticks(range(len(timed)))
+        ax.set_xticklabels(labels, fontsize=6)
+        ax.set_yscale("log")
+        ax.set_ylabel("seconds (one run, T = %s)" % timed[0]["T"])
+        ax.set_title("letter: runtime")
+    colors = {"ftgl": "C0", "ocg": "C1", "ogd": "C2"}
+    styles = {
+        "eps": (1, {"none": "-", "10.0": "--", "5.0": "-.", "2.5": ":"}),
+        "n": (2, {"9": "-", "16": "--", "25": ":"}),
+        "topology": (3, {"complete": "-", "ring": "--", "grid": ":"}),
+    }
     for ax, exp in zip(axes[0], panels):
+        # the n and topology panels also show the eps experiment's n=9 complete eps=10 runs
+        sel = [c for c in curves if c["experiment"] == exp or (
+            exp in ("n", "topology") and c["experiment"] == "eps"
+            and str(c["epsilon"]) in ("10", "10.0") and c["solver"] != "ogd")]
         keys = []
-        for c in curves:
-            k = (c["solver"], c["epsilon"], c["n"], c["topology"])
-            if c["experiment"] == exp and k not in keys:
+        for c in sel:
+            k = (c["solver"], str(c["epsilon"]), str(c["n"]), c["topology"])
+            if k not in keys:
                 keys.append(k)
+        top = 0.0
         for k in keys:
-            pts = [(c["t"], c["avg_loss"]) for c in curves if c["experiment"] == exp
-                   and (c["solver"], c["epsilon"], c["n"], c["topology"]) == k]
+            pts = [(c["t"], c["avg_loss"]) for c in sel
+                   if (c["solver"], str(c["epsilon"]), str(c["n"]), c["topology"]) == k]
             t, v = zip(*pts)
-            ax.plot(t, v, label=f"PD-{k[0].upper()} eps={k[1]} n={k[2]} {k[3]}")
+            top = max(top, v[-1])
+            which, table = styles.get(exp, (3, {}))
+            ax.plot(t, v, color=colors.get(k[0], "C3"), linestyle=table.get(k[which], "-"),
+                    label=f"PD-{k[0].upper()} eps={k[1]} n={k[2]} {k[3]}")
+        ax.axhline(np.log(26), color="grey", linewidth=0.5)  # the zero model
+        ax.set_ylim(top=max(min(top + 0.3, 4.0), np.log(26) + 0.05))
         ax.set_xscale("log")
         ax.set_xlabel("round t")
         ax.set_ylabel("average loss AL(t, 1)")
-        ax.set_title(f"letter: {exp}")
-        ax.legend(fontsize=6)
+        ax.set_title(f"letter: {exp} (grey: zero model)")
+        ax.legend(fontsize=6, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print("wrote", path)
