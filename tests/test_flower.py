@@ -24,10 +24,12 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from skfedpriv import DWDClassifier  # noqa: E402
+from skfedpriv import DWDClassifier, LogisticRegression, PrivacyBudgetError  # noqa: E402
 from skfedpriv.flower import (  # noqa: E402
     DWDSite,
+    LearnerPrivacy,
     LocalTransport,
+    LogisticSite,
     SitePrivacy,
     federated_fit,
     federated_partial_fit,
@@ -40,6 +42,9 @@ from skfedpriv.linear_model._dwd_private import (  # noqa: E402
     local_gaussian_sigma,
 )
 from skfedpriv.linear_model._dwd_solver import site_summary  # noqa: E402
+from skfedpriv.linear_model._local_steps import local_round  # noqa: E402
+from skfedpriv.privacy import clip_rows, gaussian_sigma  # noqa: E402
+from skfedpriv.privacy._correlated import make_factorization  # noqa: E402
 
 N_SITES = 3
 
@@ -190,6 +195,312 @@ def test_message_encoding_round_trip():
     assert out["classes"] == ["a", "b"] and out["batch"] == 2 and "skip" not in out
 
 
+# -- the logistic protocol (one process) ----------------------------------------
+
+R_LOG = 6
+
+
+def logistic_stream_data(n=260, p=3, n_learners=4, n_classes=2, seed=0):
+    """Rows with a learner (0..n_learners-1) and a round (0..R_LOG-1) each.
+
+    Learner 3 joins in round 2 (late: its own stream starts then) and
+    learner 1 is absent from round 3 (its noise increment of round 3 is
+    sent with its message of round 4).
+    """
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, p))
+    score = X[:, 0] - X[:, 1] + 0.5 * rng.normal(size=n)
+    y = (score > 0).astype(int) if n_classes == 2 else np.digitize(score, [-0.7, 0.7])
+    g = rng.integers(0, n_learners, n)
+    rnd = rng.integers(0, R_LOG, n)
+    rnd[(g == 3) & (rnd < 2)] += 2
+    rnd[(g == 1) & (rnd == 3)] = 4
+    return X, y, g, rnd
+
+
+def logistic_sites(X, y, g, rounds, privacy=None):
+    """One LogisticSite per learner; batch r = its rows of round r."""
+    def loader(s):
+        def load(batch):
+            rows = (g == s) & (rounds == batch)
+            return X[rows], y[rows]
+        return load
+
+    return [LogisticSite(loader(s), None if privacy is None else privacy(s), name=f"s{s}")
+            for s in np.unique(g)]
+
+
+def fit_rounds(g, n_rounds):
+    """Round of each row as ``LogisticRegression.fit`` assigns it (blocks per learner)."""
+    rounds = np.empty(len(g), dtype=int)
+    for s in np.unique(g):
+        idx = np.flatnonzero(g == s)
+        for r, block in enumerate(np.array_split(idx, n_rounds)):
+            rounds[block] = r
+    return rounds
+
+
+def in_process_stream(est, X, y, g, rnd, classes):
+    for r in range(R_LOG):
+        rows = rnd == r
+        est.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=classes)
+    return est
+
+
+LOGISTIC_PARAMS = [
+    dict(),
+    dict(alpha=0.05, fit_intercept=False, local_steps=2),
+    dict(feature_clip_norm=1.5, clip_norm=0.5, server_learning_rate=0.7),
+]
+
+
+@pytest.mark.parametrize("params", LOGISTIC_PARAMS)
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_logistic_protocol_matches_in_process_fit(params, n_classes):
+    X, y, g, _ = logistic_stream_data(n_classes=n_classes)
+    g[g == 3] = 2  # fit: every learner has rows in round 0
+    g[:5] = 3      # ... but learner 3 only 5 rows: absent from rounds 5, 6
+    kw = {"n_rounds": R_LOG, "local_steps": 3, "learning_rate": 0.5, **params}
+    transport = LocalTransport(logistic_sites(X, y, g, fit_rounds(g, R_LOG)))
+    remote = federated_fit(LogisticRegression(**kw), transport)
+    local = LogisticRegression(**kw).fit(X, y, sample_group=g)
+    np.testing.assert_array_equal(remote.classes_, local.classes_)
+    np.testing.assert_allclose(remote.coef_, local.coef_, atol=1e-10, rtol=0)
+    np.testing.assert_allclose(remote.intercept_, local.intercept_, atol=1e-10, rtol=0)
+    assert remote.n_rounds_seen_ == local.n_rounds_seen_ == R_LOG
+    assert list(remote.learners_) == [f"s{s}" for s in local.learners_]
+    assert len(transport.log) == 1 + R_LOG  # one describe, one request per round
+    np.testing.assert_array_equal(remote.predict(X), local.predict(X))
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_logistic_protocol_matches_in_process_stream(n_classes):
+    """partial_fit round by round, with a late learner and an absence."""
+    X, y, g, rnd = logistic_stream_data(n_classes=n_classes)
+    classes = np.unique(y)
+    kw = dict(n_rounds=R_LOG, local_steps=4, learning_rate=0.3, alpha=0.01)
+    transport = LocalTransport(logistic_sites(X, y, g, rnd))
+    remote = LogisticRegression(**kw)
+    for r in range(R_LOG):
+        federated_partial_fit(remote, transport, r, classes=classes if r == 0 else None)
+    local = in_process_stream(LogisticRegression(**kw), X, y, g, rnd, classes)
+    np.testing.assert_allclose(remote.coef_, local.coef_, atol=1e-10, rtol=0)
+    np.testing.assert_allclose(remote.intercept_, local.intercept_, atol=1e-10, rtol=0)
+    assert list(remote.learners_) == ["s0", "s1", "s2", "s3"]
+    # the non-private learner sends its raw g_i^r: only one array per reply
+    for request, replies in transport.log:
+        if request["op"] == "round":
+            for reply in replies:
+                assert set(reply) <= {"site", "present", "message"}
+
+
+def private_logistic(mechanism="toeplitz", **kw):
+    return LogisticRegression(n_rounds=R_LOG, local_steps=3, learning_rate=0.4,
+                              mechanism=mechanism, epsilon=4.0, delta=1e-4, clip_norm=1.0,
+                              feature_clip_norm=2.0, random_state=0, **kw)
+
+
+def _per_learner_streams(monkeypatch, mechanism, seeds):
+    """Make the in-process estimator draw learner i's noise from ``default_rng(seeds[i])``.
+
+    The estimator draws the noise of the learners that join in one round from
+    one stream of shape ``(n_new, d)``; its ``z_source`` here stacks one
+    generator per learner, seeded as the learner seeds its own stream
+    (learners in order of joining). Every stream is linear in its draws and
+    draws ``(k,) + shape`` at a time, so slice ``i`` of the joint stream is
+    the stream the learner draws alone.
+    """
+    queue = list(seeds)
+    cls = type(make_factorization(mechanism, R_LOG))
+    original = cls.noise_stream
+
+    def noise_stream(self, rng=None, sigma=1.0, shape=(), *, z_source=None):
+        gens = [np.random.default_rng(queue.pop(0)) for _ in range(shape[0])]
+
+        def source(size):
+            return np.stack([gen.standard_normal((size[0],) + tuple(size[2:])) for gen in gens], 1)
+
+        return original(self, rng, sigma, shape, z_source=source)
+
+    monkeypatch.setattr(cls, "noise_stream", noise_stream)
+
+
+@pytest.mark.parametrize("mechanism", ["independent", "tree", "honaker", "toeplitz", "optimal", "blt"])
+def test_logistic_private_matches_in_process_with_the_learners_streams(monkeypatch, mechanism):
+    """Each learner draws its own stream; the model equals the in-process
+    estimator whose learner i draws the same stream (same seed), through a
+    late join and an absence (the missed increment is sent later)."""
+    X, y, g, rnd = logistic_stream_data(n_classes=3)
+    classes = np.unique(y)
+    seed = {s: 100 + s for s in range(4)}
+    est = private_logistic(mechanism)
+    transport = LocalTransport(logistic_sites(
+        X, y, g, rnd, lambda s: LearnerPrivacy.from_estimator(est, random_state=seed[s])))
+    for r in range(R_LOG):
+        federated_partial_fit(est, transport, r, classes=classes if r == 0 else None)
+    _per_learner_streams(monkeypatch, mechanism, [seed[s] for s in (0, 1, 2, 3)])  # join order
+    local = in_process_stream(private_logistic(mechanism), X, y, g, rnd, classes)
+    assert est.noise_std_ == local.noise_std_ > 0
+    np.testing.assert_allclose(est.coef_, local.coef_, atol=1e-10, rtol=0)
+    np.testing.assert_allclose(est.intercept_, local.intercept_, atol=1e-10, rtol=0)
+    # and the noise matters: without it the model differs
+    plain = in_process_stream(private_logistic(None), X, y, g, rnd, classes)
+    assert np.abs(plain.coef_ - est.coef_).max() > 1e-3
+    # the server holds no noise: its state has no stream
+    assert est._cohorts == [] and est._rng is None
+
+
+def test_logistic_private_fit_matches_in_process_fit(monkeypatch):
+    X, y, g, _ = logistic_stream_data()
+    g[g == 3] = 2
+    est = private_logistic("tree")
+    transport = LocalTransport(logistic_sites(
+        X, y, g, fit_rounds(g, R_LOG), lambda s: LearnerPrivacy.from_estimator(est, random_state=7 * s)))
+    federated_fit(est, transport, classes=[0, 1])
+    _per_learner_streams(monkeypatch, "tree", [0, 7, 14])
+    local = private_logistic("tree").fit(X, y, sample_group=g)
+    np.testing.assert_allclose(est.coef_, local.coef_, atol=1e-10, rtol=0)
+    assert est.privacy_spent_ == local.privacy_spent_ == (4.0, 1e-4)
+
+
+def _raw_g(theta, X, y, classes, est):
+    """g_i^r recomputed here from the rows, independently of the site code."""
+    Xa = clip_rows(X, est.feature_clip_norm)
+    Xa = np.hstack([Xa, np.ones((len(Xa), 1))])
+    targets = np.where(y == classes[1], 1.0, -1.0)[:, None]
+    _, g = local_round(theta, Xa, targets, np.zeros(len(y), dtype=int), local_steps=est.local_steps,
+                       learning_rate=est.learning_rate, clip_norm=est.clip_norm,
+                       penalize=np.r_[np.ones(X.shape[1]), 0.0])
+    return g[0].ravel()
+
+
+@pytest.mark.parametrize("mechanism", ["toeplitz", "independent"])
+def test_logistic_private_messages_are_g_plus_the_factorization_noise(mechanism):
+    """What the server receives from learner i, summed over rounds 0..r, is
+    ``Σ g_i + (B z_i)_r`` with ``B`` the factorization's matrix and ``z_i``
+    the learner's own N(0, σ²) draws, σ the analytic Gaussian calibration of
+    (ε, δ) for ``sensitivity(C) * 2 B_g / τ`` (Lemma IV.8, eq. 15): the
+    learner sends exactly its prefix sums ``A G_i + B ξ_i``, nothing raw."""
+    X, y, g, rnd = logistic_stream_data()
+    g[g == 3] = 2
+    rnd = np.arange(len(y)) % R_LOG  # no absence: prefix sums line up with rounds
+    classes = np.array([0, 1])
+    est = private_logistic(mechanism)
+    transport = LocalTransport(logistic_sites(
+        X, y, g, rnd, lambda s: LearnerPrivacy.from_estimator(est, random_state=50 + s)))
+    for r in range(R_LOG):
+        federated_partial_fit(est, transport, r, classes=classes if r == 0 else None)
+    fact = make_factorization(mechanism, R_LOG)
+    sigma = gaussian_sigma(4.0, 1e-4, fact.sensitivity * 2 * 1.0 / 3)
+    assert est.noise_std_ == pytest.approx(sigma, rel=1e-12)
+    d = X.shape[1] + 1
+    residuals = {s: [] for s in range(3)}
+    for request, replies in transport.log:
+        if request["op"] != "round":
+            assert "labels" not in replies[0]  # private learners keep their labels
+            continue
+        for s, reply in zip(range(3), replies):
+            assert reply["present"] and reply["std"] == pytest.approx(sigma, rel=1e-12)
+            assert set(reply) == {"site", "present", "message", "std"}
+            rows = (g == s) & (rnd == request["batch"])
+            raw = _raw_g(request["theta"], X[rows], y[rows], classes, est)
+            residuals[s].append(reply["message"] - raw)
+    for s in range(3):
+        prefix = np.cumsum(residuals[s], axis=0)  # (R, d)
+        # one draw per round, in order (these factorizations have n_noise = R)
+        z = sigma * np.random.default_rng(50 + s).standard_normal((fact.n_noise, d))
+        np.testing.assert_allclose(prefix, fact.B @ z, atol=1e-10, rtol=0)
+
+
+def test_logistic_unseeded_learners_send_noise_of_the_calibrated_std():
+    """With OS-entropy streams (random_state=None) the residual ĝ - g of
+    independent noise is N(0, σ²) per coordinate (chi-square check)."""
+    n_learners, rounds = 40, 3
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(10 * n_learners * rounds, 3))
+    y = (X[:, 0] > 0).astype(int)
+    g = np.arange(len(y)) % n_learners
+    rnd = (np.arange(len(y)) // n_learners) % rounds
+    est = LogisticRegression(n_rounds=rounds, local_steps=2, learning_rate=0.4,
+                             mechanism="independent", epsilon=1.0, delta=1e-5,
+                             feature_clip_norm=2.0)
+    sites = [LogisticSite(lambda b, s=s: (X[(g == s) & (rnd == b)], y[(g == s) & (rnd == b)]),
+                          LearnerPrivacy.from_estimator(est), name=f"{s:03d}")
+             for s in range(n_learners)]
+    transport = LocalTransport(sites)
+    federated_fit(est, transport, classes=[0, 1])
+    residuals = []
+    for request, replies in transport.log[1:]:
+        for s, reply in enumerate(replies):
+            rows = (g == s) & (rnd == request["batch"])
+            residuals.append(reply["message"] - _raw_g(request["theta"], X[rows], y[rows], [0, 1], est))
+    residuals = np.concatenate(residuals)
+    n = residuals.size
+    assert n == rounds * n_learners * 4
+    ratio = np.mean(residuals**2) / est.noise_std_**2
+    assert abs(ratio - 1) < 5 * math.sqrt(2 / n)
+    assert abs(np.mean(residuals)) < 5 * est.noise_std_ / math.sqrt(n)
+
+
+def test_logistic_learner_guards():
+    X, y, g, rnd = logistic_stream_data()
+    classes = [0, 1]
+    est = private_logistic()
+    transport = LocalTransport(logistic_sites(
+        X, y, g, rnd, lambda s: LearnerPrivacy.from_estimator(est, random_state=s)))
+    # private learners do not report labels: classes are needed
+    with pytest.raises(ValueError, match="pass classes"):
+        federated_fit(private_logistic(), transport)
+    federated_partial_fit(est, transport, 0, classes=classes)
+    site, ledger = transport.sites[0], transport.ledgers[0]
+    request = dict(transport.log[-1][0])
+    # a round is answered once, in order
+    with pytest.raises(PermissionError, match="once, in order"):
+        site.handle(request, ledger)
+    # the learner's calibration is its own: other parameters are refused
+    with pytest.raises(ValueError, match=r"disagree on \['epsilon'\]"):
+        site.handle({**request, "round": 1, "param-epsilon": 8.0}, ledger)
+    with pytest.raises(ValueError, match="disagree"):
+        site.handle({**request, "round": 1, "param-learning_rate": 0.1}, ledger)
+    # a private learner cannot be asked for its raw g (mechanism=None request)
+    raw = {k: v for k, v in request.items() if k != "param-mechanism"}
+    with pytest.raises(ValueError, match="disagree on .*'mechanism'"):
+        site.handle({**raw, "round": 1}, ledger)
+    # a non-private learner cannot draw noise
+    plain = logistic_sites(X, y, g, rnd)[0]
+    with pytest.raises(ValueError, match="no LearnerPrivacy"):
+        plain.handle(request, {})
+    # the stream continues only where its noise is
+    with pytest.raises(ValueError, match="held by the learners"):
+        est.partial_fit(X[:10], y[:10], sample_group=g[:10])
+    in_process = private_logistic().partial_fit(X[:10], y[:10], sample_group=g[:10], classes=classes)
+    with pytest.raises(ValueError, match="held by this estimator"):
+        federated_partial_fit(in_process, transport, 1)
+    # past the horizon: the server stops, and so does every learner's stream
+    for r in range(1, R_LOG):
+        federated_partial_fit(est, transport, r)
+    with pytest.raises(PrivacyBudgetError):
+        federated_partial_fit(est, transport, R_LOG)
+    late = dict(transport.log[-1][0], round=R_LOG, batch=2)
+    with pytest.raises(PrivacyBudgetError):
+        site.handle(late, ledger)
+    # a learner state survives a Flower ConfigRecord (bytes) and the request encoding
+    out = decode(encode({**request, "present": True}))
+    assert out["present"] is True and out["param-mechanism"] == "toeplitz"
+    assert "param-feature_clip_norm" in out and isinstance(ledger["logistic-learner"], bytes)
+
+
+def test_logistic_server_refuses_a_learner_with_another_calibration():
+    """A learner running the server's parameters but another std (tampered) is refused."""
+    X, y, g, rnd = logistic_stream_data()
+    est = private_logistic()
+    privacy = LearnerPrivacy.from_estimator(est, random_state=1)
+    privacy.noise_std *= 0.5
+    sites = logistic_sites(X, y, g, rnd, lambda s: privacy)
+    with pytest.raises(RuntimeError, match="privacy parameters differ"):
+        federated_partial_fit(est, LocalTransport(sites), 0, classes=[0, 1])
+
+
 # -- across processes ----------------------------------------------------------
 
 APP_MODULE = '''
@@ -225,13 +536,43 @@ client_app = make_client_app(load_batch, site_privacy)
 server_app = make_server_app(make_estimator)
 '''
 
+LOGISTIC_APP_MODULE = '''
+import numpy as np
+from skfedpriv import LogisticRegression
+from skfedpriv.flower import LearnerPrivacy, make_client_app, make_server_app
+
+
+def load_batch(context, batch):
+    data = np.load(context.node_config["data-path"])
+    return data[f"LX{batch}"], data[f"Ly{batch}"]
+
+
+def make_estimator(context):
+    mechanism = context.run_config["mechanism"]
+    return LogisticRegression(n_rounds=6, local_steps=3, learning_rate=0.4, epsilon=4.0,
+                              delta=1e-4, feature_clip_norm=2.0,
+                              mechanism=None if mechanism == "none" else mechanism)
+
+
+def learner_privacy(context):
+    # Test convenience: the run chooses the mode; the noise seed is the site's own.
+    if context.run_config["mechanism"] == "none":
+        return None
+    estimator = make_estimator(context)
+    return LearnerPrivacy.from_estimator(estimator, random_state=int(context.node_config["noise-seed"]))
+
+
+client_app = make_client_app(load_batch, learner_privacy, protocol="logistic")
+server_app = make_server_app(make_estimator, classes=[0, 1])
+'''
+
 PYPROJECT = '''
 [build-system]
 requires = ["hatchling"]
 build-backend = "hatchling.build"
 
 [project]
-name = "dwdtestapp"
+name = "{name}"
 version = "1.0.0"
 description = "skfedpriv federated DWD test app"
 license = "BSD-3-Clause"
@@ -244,8 +585,8 @@ packages = ["."]
 publisher = "skfedpriv"
 
 [tool.flwr.app.components]
-serverapp = "dwdtestapp:server_app"
-clientapp = "dwdtestapp:client_app"
+serverapp = "{name}:server_app"
+clientapp = "{name}:client_app"
 
 [tool.flwr.app.config]
 n-sites = {n_sites}
@@ -304,6 +645,8 @@ def flower_deployment(tmp_path):
     '''))
     env = _flower_env(home)
     X, y, g, b = make_data()
+    LX, Ly, Lg, Lr = logistic_stream_data(n_learners=N_SITES)
+    Lr[(Lg == 2) & (Lr < 2)] += 2  # learner 2 joins in round 2; learner 1 misses round 3
     processes, logs = [], []
 
     def start(args, log_name):
@@ -320,17 +663,22 @@ def flower_deployment(tmp_path):
             path = tmp_path / f"site{s}.npz"
             rows = {f"{k}{batch}": v[(g == s) & (b == batch)]
                     for batch in (0, 1) for k, v in (("X", X), ("y", y))}
+            rows.update({f"{k}{r}": v[(Lg == s) & (Lr == r)]
+                         for r in range(R_LOG) for k, v in (("LX", LX), ("Ly", Ly))})
             np.savez(path, **rows)
             node_config = (f'site-id="s{s}" data-path="{path}" epsilon=2.0 clip-norm=3.0 '
                            f'noise-seed={10 + s}')
             start([_bin("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link_port}",
                    "--host", "127.0.0.1", "--port", str(_free_port()), "--max-retries", "20",
                    "--max-wait-time", "60", "--node-config", node_config], f"supernode{s}.log")
-        app = tmp_path / "app"
-        app.mkdir()
-        (app / "pyproject.toml").write_text(PYPROJECT.format(n_sites=N_SITES))
-        (app / "dwdtestapp.py").write_text(APP_MODULE)
-        yield dict(app=app, env=env, tmp=tmp_path, data=(X, y, g, b))
+        apps = {}
+        for name, module in (("dwdtestapp", APP_MODULE), ("logtestapp", LOGISTIC_APP_MODULE)):
+            apps[name] = tmp_path / name
+            apps[name].mkdir()
+            (apps[name] / "pyproject.toml").write_text(PYPROJECT.format(n_sites=N_SITES, name=name))
+            (apps[name] / f"{name}.py").write_text(module)
+        yield dict(app=apps["dwdtestapp"], logistic_app=apps["logtestapp"], env=env, tmp=tmp_path,
+                   data=(X, y, g, b), logistic_data=(LX, Ly, Lg, Lr))
     finally:
         for proc in processes:  # the whole group: SuperExec and app processes too
             try:
@@ -352,10 +700,10 @@ def flower_deployment(tmp_path):
             log.close()
 
 
-def _flwr_run(deployment, mechanism, timeout=400):
-    model_path = deployment["tmp"] / f"model-{mechanism}.pkl"
+def _flwr_run(deployment, mechanism, timeout=400, app="app"):
+    model_path = deployment["tmp"] / f"model-{app}-{mechanism}.pkl"
     overrides = f'mechanism="{mechanism}" model-path="{model_path}"'
-    args = [_bin("flwr"), "run", str(deployment["app"]), "skfedpriv-test",
+    args = [_bin("flwr"), "run", str(deployment[app]), "skfedpriv-test",
             "--run-config", overrides, "--stream"]
     started = time.monotonic()
     proc = subprocess.run(args, env=deployment["env"], capture_output=True, text=True,
@@ -394,3 +742,30 @@ def test_flower_deployment_matches_in_process(flower_deployment):
     np.testing.assert_allclose(private.coef_, est.coef_, atol=1e-8, rtol=0)
     np.testing.assert_allclose(private.intercept_, est.intercept_, atol=1e-8, rtol=0)
     assert private.noise_scale_ == est.noise_scale_
+
+
+@pytest.mark.flower
+def test_flower_deployment_logistic_matches_in_process(flower_deployment):
+    """The logistic protocol with each learner a ClientApp in its own process:
+    equal to the in-process estimator without noise; with a mechanism, equal
+    to the same protocol in one process with the same learner seeds (so each
+    learner's stream, its missed increment and its late start survived the
+    ClientApp processes in ``context.state``)."""
+    X, y, g, rnd = flower_deployment["logistic_data"]
+    remote, seconds = _flwr_run(flower_deployment, "none", app="logistic_app")
+    local = LogisticRegression(n_rounds=R_LOG, local_steps=3, learning_rate=0.4,
+                               feature_clip_norm=2.0)
+    in_process_stream(local, X, y, g, rnd, [0, 1])
+    np.testing.assert_allclose(remote.coef_, local.coef_, atol=1e-10, rtol=0)
+    np.testing.assert_allclose(remote.intercept_, local.intercept_, atol=1e-10, rtol=0)
+    assert remote.n_round_trips_ == 1 + R_LOG
+
+    private, _ = _flwr_run(flower_deployment, "toeplitz", app="logistic_app")
+    est = private_logistic("toeplitz")
+    transport = LocalTransport(logistic_sites(
+        X, y, g, rnd, lambda s: LearnerPrivacy.from_estimator(est, random_state=10 + s)))
+    federated_fit(est, transport, classes=[0, 1])
+    assert private.noise_std_ == est.noise_std_ > 0
+    np.testing.assert_allclose(private.coef_, est.coef_, atol=1e-10, rtol=0)
+    np.testing.assert_allclose(private.intercept_, est.intercept_, atol=1e-10, rtol=0)
+    assert np.abs(private.coef_ - remote.coef_).max() > 1e-3  # the noise is there

@@ -1,4 +1,4 @@
-"""Federated DWD across processes and machines with Flower (optional extra).
+"""Federated DWD and logistic regression across processes and machines with Flower.
 
 ``pip install "skfedpriv[flower]"``. Each site runs a Flower ClientApp that
 holds its own rows (:func:`make_client_app`); the server runs a ServerApp
@@ -15,6 +15,15 @@ Requests (``op``): ``describe`` (row count, feature count, labels),
 ``prepare`` (weight sum; which sides of each one-vs-rest model are present),
 ``summary`` and ``gram`` (raw sums, refused by private sites) and ``noised``
 (gradient, curvature or Gram matrix plus the site's own Gaussian noise).
+
+Logistic regression (Algorithm 1 of the correlated-noise paper): each
+learner is a :class:`LogisticSite` (``make_client_app(...,
+protocol='logistic')``) holding its rows and, with a
+:class:`LearnerPrivacy`, its own correlated-noise stream; the server's
+:class:`~skfedpriv.LogisticRegression` sends the global model each round and
+steps with the mean of the learners' messages ``ĝ_i^r`` (request
+``round``). :func:`federated_fit` and :func:`federated_partial_fit` take
+either estimator.
 
 Everything but :func:`make_client_app`, :func:`make_server_app` and
 :class:`GridTransport` works without Flower (``LocalTransport`` runs the same
@@ -37,12 +46,14 @@ True
 
 from ._apps import GridTransport, make_client_app, make_server_app
 from ._server import LocalTransport, RemoteSites, federated_fit, federated_partial_fit
-from ._site import DWDSite, SitePrivacy
+from ._site import DWDSite, LearnerPrivacy, LogisticSite, SitePrivacy
 
 __all__ = [
     "DWDSite",
     "GridTransport",
+    "LearnerPrivacy",
     "LocalTransport",
+    "LogisticSite",
     "RemoteSites",
     "SitePrivacy",
     "federated_fit",

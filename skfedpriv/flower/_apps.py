@@ -10,8 +10,12 @@ import time
 
 import numpy as np
 
+from ..linear_model._logistic import LogisticRegression
 from ._server import federated_fit, federated_partial_fit
-from ._site import DWDSite, SitePrivacy
+from ._site import DWDSite, LogisticSite, SitePrivacy
+
+#: Site class of each protocol of :func:`make_client_app`.
+PROTOCOLS = {"dwd": DWDSite, "logistic": LogisticSite}
 
 #: Flower message type of every request (``ClientApp.query("skfedpriv")``).
 MESSAGE_TYPE = "query.skfedpriv"
@@ -40,7 +44,7 @@ def decode(content):
     return payload
 
 
-def make_client_app(load_batch, privacy=None):
+def make_client_app(load_batch, privacy=None, *, protocol="dwd"):
     """A Flower ``ClientApp`` that answers for one site.
 
     Parameters
@@ -50,10 +54,16 @@ def make_client_app(load_batch, privacy=None):
         ``context.node_config`` (set with ``flower-supernode --node-config``).
         It runs in the ClientApp process, which Flower starts for every
         message: keep it cheap.
-    privacy : SitePrivacy, callable ``context -> SitePrivacy or None``, or None
-        The site's own privacy parameters. With them, the site only ever
-        sends noised summaries and counts its releases in the client's
-        ``context.state``.
+    privacy : SitePrivacy, LearnerPrivacy, callable ``context -> ... or None``, or None
+        The site's own privacy parameters (``SitePrivacy`` for ``'dwd'``,
+        ``LearnerPrivacy`` for ``'logistic'``). With them, the site only
+        ever sends noised summaries (DWD) or noised messages ``ĝ_i^r``
+        (logistic); its release counts or its noise stream live in the
+        client's ``context.state``.
+    protocol : {'dwd', 'logistic'}, default='dwd'
+        The estimator the server fits: ``DWDClassifier`` (the site is a
+        :class:`DWDSite`) or ``LogisticRegression`` (a
+        :class:`LogisticSite`, one learner).
 
     The site's name is ``node_config['site-id']`` (else the node id); the
     server sums replies in order of names.
@@ -61,6 +71,9 @@ def make_client_app(load_batch, privacy=None):
     from flwr.app import ConfigRecord, Error, Message
     from flwr.clientapp import ClientApp
 
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, got {protocol!r}.")
+    site_class = PROTOCOLS[protocol]
     app = ClientApp()
 
     @app.query("skfedpriv")
@@ -68,7 +81,7 @@ def make_client_app(load_batch, privacy=None):
         try:
             site_privacy = privacy(context) if callable(privacy) else privacy
             name = context.node_config.get("site-id", context.node_id)
-            site = DWDSite(lambda batch: load_batch(context, batch), site_privacy, name=str(name))
+            site = site_class(lambda batch: load_batch(context, batch), site_privacy, name=str(name))
             stored = context.state.config_records.get(_LEDGER)
             ledger = dict(stored) if stored is not None else {}
             reply = site.handle(decode(message.content), ledger)
@@ -142,24 +155,28 @@ def wait_for_nodes(grid, n_sites, timeout=60.0, poll=0.2):
 
 
 def make_server_app(make_estimator, *, n_sites=None, classes=None, timeout=120.0):
-    """A Flower ``ServerApp`` that fits a DWDClassifier on the sites' rows.
+    """A Flower ``ServerApp`` that fits a DWDClassifier or LogisticRegression on the sites' rows.
 
     Parameters
     ----------
-    make_estimator : callable ``context -> DWDClassifier``
+    make_estimator : callable ``context -> DWDClassifier or LogisticRegression``
         The server's (unfitted) estimator, e.g. built from
-        ``context.run_config``.
+        ``context.run_config``. Its type chooses the protocol (the clients
+        must run the same one, see :func:`make_client_app`).
     n_sites : int or None
         Sites to wait for; ``None`` reads ``run_config['n-sites']``.
     classes : array-like or None
         Known classes; ``None`` takes them from the sites' labels (as
-        ``fit`` does from ``y``).
+        ``fit`` does from ``y``). Required with private logistic learners.
     timeout : float
         Seconds to wait for the sites to connect, and for each reply.
 
-    Run config keys: ``n-sites``, ``n-batches`` (default 1: batch 0 is
-    ``fit``, batches 1, 2, ... are ``partial_fit``), ``model-path`` (where
-    the fitted estimator is pickled; optional).
+    Run config keys: ``n-sites``, ``n-batches``, ``model-path`` (where the
+    fitted estimator is pickled; optional). DWD: batch 0 is ``fit`` (with
+    ``classes``: ``partial_fit``), batches ``1 .. n-batches - 1`` are
+    ``partial_fit`` (default ``n-batches`` 1). Logistic: batches
+    ``0 .. n_rounds - 1`` are the rounds of ``fit``; ``n-batches`` is
+    ignored.
     """
     from flwr.serverapp import ServerApp
 
@@ -172,12 +189,15 @@ def make_server_app(make_estimator, *, n_sites=None, classes=None, timeout=120.0
         nodes = wait_for_nodes(grid, count, timeout)
         transport = GridTransport(grid, nodes[:count], timeout=timeout)
         estimator = make_estimator(context)
-        if classes is None:
+        if isinstance(estimator, LogisticRegression):
+            federated_fit(estimator, transport, 0, classes=classes)
+        elif classes is None:
             federated_fit(estimator, transport, 0)
         else:
             federated_partial_fit(estimator, transport, 0, classes=classes)
-        for batch in range(1, int(config.get("n-batches", 1))):
-            federated_partial_fit(estimator, transport, batch)
+        if not isinstance(estimator, LogisticRegression):
+            for batch in range(1, int(config.get("n-batches", 1))):
+                federated_partial_fit(estimator, transport, batch)
         estimator.n_round_trips_ = transport.n_round_trips
         path = config.get("model-path")
         if path:

@@ -1,4 +1,4 @@
-"""The server side of the federated DWD protocol (no Flower import).
+"""The server side of the federated protocols (no Flower import).
 
 :class:`RemoteSites` is a drop-in for the estimator's in-process
 ``SiteData``: its ``summaries`` asks every site, through a *transport*, for
@@ -11,6 +11,12 @@ stay at the sites.
 A transport is any callable ``request (dict) -> list of reply dicts`` (one
 per site). :class:`LocalTransport` calls :class:`DWDSite` objects in this
 process; the Flower server app sends each request as a Flower message.
+
+The same functions fit a :class:`~skfedpriv.LogisticRegression` on
+:class:`~skfedpriv.flower.LogisticSite` learners: each round the server
+sends the global model, every learner present replies with its (noised)
+``g_i^r``, and the estimator's own server step
+(``LogisticRegression._server_step``) averages them and moves the model.
 """
 
 import copy
@@ -19,15 +25,17 @@ import numpy as np
 from sklearn.utils.multiclass import unique_labels
 
 from .._losses import gendwd_curvature_bound
+from ..linear_model._logistic import LogisticRegression
 from ..privacy import as_generator
-from ._site import PROTOCOL_VERSION
+from ._site import PROTOCOL_VERSION, logistic_request_params
 
 
 class LocalTransport:
-    """Send each request to :class:`DWDSite` objects in this process.
+    """Send each request to site objects (:class:`DWDSite`, :class:`LogisticSite`) in this process.
 
-    Keeps each site's release ledger, and records every request and reply
-    (``log``) so tests can look at exactly what the server received.
+    Keeps each site's state (release ledger, noise stream), and records
+    every request and reply (``log``) so tests can look at exactly what the
+    server received.
     """
 
     def __init__(self, sites):
@@ -39,6 +47,15 @@ class LocalTransport:
         replies = [site.handle(dict(request), ledger) for site, ledger in zip(self.sites, self.ledgers)]
         self.log.append((dict(request), replies))
         return replies
+
+
+def _ask(transport, request):
+    """The sites' replies to ``request``, in order of site names."""
+    replies = transport(request)
+    names = [r["site"] for r in replies]
+    if len(set(names)) != len(names):
+        raise RuntimeError(f"two sites share a name: {names!r}")
+    return sorted(replies, key=lambda r: r["site"])  # fixed summation order
 
 
 class RemoteSites:
@@ -86,11 +103,7 @@ class RemoteSites:
         raise AttributeError("the rows of remote sites are not here")
 
     def _ask(self, **request):
-        replies = self.transport({**self._base, **request})
-        names = [r["site"] for r in replies]
-        if len(set(names)) != len(names):
-            raise RuntimeError(f"two sites share a name: {names!r}")
-        return sorted(replies, key=lambda r: r["site"])  # fixed summation order
+        return _ask(self.transport, {**self._base, **request})
 
     def summaries(self, Theta, q, with_curvature):
         """Sum of the sites' summaries at ``Theta`` (loss, gradient, curvature)."""
@@ -162,19 +175,31 @@ def _class_weight_vector(estimator, classes):
     )
 
 
-def federated_fit(estimator, transport, batch=0):
-    """``estimator.fit`` on rows that stay at the sites (batch ``batch``).
+def federated_fit(estimator, transport, batch=0, classes=None):
+    """``estimator.fit`` on rows that stay at the sites.
 
-    The same server update as ``DWDClassifier.fit``; the sites compute every
-    sum over rows. Returns the fitted estimator.
+    ``DWDClassifier``: batch ``batch``, the same server update as ``fit``;
+    the sites compute every sum over rows. ``LogisticRegression``: a new
+    stream of ``n_rounds`` rounds, round ``r`` on batch ``batch + r`` of
+    every learner (as ``fit`` splits each learner's rows into ``n_rounds``
+    blocks). ``classes`` (default: the labels the sites report) is required
+    when a learner is private: a private learner does not report its labels.
+    Returns the fitted estimator.
     """
+    if isinstance(estimator, LogisticRegression):
+        return _logistic_fit(estimator, transport, batch, classes)
     n_features, labels, _ = _describe(transport, batch)
-    classes = unique_labels(np.asarray(labels))
+    classes = unique_labels(np.asarray(labels if classes is None else classes))
     return _fit_batch(estimator, transport, batch, classes, n_features, first=True)
 
 
 def federated_partial_fit(estimator, transport, batch, classes=None):
-    """``estimator.partial_fit`` on batch ``batch`` held at the sites."""
+    """``estimator.partial_fit`` on batch ``batch`` held at the sites.
+
+    For a ``LogisticRegression``: one communication round on batch ``batch``.
+    """
+    if isinstance(estimator, LogisticRegression):
+        return _logistic_partial_fit(estimator, transport, batch, classes)
     first = not hasattr(estimator, "curvature_")
     n_features, labels, _ = _describe(transport, batch)
     if first:
@@ -226,6 +251,107 @@ def _fit_batch(estimator, transport, batch, classes, n_features, *, first):
             del est.feature_names_in_
     est._commit(classes, sites.weight_sum, state, theta, curvature, n_iter, started, privacy, rng)
     est.n_requests_ = sites.n_requests
+    return est
+
+
+# -- the logistic protocol ------------------------------------------------------
+
+
+def _logistic_describe(transport, batches):
+    replies = _ask(transport, {"protocol": PROTOCOL_VERSION, "op": "describe",
+                               "batches": [int(b) for b in batches]})
+    n_features = {int(r["n_features"]) for r in replies}
+    if len(n_features) != 1:
+        raise ValueError(f"sites disagree on the number of features: {sorted(n_features)}")
+    private = [r["site"] for r in replies if r.get("private")]
+    labels = None if private else [label for r in replies for label in r["labels"]]
+    return n_features.pop(), labels, private
+
+
+def _logistic_classes(labels, classes, private):
+    if classes is None:
+        if labels is None:
+            raise ValueError(f"learners {private!r} are private and do not report their labels; "
+                             "pass classes.")
+        classes = labels
+    classes = unique_labels(np.asarray(classes))
+    if len(classes) < 2:
+        raise ValueError(f"Classifier can't train when only one class is present: classes={classes!r}.")
+    return classes
+
+
+def _logistic_start(est, params, classes, n_features):
+    state = est._initial_state(params, classes, n_features)
+    state["_noise_at_sites"] = est.mechanism is not None
+    state["_rng"] = None  # the server draws no noise
+    return state
+
+
+def _logistic_round(est, transport, batch, state):
+    """One round (Algorithm 1): send ``x^r``, average the learners' ``ĝ_i^r``, step."""
+    theta = state["_theta"]
+    d = theta.size
+    replies = _ask(transport, {
+        "protocol": PROTOCOL_VERSION, "op": "round", "batch": int(batch),
+        "round": int(state["n_rounds_seen_"]), "theta": theta,
+        "classes": state["classes_"].tolist(), **logistic_request_params(est),
+    })
+    private = est.mechanism is not None
+    for r in replies:
+        if private and "std" not in r and r["present"]:
+            raise RuntimeError(f"site {r['site']} sent no noise std: it is not private.")
+        if private and "std" in r and not np.isclose(float(r["std"]), state["noise_std_"],
+                                                     rtol=1e-9, atol=0.0):
+            raise RuntimeError(
+                f"site {r['site']} adds noise of std {float(r['std']):.6g}, the server expects "
+                f"{state['noise_std_']:.6g}: learner and server privacy parameters differ."
+            )
+    present = [r for r in replies if r["present"]]
+    # learners new this round are numbered in order of names (numpy.unique order)
+    codes, n_new = est._learner_codes(state, np.array([r["site"] for r in present], dtype=object),
+                                      np.arange(len(present)))
+    if n_new:  # keep the estimator's state shapes (no noise is kept here)
+        state["_pending"] = np.vstack([state["_pending"], np.zeros((n_new, d))])
+    messages = np.zeros((len(present), d))
+    for row, r in zip(np.argsort(np.argsort(codes)), present):
+        message = np.asarray(r["message"], dtype=float).reshape(-1)
+        if message.shape != (d,) or not np.all(np.isfinite(message)):
+            raise RuntimeError(f"site {r['site']} sent a message of shape {message.shape}, not ({d},).")
+        messages[row] = message
+    return est._server_step(state, messages)  # averaged in increasing learner index
+
+
+def _logistic_fit(est, transport, batch, classes):
+    params = est._check_params()
+    n_features, labels, private = _logistic_describe(transport, range(batch, batch + params["R"]))
+    classes = _logistic_classes(labels, classes, private)
+    state = _logistic_start(est, params, classes, n_features)
+    for r in range(params["R"]):
+        state = _logistic_round(est, transport, batch + r, state)
+    return _logistic_commit(est, state, n_features)
+
+
+def _logistic_partial_fit(est, transport, batch, classes):
+    first, params = est._round_params(noise_at_sites=True)
+    if first:
+        if classes is None:
+            raise ValueError("classes must be passed on the first call to partial_fit.")
+        n_features, labels, private = _logistic_describe(transport, [batch])
+        state = _logistic_start(est, params, _logistic_classes(labels, classes, private), n_features)
+    else:
+        if classes is not None and not np.array_equal(unique_labels(np.asarray(classes)), est.classes_):
+            raise ValueError("classes differ from those of the earlier batches.")
+        n_features = est.n_features_in_  # the learners check the model's shape
+        state = est._state()
+    state = _logistic_round(est, transport, batch, state)
+    return _logistic_commit(est, state, n_features)
+
+
+def _logistic_commit(est, state, n_features):
+    est.n_features_in_ = n_features
+    if hasattr(est, "feature_names_in_"):
+        del est.feature_names_in_
+    est._commit(state)
     return est
 
 

@@ -1,4 +1,4 @@
-"""The site side of the federated DWD protocol (no Flower import).
+"""The site side of the federated protocols (no Flower import).
 
 A :class:`DWDSite` holds one site's rows (batch by batch) and answers the
 server's requests with sums over those rows — exactly the summaries the
@@ -8,10 +8,18 @@ noise scale is computed at the site from its own privacy parameters, the
 rows are clipped at the site, and the site counts its releases and refuses
 any request past the number the calibration covers. A server that asks for
 more, or for raw sums, gets an error, never data.
+
+A :class:`LogisticSite` is one learner of
+:class:`~skfedpriv.LogisticRegression` (Algorithm 1 of the correlated-noise
+paper): each round it runs the τ local steps on its rows of the round from
+the global model the server sends and replies with ``g_i^r``; with a
+:class:`LearnerPrivacy` it holds its *own* correlated-noise stream and
+replies only with ``ĝ_i^r = g_i^r +`` its noise increment.
 """
 
 import math
 import numbers
+import pickle
 
 import numpy as np
 
@@ -25,6 +33,7 @@ from ..linear_model._dwd_private import (
     local_gaussian_sigma,
 )
 from ..linear_model._dwd_solver import augmented_gram, site_summary
+from ..linear_model._logistic import LogisticRegression
 from ..privacy import check_privacy_params, gaussian_noise, symmetric_gaussian_noise
 
 PROTOCOL_VERSION = 1
@@ -99,7 +108,40 @@ def _as_labels(values):
     return np.asarray(list(values))
 
 
-class DWDSite:
+class _Site:
+    """What every site shares: its rows, its name, the protocol check."""
+
+    privacy_type = None
+
+    def __init__(self, load_batch, privacy=None, name="site"):
+        if privacy is not None and not isinstance(privacy, self.privacy_type):
+            raise TypeError(f"privacy must be a {self.privacy_type.__name__} or None.")
+        self.load_batch = load_batch
+        self.privacy = privacy
+        self.name = str(name)
+
+    def _rows(self, batch):
+        loaded = self.load_batch(int(batch))
+        X, y = np.asarray(loaded[0], dtype=np.float64), np.asarray(loaded[1])
+        w = np.ones(len(y)) if len(loaded) < 3 or loaded[2] is None else np.asarray(loaded[2], dtype=float)
+        if X.ndim != 2 or y.ndim != 1 or len(y) != X.shape[0] or w.shape != y.shape:
+            raise ValueError("load_batch must return X of shape (n, p), y and sample_weight of shape (n,).")
+        if not np.all(np.isfinite(X)) or not np.all(np.isfinite(w)) or np.any(w < 0):
+            raise ValueError("X and sample_weight must be finite, sample_weight >= 0.")
+        return X, y, w
+
+    @staticmethod
+    def _check_protocol(request):
+        if int(request.get("protocol", -1)) != PROTOCOL_VERSION:
+            raise ValueError(f"protocol version {request.get('protocol')!r} is not {PROTOCOL_VERSION}.")
+
+    def _check_labels(self, y, classes):
+        unseen = np.setdiff1d(np.unique(y), classes)
+        if unseen.size:
+            raise ValueError(f"site {self.name}: labels {unseen!r} are not in classes {classes!r}.")
+
+
+class DWDSite(_Site):
     """One site: its rows and its answers to the server.
 
     Parameters
@@ -114,32 +156,15 @@ class DWDSite:
         The site's name (replies are summed in order of names).
     """
 
-    def __init__(self, load_batch, privacy=None, name="site"):
-        if privacy is not None and not isinstance(privacy, SitePrivacy):
-            raise TypeError("privacy must be a SitePrivacy or None.")
-        self.load_batch = load_batch
-        self.privacy = privacy
-        self.name = str(name)
+    privacy_type = SitePrivacy
 
     # -- rows -----------------------------------------------------------------
-
-    def _rows(self, batch):
-        loaded = self.load_batch(int(batch))
-        X, y = np.asarray(loaded[0], dtype=np.float64), np.asarray(loaded[1])
-        w = np.ones(len(y)) if len(loaded) < 3 or loaded[2] is None else np.asarray(loaded[2], dtype=float)
-        if X.ndim != 2 or y.ndim != 1 or len(y) != X.shape[0] or w.shape != y.shape:
-            raise ValueError("load_batch must return X of shape (n, p), y and sample_weight of shape (n,).")
-        if not np.all(np.isfinite(X)) or not np.all(np.isfinite(w)) or np.any(w < 0):
-            raise ValueError("X and sample_weight must be finite, sample_weight >= 0.")
-        return X, y, w
 
     def _prepared(self, request):
         """Rows as the summaries need them: targets, weights, clipped rows."""
         X, y, w = self._rows(request["batch"])
         classes = _as_labels(request["classes"])
-        unseen = np.setdiff1d(np.unique(y), classes)
-        if unseen.size:
-            raise ValueError(f"site {self.name}: labels {unseen!r} are not in classes {classes!r}.")
+        self._check_labels(y, classes)
         if len(classes) == 2:
             Y = np.where(y == classes[1], 1.0, -1.0)[:, None]
         else:
@@ -176,8 +201,7 @@ class DWDSite:
         reply : dict of arrays and scalars
         """
         op = request.get("op")
-        if int(request.get("protocol", -1)) != PROTOCOL_VERSION:
-            raise ValueError(f"protocol version {request.get('protocol')!r} is not {PROTOCOL_VERSION}.")
+        self._check_protocol(request)
         reply = {"site": self.name}
         if op == "describe":
             X, y, w = self._rows(request["batch"])
@@ -255,4 +279,186 @@ class DWDSite:
             raise ValueError(f"unknown noised summary {kind!r}.")
         ledger[key] = used + cost  # counted before the value leaves the site
         reply.update(value=value, std=float(std))
+        return reply
+
+
+# -- the logistic protocol (Algorithm 1 of the correlated-noise paper) -----------
+
+#: Hyperparameters of :class:`~skfedpriv.LogisticRegression` a learner needs
+#: for its local steps and its noise (sent as ``param-<name>``).
+LOGISTIC_PARAMS = ("local_steps", "learning_rate", "n_rounds", "mechanism", "epsilon",
+                   "delta", "clip_norm", "feature_clip_norm", "alpha", "fit_intercept")
+_LEARNER_STATE = "logistic-learner"
+
+
+def logistic_request_params(estimator):
+    """The ``param-*`` entries of a round request (``None`` values are omitted)."""
+    values = estimator.get_params()
+    return {f"param-{k}": values[k] for k in LOGISTIC_PARAMS if values[k] is not None}
+
+
+def _logistic_from_request(request):
+    return LogisticRegression(**{k: request.get(f"param-{k}") for k in LOGISTIC_PARAMS
+                                 if request.get(f"param-{k}") is not None})
+
+
+class LearnerPrivacy:
+    """Learner-held correlated noise of ``LogisticRegression(mechanism=...)``.
+
+    A learner with these parameters computes, from them alone, the
+    factorization ``A = B C`` and the std σ of its noise (exactly as the
+    estimator does: :meth:`LogisticRegression._noise_calibration`), draws
+    its own stream ``factorization.noise_stream(rng, σ, (n_models * p,))``
+    and adds its increments to every message it sends. It refuses a server
+    whose hyperparameters differ from these (the calibration and the
+    sensitivity ``2 B_g / τ`` depend on them).
+
+    Parameters
+    ----------
+    mechanism : {'independent', 'tree', 'honaker', 'toeplitz', 'optimal', 'blt'}
+    epsilon, delta : float
+    n_rounds, local_steps, learning_rate, clip_norm, feature_clip_norm, alpha, fit_intercept
+        As in :class:`~skfedpriv.LogisticRegression` (same defaults).
+    random_state : int or None, default=None
+        Seed of this learner's noise stream; ``None`` draws OS entropy once,
+        when the learner joins (the generator then lives in the learner's
+        state). Keep it secret from the server: whoever knows it can
+        subtract the noise. An integer is for reproducible experiments.
+    """
+
+    def __init__(self, mechanism, epsilon, delta, *, n_rounds=100, local_steps=5,
+                 learning_rate=0.5, clip_norm=1.0, feature_clip_norm=None, alpha=0.0,
+                 fit_intercept=True, random_state=None):
+        if mechanism is None:
+            raise ValueError("a LearnerPrivacy needs a mechanism (None adds no noise: use privacy=None).")
+        self.estimator = LogisticRegression(
+            mechanism=mechanism, epsilon=epsilon, delta=delta, n_rounds=n_rounds,
+            local_steps=local_steps, learning_rate=learning_rate, clip_norm=clip_norm,
+            feature_clip_norm=feature_clip_norm, alpha=alpha, fit_intercept=fit_intercept,
+        )
+        self.params = self.estimator._check_params()  # every check of the estimator
+        calibration = self.estimator._noise_calibration(self.params)
+        self.factorization = calibration["_factorization"]
+        self.noise_std = float(calibration["noise_std_"])
+        if random_state is not None and (
+            isinstance(random_state, bool) or not isinstance(random_state, numbers.Integral)
+        ):
+            raise TypeError("random_state must be an int or None (it must survive processes).")
+        self.random_state = random_state
+
+    @classmethod
+    def from_estimator(cls, estimator, random_state=None):
+        """The learner parameters matching a private ``LogisticRegression``."""
+        values = estimator.get_params()
+        return cls(**{k: values[k] for k in LOGISTIC_PARAMS}, random_state=random_state)
+
+
+class LogisticSite(_Site):
+    """One learner of the federated logistic protocol.
+
+    Parameters
+    ----------
+    load_batch : callable ``batch -> (X, y)``
+        The learner's rows (clients) of round ``batch``; an empty batch
+        means the learner is absent from that round.
+    privacy : LearnerPrivacy or None
+        None: the learner sends its raw ``g_i^r`` (not private).
+    name : str
+        The learner's name; learners new in the same round are numbered in
+        order of names (as ``numpy.unique`` orders ``sample_group``).
+
+    Requests: ``describe`` (feature count; labels only when not private)
+    and ``round`` (the global model ``theta``, the round index, the classes
+    and the estimator's hyperparameters ``param-*``). A private learner
+    keeps, in its state (``ledger``), its noise stream, the increments of
+    the rounds it missed and the next round index, and answers each round
+    once, in order.
+    """
+
+    privacy_type = LearnerPrivacy
+
+    def handle(self, request, ledger):
+        """Answer one request (``ledger``: the learner's state, updated in place)."""
+        self._check_protocol(request)
+        op = request.get("op")
+        reply = {"site": self.name}
+        if op == "describe":
+            batches = request.get("batches", [request.get("batch", 0)])
+            n_features = set()
+            labels = set()
+            for batch in batches:
+                X, y, _ = self._rows(batch)
+                n_features.add(int(X.shape[1]))
+                labels.update(np.unique(y).tolist())
+            if len(n_features) != 1:
+                raise ValueError(f"site {self.name}: batches differ in their feature counts.")
+            reply.update(n_features=n_features.pop(), private=self.privacy is not None)
+            if self.privacy is None:  # a private learner keeps even its label set
+                reply["labels"] = sorted(labels, key=lambda v: (str(type(v)), v))
+            return reply
+        if op == "round":
+            return self._round(request, ledger, reply)
+        raise ValueError(f"unknown request {op!r} (site {self.name} runs the logistic protocol).")
+
+    def _round(self, request, ledger, reply):
+        privacy = self.privacy
+        requested = _logistic_from_request(request)
+        params = requested._check_params()
+        if privacy is None:
+            if params["mechanism"] is not None:
+                raise ValueError(f"site {self.name} has no LearnerPrivacy to draw noise with.")
+            estimator = requested
+        else:
+            mine = {k: v for k, v in privacy.params.items() if k != "eta_g"}
+            theirs = {k: v for k, v in params.items() if k != "eta_g"}
+            if mine != theirs:
+                differ = sorted(k for k in mine if mine[k] != theirs.get(k))
+                raise ValueError(f"site {self.name}: server and learner disagree on {differ}.")
+            estimator, params = privacy.estimator, privacy.params
+        classes = _as_labels(request["classes"])
+        X, y, w = self._rows(request["batch"])
+        if not np.all(w == 1.0):
+            raise ValueError("the logistic protocol has no sample weights.")
+        self._check_labels(y, classes)
+        theta = np.asarray(request["theta"], dtype=float)
+        n_models = 1 if len(classes) == 2 else len(classes)
+        p = X.shape[1] + int(params["fit_intercept"])
+        if theta.shape != (n_models, p):
+            raise ValueError(f"site {self.name}: model of shape {theta.shape}, expected {(n_models, p)}.")
+        present = len(y) > 0
+        g = None
+        if present:  # lines 4-10: τ clipped local steps from x^r, then g_i^r
+            Xa = estimator._features(X, params)
+            targets = estimator._targets(y, classes)
+            _, grads = estimator._local_gradients(theta, Xa, targets, np.zeros(len(y), dtype=np.intp), params)
+            g = grads[0].reshape(-1)
+        reply["present"] = present
+        if privacy is None:
+            if present:
+                reply["message"] = g
+            return reply
+        # lines 11-12 with the learner's own stream
+        r = int(request["round"])
+        saved = ledger.get(_LEARNER_STATE)
+        state = pickle.loads(saved) if saved is not None else None
+        if state is None and not present:
+            return reply  # not joined yet: no stream, nothing sent
+        if state is None:  # joins now: a fresh stream, first increment this round
+            rng = np.random.default_rng(privacy.random_state)
+            state = dict(next_round=r, pending=np.zeros(n_models * p), stream=privacy.factorization.noise_stream(
+                rng, privacy.noise_std, (n_models * p,)))
+        elif r != state["next_round"]:
+            raise PermissionError(
+                f"site {self.name}: asked for round {r}, its next round is {state['next_round']}; "
+                "every round is answered once, in order."
+            )
+        if state["pending"].shape != (n_models * p,):
+            raise ValueError(f"site {self.name}: the model changed shape within a stream.")
+        pending = state["pending"] + state["stream"].next()  # raises past n_rounds
+        if present:
+            reply["message"] = g + pending
+            pending = np.zeros_like(pending)
+        state.update(next_round=r + 1, pending=pending)
+        ledger[_LEARNER_STATE] = pickle.dumps(state)  # kept before the message leaves
+        reply["std"] = privacy.noise_std
         return reply

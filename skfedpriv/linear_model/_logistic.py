@@ -356,28 +356,39 @@ default=None
             "n_rounds_seen_": 0,
             "_params": params,
         }
-        gsens = self._gradient_sensitivity(params)
-        state["gradient_sensitivity_"] = gsens
-        if self.mechanism is None:
-            state.update(
-                factorization_sensitivity_=math.nan, sensitivity_=math.nan,
-                noise_std_=0.0, privacy_spent_=(math.inf, 0.0), _rng=None,
-                _factorization=None,
-            )
-        else:
-            fact = make_factorization(self.mechanism, params["R"])
-            sens = float(fact.sensitivity) * gsens
-            eps, delta = check_privacy_params(self.epsilon, self.delta,
-                                              require_delta=True)
-            state.update(
-                factorization_sensitivity_=float(fact.sensitivity),
-                sensitivity_=sens,
-                noise_std_=gaussian_sigma(eps, delta, sens),
-                privacy_spent_=(eps, delta),
-                _rng=as_generator(self.random_state),
-                _factorization=fact,
-            )
+        state.update(self._noise_calibration(params))
+        state["_rng"] = (None if self.mechanism is None
+                         else as_generator(self.random_state))
+        state["_noise_at_sites"] = False
         return state
+
+    def _noise_calibration(self, params):
+        """The factorization and the noise std of each entry of ξ_i.
+
+        Depends only on the hyperparameters (``params`` from
+        :meth:`_check_params`), never on data: a learner holding its own
+        noise stream (:mod:`skfedpriv.flower`) computes it from its own
+        parameters.
+        """
+        gsens = self._gradient_sensitivity(params)
+        if self.mechanism is None:
+            return dict(
+                gradient_sensitivity_=gsens, factorization_sensitivity_=math.nan,
+                sensitivity_=math.nan, noise_std_=0.0,
+                privacy_spent_=(math.inf, 0.0), _factorization=None,
+            )
+        fact = make_factorization(self.mechanism, params["R"])
+        sens = float(fact.sensitivity) * gsens
+        eps, delta = check_privacy_params(self.epsilon, self.delta,
+                                          require_delta=True)
+        return dict(
+            gradient_sensitivity_=gsens,
+            factorization_sensitivity_=float(fact.sensitivity),
+            sensitivity_=sens,
+            noise_std_=gaussian_sigma(eps, delta, sens),
+            privacy_spent_=(eps, delta),
+            _factorization=fact,
+        )
 
     def _commit(self, state):
         for key, value in state.items():
@@ -392,7 +403,7 @@ default=None
         keys = ("classes_", "_theta", "learners_", "_learner_index", "_cohorts",
                 "_pending", "n_rounds_seen_", "_params", "gradient_sensitivity_",
                 "factorization_sensitivity_", "sensitivity_", "noise_std_",
-                "privacy_spent_", "_rng", "_factorization")
+                "privacy_spent_", "_rng", "_factorization", "_noise_at_sites")
         return {k: getattr(self, k) for k in keys}
 
     # ------------------------------------------------------------------
@@ -437,16 +448,8 @@ default=None
                     state["_rng"], state["noise_std_"], (n_new, n_models * p)
                 )
                 state["_cohorts"] = state["_cohorts"] + [(first, first + n_new, stream)]
-        if Xa.shape[0]:
-            learners, g = local_round(
-                theta, Xa, targets, codes, local_steps=params["tau"],
-                learning_rate=params["eta"], clip_norm=params["B"],
-                alpha=params["alpha"], penalize=self._penalty_mask(p, params),
-            )
-            messages = g.reshape(learners.size, -1)
-        else:
-            learners = np.empty(0, dtype=np.intp)
-            messages = np.zeros((0, n_models * p))
+        learners, g = self._local_gradients(theta, Xa, targets, codes, params)
+        messages = g.reshape(learners.size, n_models * p)
         if state["_factorization"] is not None:
             # Lines 11-12: each learner adds (B ξ_i)_{r+1} - (B ξ_i)_r; the
             # increments of rounds it missed were kept and are sent now.
@@ -456,10 +459,34 @@ default=None
             messages = messages + pending[learners]
             pending[learners] = 0.0
             state["_pending"] = pending
-        if learners.size:
-            # Line 15: x^{r+1} = x^r - η_g η τ mean_i ĝ_i^r.
+        return self._server_step(state, messages)
+
+    def _local_gradients(self, theta, Xa, targets, codes, params):
+        """Lines 4-10: ``(learners present, g_i^r of each)`` at the model ``theta``.
+
+        ``g`` has shape ``(n_present, n_models, p)``; no noise is added.
+        """
+        n_models, p = theta.shape
+        if not Xa.shape[0]:
+            return np.empty(0, dtype=np.intp), np.zeros((0, n_models, p))
+        return local_round(
+            theta, Xa, targets, codes, local_steps=params["tau"],
+            learning_rate=params["eta"], clip_norm=params["B"],
+            alpha=params["alpha"], penalize=self._penalty_mask(p, params),
+        )
+
+    @staticmethod
+    def _server_step(state, messages):
+        """Line 15 on ``state``: ``x^{r+1} = x^r - η_g η τ mean_i ĝ_i^r``.
+
+        ``messages`` has one flattened message per present learner, in
+        increasing learner index (no learner present: the model stays).
+        """
+        params = state["_params"]
+        theta = state["_theta"]
+        if messages.shape[0]:
             step = params["eta_g"] * params["eta"] * params["tau"]
-            theta = theta - step * messages.mean(axis=0).reshape(n_models, p)
+            theta = theta - step * messages.mean(axis=0).reshape(theta.shape)
         state["_theta"] = theta
         state["n_rounds_seen_"] = state["n_rounds_seen_"] + 1
         return state
@@ -542,22 +569,7 @@ default=None
             On invalid input or hyperparameters; the estimator is left
             unchanged.
         """
-        first = not hasattr(self, "_theta")
-        if not first and self.mechanism is not None:
-            if self.n_rounds_seen_ >= self._params["R"]:
-                raise PrivacyBudgetError(
-                    f"all n_rounds={self._params['R']} rounds the noise was "
-                    "planned for have run; the (epsilon, delta) guarantee "
-                    "covers no more releases. Start a new stream with fit or "
-                    "a fresh estimator."
-                )
-        params = self._check_params() if first else self._params
-        if not first and self._check_params() != self._params:
-            raise ValueError(
-                "hyperparameters changed since the first call to partial_fit; "
-                "the noise and the guarantee were planned for the old ones. "
-                "Call fit or use a fresh estimator."
-            )
+        first, params = self._round_params(noise_at_sites=False)
         batch, classes = self._validate_batch(
             X, y, sample_group, None, reset=first, classes=classes
         )
@@ -571,6 +583,39 @@ default=None
         state = self._run_round(state, Xa, targets, codes, n_new)
         self._commit(state)
         return self
+
+    def _round_params(self, noise_at_sites):
+        """``(first, params)`` of the next round, or raise before any change.
+
+        ``noise_at_sites``: whether the caller leaves the noise to the
+        learners (:mod:`skfedpriv.flower`); a private stream must continue
+        where its noise streams are.
+        """
+        first = not hasattr(self, "_theta")
+        if not first and self.mechanism is not None:
+            if self.n_rounds_seen_ >= self._params["R"]:
+                raise PrivacyBudgetError(
+                    f"all n_rounds={self._params['R']} rounds the noise was "
+                    "planned for have run; the (epsilon, delta) guarantee "
+                    "covers no more releases. Start a new stream with fit or "
+                    "a fresh estimator."
+                )
+            at_sites = bool(getattr(self, "_noise_at_sites", False))
+            if at_sites != bool(noise_at_sites):
+                where = "the learners (Flower)" if at_sites else "this estimator"
+                raise ValueError(
+                    f"the noise streams of this private stream are held by {where}; "
+                    "continue it there (skfedpriv.flower.federated_partial_fit for "
+                    "learners, partial_fit in process), or start a new stream."
+                )
+        params = self._check_params() if first else self._params
+        if not first and self._check_params() != self._params:
+            raise ValueError(
+                "hyperparameters changed since the first call to partial_fit; "
+                "the noise and the guarantee were planned for the old ones. "
+                "Call fit or use a fresh estimator."
+            )
+        return first, params
 
     def _prediction_rows(self, X):
         # rows are clipped to ``feature_clip_norm`` (if set), as in training
