@@ -31,6 +31,7 @@ import warnings
 
 import numpy as np
 
+from skfedpriv._progress import progress
 from skfedpriv.linear_model._decentralized import DecentralizedLogisticRegression
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -162,7 +163,7 @@ def main():
     configs = [c for c in configs if c[4] in solvers]
     rows, curves, hrows = [], [], []
     os.makedirs(RESULTS, exist_ok=True)
-    for exp, n, topo, eps, solver in configs:
+    for exp, n, topo, eps, solver in progress(configs, label="configurations"):
         copies = {"quick": 1, "medium": n, "full": 10 * n}[size]
         idx, groups, rounds = make_stream(X, y, n, copies)
         best = None

@@ -213,6 +213,37 @@ def main():
     text = "\n".join(lines) + "\n"
     (RESULTS / "dwd.md").write_text(text)
     print(text)
+    plot(rows, keys, RESULTS / "dwd.png")
+
+
+def plot(rows, keys, path):
+    """Accuracy of every method in every setting (mean ± sd over repetitions)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    settings = list(dict.fromkeys(k[0] for k in keys))
+    methods = list(dict.fromkeys(k[1] for k in keys))
+    fig, ax = plt.subplots(figsize=(12, 5.5))
+    width = 0.8 / len(methods)
+    for j, method in enumerate(methods):
+        means, sds = [], []
+        for setting in settings:
+            acc = [100 * r["accuracy"] for r in rows
+                   if r["setting"] == setting and r["method"] == method]
+            means.append(np.mean(acc))
+            sds.append(np.std(acc))
+        ax.bar(np.arange(len(settings)) + j * width, means, width, yerr=sds, label=method)
+    ax.set_xticks(np.arange(len(settings)) + 0.4 - width / 2)
+    ax.set_xticklabels(settings, rotation=15, ha="right", fontsize=7)
+    ax.set_ylim(50, 100)
+    ax.set_ylabel("test accuracy %")
+    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.28))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":
