@@ -86,12 +86,17 @@ def bench(name, quick=False, root=None):
     import pathlib
     import runpy
 
-    root = pathlib.Path(root) if root else pathlib.Path(__file__).resolve().parents[1]
-    script = root / "benchmarks" / BENCHMARKS[name]
-    if not script.exists():
+    roots = [pathlib.Path(root)] if root else [
+        pathlib.Path(__file__).resolve().parents[1],  # editable install / checkout
+        pathlib.Path.cwd(),  # run from the checkout with a regular install
+    ]
+    candidates = [r / "benchmarks" / BENCHMARKS[name] for r in roots]
+    script = next((c for c in candidates if c.exists()), None)
+    if script is None:
         raise SystemExit(
-            f"{script} not found: `skfedpriv bench` runs the scripts of a source "
-            "checkout of the repository (benchmarks/ is not installed)."
+            f"{candidates[0]} not found: `skfedpriv bench` runs the scripts of a "
+            "source checkout of the repository (benchmarks/ is not installed); "
+            "run it from the checkout's top folder."
         )
     saved = sys.argv
     sys.argv = [str(script)] + (["--quick"] if quick else [])
