@@ -21,25 +21,15 @@ guarantee.
   ``[-1, 1]`` and clips values outside them.
 """
 
-import math
-import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import validate_data
+from .privacy._accounting import _check_positive_finite
 
 __all__ = ["BoundedScaler", "RowNormClipper"]
 
 _NORMS = ("l2", "l1", "max")
-
-
-def _check_positive_real(value, name):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r}.")
-    value = float(value)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be finite and > 0, got {value!r}.")
-    return value
 
 
 def _row_norms(X, norm):
@@ -109,7 +99,7 @@ class RowNormClipper(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     def _check_params(self):
         if self.norm not in _NORMS:
             raise ValueError(f"norm must be one of {_NORMS}, got {self.norm!r}.")
-        return _check_positive_real(self.max_norm, "max_norm")
+        return _check_positive_finite(self.max_norm, "max_norm")
 
     def fit(self, X, y=None):
         """Validate the hyperparameters and ``X``; record ``n_features_in_``.

@@ -9,20 +9,12 @@ unchanged, the direction of the others is kept.
 """
 
 import math
-import numbers
 
 import numpy as np
 
+from ._accounting import _check_positive_finite
+
 __all__ = ["clip_rows", "clip_vectors"]
-
-
-def _check_max_norm(max_norm):
-    if isinstance(max_norm, (bool, np.bool_)) or not isinstance(max_norm, numbers.Real):
-        raise TypeError(f"max_norm must be a real number, got {max_norm!r}.")
-    max_norm = float(max_norm)
-    if not (math.isfinite(max_norm) and max_norm > 0):
-        raise ValueError(f"max_norm must be finite and > 0, got {max_norm!r}.")
-    return max_norm
 
 
 def _norms(V, ord):
@@ -89,7 +81,7 @@ def clip_vectors(G, max_norm, ord=2):
     >>> clip_vectors(G, 1.0).round(2).tolist()
     [[[0.6, 0.0], [0.0, 0.8]], [[0.1, 0.0], [0.0, 0.0]]]
     """
-    max_norm = _check_max_norm(max_norm)
+    max_norm = _check_positive_finite(max_norm, "max_norm")
     if isinstance(ord, (bool, np.bool_)) or ord not in (1, 2):
         raise ValueError(f"ord must be 1 or 2, got {ord!r}.")
     G = np.asarray(G)
