@@ -633,6 +633,11 @@ class PrefixSumFactorization:
         self.n_rounds = _check_n_rounds(n_rounds)
 
     @property
+    def n_noise(self):
+        """Number of noise columns (of ``B``); one per round unless overridden."""
+        return self.n_rounds
+
+    @property
     def sensitivity(self):
         return float(np.sqrt(self.sensitivity_squared))
 
@@ -867,10 +872,6 @@ class ToeplitzFactorization(PrefixSumFactorization):
         self._inverse_coefficients = np.diff(h, prepend=0.0)
 
     @property
-    def n_noise(self):
-        return self.n_rounds
-
-    @property
     def C(self):
         """Dense ``C`` (lower-triangular Toeplitz), shape ``(R, R)``."""
         return _lower_toeplitz(self.coefficients)
@@ -936,10 +937,6 @@ class IndependentFactorization(PrefixSumFactorization):
         super().__init__(n_rounds)
         self.sensitivity_squared = 1.0
         self.frobenius_B_squared = float(self.n_rounds * (self.n_rounds + 1) / 2)
-
-    @property
-    def n_noise(self):
-        return self.n_rounds
 
     @property
     def C(self):
@@ -1095,10 +1092,6 @@ class OptimalFactorization(PrefixSumFactorization):
         self._C_inv = linalg.solve_triangular(self._C, np.eye(R), lower=True)
         self.sensitivity_squared = float(np.max(np.sum(self._C**2, axis=0)))
         self.frobenius_B_squared = float(np.sum(np.cumsum(self._C_inv, axis=0) ** 2))
-
-    @property
-    def n_noise(self):
-        return self.n_rounds
 
     @property
     def C(self):
@@ -1318,10 +1311,6 @@ class BLTFactorization(PrefixSumFactorization):
         k = np.arange(self.n_rounds)
         self.sensitivity_squared = float(c @ c)
         self.frobenius_B_squared = float(np.sum((self.n_rounds - k) * b * b))
-
-    @property
-    def n_noise(self):
-        return self.n_rounds
 
     @property
     def C(self):
