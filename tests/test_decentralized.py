@@ -366,3 +366,27 @@ def test_cg_iterates_feasible_and_objective_decreases(constraint):
     best = project(-linear / eta, constraint, 2.0)
     gap = values[-1] - quadratic_objective(best, linear, eta)
     assert np.all(gap >= -1e-9) and np.all(gap <= 8 * eta * 4.0 / 62 + 1e-9)
+
+
+def test_shared_budget_counts_every_private_fit_and_refuses_overspend():
+    from sklearn.base import clone
+
+    from skfedpriv import DecentralizedLogisticRegression as Public
+    from skfedpriv import PrivacyBudget, PrivacyBudgetError
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 3))
+    y = (X[:, 0] > 0).astype(int)
+    groups = np.arange(120) % 3
+    budget = PrivacyBudget(epsilon=2.5)
+    est = Public(epsilon=1.0, random_state=0, budget=budget)
+    assert clone(est).budget is budget
+    est.fit(X, y, sample_group=groups)
+    clone(est).fit(X, y, sample_group=groups)
+    assert budget.spent == (2.0, 0.0)
+    refused = clone(est)
+    with pytest.raises(PrivacyBudgetError):
+        refused.fit(X, y, sample_group=groups)
+    assert not [k for k in vars(refused) if k.endswith("_")] and budget.spent == (2.0, 0.0)
+    Public(budget=budget).fit(X, y, sample_group=groups)  # non-private: no spend
+    assert budget.spent == (2.0, 0.0)

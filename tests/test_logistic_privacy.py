@@ -230,3 +230,34 @@ def test_noise_increments_have_the_calibrated_scale():
     draws = np.concatenate(draws)
     sigma = clf.noise_std_
     assert np.std(draws) == pytest.approx(sigma, rel=0.1)
+
+
+def test_shared_budget_counts_grid_candidates_and_refuses_overspend():
+    import pickle
+
+    from sklearn.base import clone
+    from sklearn.model_selection import GridSearchCV
+
+    from skfedpriv import LogisticRegression as PublicLogisticRegression
+    from skfedpriv import PrivacyBudget, PrivacyBudgetError
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 4))
+    y = (X[:, 0] + 0.3 * rng.normal(size=300) > 0).astype(int)
+    budget = PrivacyBudget(epsilon=8.0, delta=1e-3)
+    est = PublicLogisticRegression(mechanism="tree", epsilon=1.0, delta=1e-5, n_rounds=8,
+                                   feature_clip_norm=3.0, learning_rate=0.3,
+                                   random_state=0, budget=budget)
+    assert clone(est).budget is budget
+    GridSearchCV(est, {"local_steps": [2, 4]}, cv=3, error_score="raise").fit(X, y)
+    assert budget.spent == pytest.approx((7.0, 7e-5))  # 6 candidate fits + refit
+    stream = clone(est).set_params(budget=budget)
+    with pytest.raises(PrivacyBudgetError):
+        stream.set_params(epsilon=1.5).partial_fit(X[:30], y[:30], classes=[0, 1])
+    assert not [k for k in vars(stream) if k.endswith("_")]
+    assert budget.spent == pytest.approx((7.0, 7e-5))
+    stream.set_params(epsilon=1.0).partial_fit(X[:30], y[:30], classes=[0, 1])
+    before = budget.spent
+    stream.partial_fit(X[30:60], y[30:60])  # later rounds of the stream spend nothing
+    assert budget.spent == before == pytest.approx((8.0, 8e-5))
+    assert pickle.loads(pickle.dumps(stream)).privacy_spent_ == (1.0, 1e-5)

@@ -20,6 +20,7 @@ from .._gossip import (
 )
 from .._sites import site_row_indices
 from ..privacy import (
+    PrivacyBudget,
     PrivacyBudgetError,
     as_generator,
     check_privacy_params,
@@ -189,6 +190,12 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         constraint).
     random_state : int, numpy Generator or None, default=None
         Noise source; ``None`` draws fresh OS entropy.
+    budget : PrivacyBudget or None, default=None
+        A budget shared with other estimators (it survives ``clone``): each
+        private ``fit`` and the first ``partial_fit`` of a run spend
+        ``(epsilon, 0)`` from it (the guarantee of all ``n_rounds`` rounds)
+        before any state changes, and raise
+        :class:`~skfedpriv.PrivacyBudgetError` if it would overspend.
 
     Attributes
     ----------
@@ -310,6 +317,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         n_rounds=None,
         fit_intercept=True,
         random_state=None,
+        budget=None,
     ):
         self.topology = topology
         self.solver = solver
@@ -323,6 +331,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         self.n_rounds = n_rounds
         self.fit_intercept = fit_intercept
         self.random_state = random_state
+        self.budget = budget
 
     # ------------------------------------------------------------------
     # public API
@@ -349,7 +358,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
                 X, y, sample_group, None, reset=True, infer_classes=True
             )
             plan = self._plan(batch, first=True)
-        self._init_state(params, batch, classes, plan)
+            self._init_state(params, batch, classes, plan)
         self._run(batch, plan)
         return self
 
@@ -391,8 +400,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
                 X, y, sample_group, None, reset=first, classes=classes
             )
             plan = self._plan(batch, first=first)
-        if first:
-            self._init_state(params, batch, classes, plan)
+            if first:
+                self._init_state(params, batch, classes, plan)
         self._run(batch, plan)
         return self
 
@@ -462,6 +471,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------
 
     def _check_params(self):
+        if self.budget is not None and not isinstance(self.budget, PrivacyBudget):
+            raise ValueError(f"budget must be a PrivacyBudget or None, got {self.budget!r}.")
         if self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}.")
         if self.constraint not in CONSTRAINTS:
@@ -567,6 +578,12 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------
 
     def _init_state(self, params, batch, classes, plan):
+        if params["epsilon"] is not None and self.budget is not None:
+            # one spend per run: its (epsilon, 0) covers all n_rounds rounds
+            self.budget.spend(
+                params["epsilon"], 0.0,
+                note=f"DecentralizedLogisticRegression(solver={self.solver!r}) on a new run",
+            )
         n = len(plan["learner_labels"])
         p1 = batch.X.shape[1] + int(bool(self.fit_intercept))
         q = len(classes)

@@ -9,7 +9,11 @@ from sklearn.base import BaseEstimator
 
 from .._losses import check_q, gendwd_curvature_bound
 from .._sites import site_row_indices
-from ._base import FederatedClassifierMixin, is_balanced_class_weight
+from ._base import (
+    FederatedClassifierMixin,
+    _restore_feature_attributes_on_error,
+    is_balanced_class_weight,
+)
 from ..privacy import PrivacyBudget, as_generator, check_privacy_params
 from ._dwd_private import (
     PublishedCalibration,
@@ -289,10 +293,11 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         self : DWDClassifier
         """
         self._check_params()
-        batch, classes = self._validate_batch(
-            X, y, sample_group, sample_weight, reset=True, infer_classes=True
-        )
-        self._update(batch, classes, first=True)
+        with _restore_feature_attributes_on_error(self):
+            batch, classes = self._validate_batch(
+                X, y, sample_group, sample_weight, reset=True, infer_classes=True
+            )
+            self._update(batch, classes, first=True)
         return self
 
     def partial_fit(self, X, y, sample_group=None, sample_weight=None, classes=None):
@@ -319,10 +324,11 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
                 "stream has no class counts to balance by); pass a dict."
             )
         first = not hasattr(self, "curvature_")
-        batch, classes = self._validate_batch(
-            X, y, sample_group, sample_weight, reset=first, classes=classes
-        )
-        self._update(batch, classes, first=first)
+        with _restore_feature_attributes_on_error(self):
+            batch, classes = self._validate_batch(
+                X, y, sample_group, sample_weight, reset=first, classes=classes
+            )
+            self._update(batch, classes, first=first)
         return self
 
     # -- the algorithm box ------------------------------------------------

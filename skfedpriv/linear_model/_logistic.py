@@ -14,6 +14,7 @@ from scipy.special import expit
 from sklearn.base import BaseEstimator
 
 from ..privacy import (
+    PrivacyBudget,
     PrivacyBudgetError,
     as_generator,
     check_privacy_params,
@@ -21,7 +22,7 @@ from ..privacy import (
     gaussian_sigma,
 )
 from ..privacy._correlated import make_factorization
-from ._base import FederatedClassifierMixin
+from ._base import FederatedClassifierMixin, _restore_feature_attributes_on_error
 from ._local_steps import chunk_layout, local_round
 
 MECHANISMS = (None, "independent", "tree", "honaker", "toeplitz", "optimal", "blt")
@@ -120,6 +121,12 @@ class LogisticRegression(FederatedClassifierMixin, BaseEstimator):
 default=None
         Source of the noise. ``None`` uses fresh OS entropy, as private
         releases should.
+    budget : PrivacyBudget or None, default=None
+        A budget shared with other estimators (it survives ``clone``):
+        ``fit`` and the first ``partial_fit`` of a stream spend
+        ``(epsilon, delta)`` from it (the guarantee of all ``n_rounds``
+        rounds) before any state changes, and raise
+        :class:`~skfedpriv.PrivacyBudgetError` if it would overspend.
 
     Attributes
     ----------
@@ -247,6 +254,7 @@ default=None
         alpha=0.0,
         fit_intercept=True,
         random_state=None,
+        budget=None,
     ):
         self.local_steps = local_steps
         self.learning_rate = learning_rate
@@ -260,6 +268,7 @@ default=None
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.random_state = random_state
+        self.budget = budget
 
     # ------------------------------------------------------------------
     # parameters
@@ -312,6 +321,8 @@ default=None
                     f"learning_rate * alpha = {eta * alpha:.6g} > 2: the penalty "
                     "step would expand distances; lower learning_rate or alpha."
                 )
+        if self.budget is not None and not isinstance(self.budget, PrivacyBudget):
+            raise ValueError(f"budget must be a PrivacyBudget or None, got {self.budget!r}.")
         p["fit_intercept"] = bool(self.fit_intercept)
         p["mechanism"] = self.mechanism
         if self.mechanism is not None:
@@ -360,6 +371,12 @@ default=None
         state["_rng"] = (None if self.mechanism is None
                          else as_generator(self.random_state))
         state["_noise_at_sites"] = False
+        if self.mechanism is not None and self.budget is not None:
+            # one spend per stream: its (epsilon, delta) covers all n_rounds rounds
+            self.budget.spend(
+                *state["privacy_spent_"],
+                note=f"LogisticRegression(mechanism={self.mechanism!r}) on a new stream",
+            )
         return state
 
     def _noise_calibration(self, params):
@@ -523,10 +540,11 @@ default=None
         self : LogisticRegression
         """
         params = self._check_params()
-        batch, classes = self._validate_batch(
-            X, y, sample_group, None, reset=True, infer_classes=True
-        )
-        state = self._initial_state(params, classes, batch.X.shape[1])
+        with _restore_feature_attributes_on_error(self):
+            batch, classes = self._validate_batch(
+                X, y, sample_group, None, reset=True, infer_classes=True
+            )
+            state = self._initial_state(params, classes, batch.X.shape[1])
         Xa = self._features(batch.X, params)
         targets = self._targets(batch.y, classes)
         codes, n_new = self._learner_codes(state, batch.site_labels, batch.site_codes)
@@ -570,13 +588,14 @@ default=None
             unchanged.
         """
         first, params = self._round_params(noise_at_sites=False)
-        batch, classes = self._validate_batch(
-            X, y, sample_group, None, reset=first, classes=classes
-        )
-        if first:
-            state = self._initial_state(params, classes, batch.X.shape[1])
-        else:
-            state = self._state()
+        with _restore_feature_attributes_on_error(self):
+            batch, classes = self._validate_batch(
+                X, y, sample_group, None, reset=first, classes=classes
+            )
+            if first:
+                state = self._initial_state(params, classes, batch.X.shape[1])
+            else:
+                state = self._state()
         Xa = self._features(batch.X, params)
         targets = self._targets(batch.y, classes)
         codes, n_new = self._learner_codes(state, batch.site_labels, batch.site_codes)
