@@ -25,6 +25,7 @@ guarantee.
 import numpy as np
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import validate_data
+from .linear_model._base import _restore_feature_attributes_on_error
 from .privacy._accounting import _check_positive_finite
 
 __all__ = ["BoundedScaler", "RowNormClipper"]
@@ -43,7 +44,39 @@ def _row_norms(X, norm):
     return peak * np.sqrt(np.einsum("ij,ij->i", X / safe[:, None], X / safe[:, None]))
 
 
-class RowNormClipper(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+class _DataIndependentTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+    """``fit`` validates only; the map is fixed by the hyperparameters."""
+
+    def _check_params(self, n_features):
+        raise NotImplementedError
+
+    def fit(self, X, y=None):
+        """Validate the hyperparameters and ``X``; record ``n_features_in_``.
+
+        Nothing is computed from ``X``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : object
+        """
+        with _restore_feature_attributes_on_error(self):
+            X = validate_data(self, X, dtype=np.float64)
+            self._check_params(X.shape[1])
+        return self
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.requires_fit = False
+        return tags
+
+
+class RowNormClipper(_DataIndependentTransformer):
     """Scale each row into the ball of radius ``max_norm``.
 
     Row ``x`` becomes ``x · min(1, max_norm / ‖x‖)``: rows inside the ball
@@ -96,29 +129,10 @@ class RowNormClipper(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         self.max_norm = max_norm
         self.norm = norm
 
-    def _check_params(self):
+    def _check_params(self, n_features=None):
         if self.norm not in _NORMS:
             raise ValueError(f"norm must be one of {_NORMS}, got {self.norm!r}.")
         return _check_positive_finite(self.max_norm, "max_norm")
-
-    def fit(self, X, y=None):
-        """Validate the hyperparameters and ``X``; record ``n_features_in_``.
-
-        Nothing is computed from ``X``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : None
-            Ignored.
-
-        Returns
-        -------
-        self : RowNormClipper
-        """
-        self._check_params()
-        validate_data(self, X, dtype=np.float64)
-        return self
 
     def transform(self, X):
         """Scale each row of ``X`` into the ball.
@@ -140,13 +154,9 @@ class RowNormClipper(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         X[over] *= (max_norm / norms[over])[:, None]
         return X
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.requires_fit = False
-        return tags
 
 
-class BoundedScaler(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+class BoundedScaler(_DataIndependentTransformer):
     """Map given per-feature bounds onto ``[-1, 1]``, clipping outside them.
 
     Feature ``j`` becomes ``clip(2 (x_j - lower_j) / (upper_j - lower_j) - 1,
@@ -220,7 +230,7 @@ class BoundedScaler(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         self.upper = upper
         self.clip = clip
 
-    def _bounds(self, n_features):
+    def _check_params(self, n_features):
         """Validated ``(lower, width)`` broadcast to ``n_features``."""
         if not isinstance(self.clip, (bool, np.bool_)):
             raise ValueError(f"clip must be a bool, got {self.clip!r}.")
@@ -249,25 +259,6 @@ class BoundedScaler(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             )
         return lower, upper - lower
 
-    def fit(self, X, y=None):
-        """Validate the hyperparameters and ``X``; record ``n_features_in_``.
-
-        Nothing is computed from ``X``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : None
-            Ignored.
-
-        Returns
-        -------
-        self : BoundedScaler
-        """
-        X = validate_data(self, X, dtype=np.float64)
-        self._bounds(X.shape[1])
-        return self
-
     def transform(self, X):
         """Map each feature's bounds onto ``[-1, 1]`` (and clip).
 
@@ -282,13 +273,9 @@ class BoundedScaler(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
             In ``[-1, 1]`` when ``clip=True``.
         """
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        lower, width = self._bounds(X.shape[1])
+        lower, width = self._check_params(X.shape[1])
         Z = 2.0 * ((X - lower) / width) - 1.0
         if self.clip:
             np.clip(Z, -1.0, 1.0, out=Z)
         return Z
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.requires_fit = False
-        return tags
