@@ -15,28 +15,20 @@ data-independent clip bound as our estimators use (minus the intercept's 1),
 so diffprivlib does not read it from the data.
 """
 
-import argparse
 import csv
-import os
-import pathlib
 import warnings
 
 import numpy as np
 
-from bench_dwd_epsilon import EPSILONS, RESULTS, cancer_task, gaussian_task
+from bench_dwd_epsilon import RESULTS, TASKS, sweep_design
 
 
 def main():
     from diffprivlib.models import LogisticRegression
 
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    quick = args.quick or os.environ.get("SKFEDPRIV_QUICK") == "1"
-    reps = 2 if quick else 10
-    epsilons = [0.1, 1.0, 10.0] if quick else EPSILONS
+    reps, epsilons, tag = sweep_design(__doc__)
     rows = []
-    for task_name, task in (("gaussian T1", gaussian_task), ("breast cancer", cancer_task)):
+    for task_name, task in TASKS:
         for rep in range(reps):
             X, y, g, b, Xt, yt, clip = task(rep)
             norm = float(np.sqrt(clip**2 - 1))
@@ -49,7 +41,7 @@ def main():
                 rows.append(dict(task=task_name, method="diffprivlib LogisticRegression (central, pooled)",
                                  epsilon=eps, rep=rep, accuracy=acc))
     RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / "dwd_epsilon_diffprivlib.csv", "w", newline="") as fh:
+    with open(RESULTS / f"dwd_epsilon_diffprivlib{tag}.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)

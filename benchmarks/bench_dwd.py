@@ -11,7 +11,7 @@ batch's XᵀDX, and offline ``fit`` at n = 100 000, p = 50 beside LinearSVC.
     python benchmarks/bench_dwd.py            # full (minutes)
     python benchmarks/bench_dwd.py --quick    # seconds
 
-Writes ``benchmarks/results/dwd.csv`` and ``benchmarks/results/dwd.md``.
+Writes ``benchmarks/results/dwd.csv``, ``.md`` and ``.png`` (``dwd_quick.*`` with ``--quick``).
 """
 
 import argparse
@@ -164,6 +164,7 @@ def main():
         print(text)
         return
     quick = args.quick or os.environ.get("SKFEDPRIV_QUICK") == "1"
+    tag = "_quick" if quick else ""  # quick runs never replace the full results
     reps = args.repetitions or (2 if quick else 10)
     settings = SETTINGS[:1] + SETTINGS[2:3] if quick else SETTINGS
     n_per_batch = 10
@@ -174,7 +175,7 @@ def main():
     RESULTS.mkdir(exist_ok=True)
     import csv
 
-    with open(RESULTS / "dwd.csv", "w", newline="") as fh:
+    with open(RESULTS / f"dwd{tag}.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
@@ -211,9 +212,9 @@ def main():
     lines += ["", "Offline fit on n={} rows, p=50: ".format(20_000 if quick else 100_000)
               + ", ".join(f"{k} {v:.3f} s" for k, v in big.items()) + "."]
     text = "\n".join(lines) + "\n"
-    (RESULTS / "dwd.md").write_text(text)
+    (RESULTS / f"dwd{tag}.md").write_text(text)
     print(text)
-    plot(rows, keys, RESULTS / "dwd.png")
+    plot(rows, keys, RESULTS / f"dwd{tag}.png")
 
 
 def plot(rows, keys, path):

@@ -13,7 +13,7 @@ scikit-learn <= 1.7 and runs in its own environment:
 
     python benchmarks/bench_dwd_epsilon.py [--quick]
 
-Writes results/dwd_epsilon.csv and results/dwd_epsilon.png.
+Writes results/dwd_epsilon.csv, .md and .png (``*_quick`` files with ``--quick``).
 
 Breast cancer is standardized with statistics of the training rows; that
 step reads the data and is outside every guarantee (see docs).
@@ -61,15 +61,24 @@ def stream(clf, X, y, g, b):
     return clf
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__)
+TASKS = (("gaussian T1", gaussian_task), ("breast cancer", cancer_task))
+
+
+def sweep_design(description):
+    """Repetitions and ε grid from the command line (``--quick``), shared with
+    bench_diffprivlib.py so both sweeps run on the same splits."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     quick = args.quick or os.environ.get("SKFEDPRIV_QUICK") == "1"
-    reps = 2 if quick else 10
-    epsilons = [0.1, 1.0, 10.0] if quick else EPSILONS
+    # quick runs write *_quick files, so they never replace the full results
+    return (2, [0.1, 1.0, 10.0], "_quick") if quick else (10, EPSILONS, "")
+
+
+def main():
+    reps, epsilons, tag = sweep_design(__doc__)
     rows = []
-    for task_name, task in (("gaussian T1", gaussian_task), ("breast cancer", cancer_task)):
+    for task_name, task in TASKS:
         for rep in progress(range(reps), label=task_name):
             X, y, g, b, Xt, yt, clip = task(rep)
             base = stream(DWDClassifier(), X, y, g, b).score(Xt, yt)
@@ -88,11 +97,11 @@ def main():
                     rows.append(dict(task=task_name, method=mech, epsilon=eps, rep=rep, accuracy=acc))
         print("done", task_name, flush=True)
     RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / "dwd_epsilon.csv", "w", newline="") as fh:
+    with open(RESULTS / f"dwd_epsilon{tag}.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    extra = RESULTS / "dwd_epsilon_diffprivlib.csv"
+    extra = RESULTS / f"dwd_epsilon_diffprivlib{tag}.csv"
     if extra.exists():
         with open(extra) as fh:
             rows += [dict(r, accuracy=float(r["accuracy"])) for r in csv.DictReader(fh)]
@@ -103,7 +112,7 @@ def main():
     for (task, method, eps), accs in summary.items():
         lines.append(f"| {task} | {method} | {eps} | {np.nanmean(accs):.3f} ± {np.nanstd(accs):.3f} |")
     text = "\n".join(lines) + "\n"
-    (RESULTS / "dwd_epsilon.md").write_text(text)
+    (RESULTS / f"dwd_epsilon{tag}.md").write_text(text)
     print(text)
     try:
         import matplotlib
@@ -127,7 +136,7 @@ def main():
         ax.set_title(task)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(RESULTS / "dwd_epsilon.png", dpi=110)
+    fig.savefig(RESULTS / f"dwd_epsilon{tag}.png", dpi=110)
 
 
 if __name__ == "__main__":
