@@ -8,9 +8,10 @@ exactly as it was.
 """
 
 import contextlib
+import copy
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets, unique_labels
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -65,6 +66,28 @@ def check_sample_weight(sample_weight, n_samples):
     return weights
 
 
+class TrainingState:
+    """The secret training state of a fitted estimator, in one object.
+
+    Everything an estimator needs to continue a stream but must not publish
+    lives here: noise generators and noise-stream state, raw (un-noised)
+    sums and curvature, gossip and tree buffers. It is held by the estimator
+    as ``_training_state`` and is never part of a release:
+    :meth:`FederatedClassifierMixin.release` drops it. Its repr shows the
+    names it holds, never the values.
+    """
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+    def __repr__(self):
+        return f"TrainingState(<secret: {', '.join(sorted(vars(self)))}>)"
+
+
+class ReleasedModelError(RuntimeError):
+    """Training was asked of a released model, which holds no training state."""
+
+
 class Batch:
     """One validated batch: features, labels, sites and row weights."""
 
@@ -92,6 +115,53 @@ class FederatedClassifierMixin(ClassifierMixin):
     __metadata_request__fit = {"sample_group": True}
     __metadata_request__partial_fit = {"sample_group": True}
 
+    #: Private attribute names (beyond the public ``name_`` ones) that a
+    #: release keeps because prediction needs them; each must be a covered,
+    #: data-independent or noised quantity.
+    _release_private_attributes = ()
+
+    def _is_private(self):
+        """Whether a privacy mechanism is switched on (estimators override)."""
+        return getattr(self, "mechanism", None) is not None
+
+    def release(self):
+        """Return the release: a fitted copy holding only published attributes.
+
+        The returned estimator has the same hyperparameters and every public
+        fitted attribute (``coef_``, ``intercept_``, ``classes_``, ...), each
+        of which is covered by the privacy claim of the mechanism (see the
+        estimator's Notes) or data-independent. It holds no training state
+        (noise streams, generators, raw sums, curvature): it predicts,
+        scores, pickles and can be shared. Publish this object, never the
+        training estimator itself, whose pickle carries the secret state
+        needed to continue the stream.
+
+        ``partial_fit`` on a release raises :class:`ReleasedModelError`;
+        ``fit`` starts a new stream (and spends the budget anew).
+
+        Returns
+        -------
+        released : estimator
+            A new fitted estimator of the same class.
+        """
+        check_is_fitted(self)
+        released = clone(self)
+        for name, value in vars(self).items():
+            public = name.endswith("_") and not name.startswith("_")
+            if public or name in self._release_private_attributes:
+                setattr(released, name, copy.deepcopy(value))
+        return released
+
+    def _check_can_continue(self):
+        """Raise if a fitted estimator has no training state (a release)."""
+        if hasattr(self, "classes_") and not hasattr(self, "_training_state"):
+            raise ReleasedModelError(
+                f"This {type(self).__name__} is a release (see release()): it "
+                "holds no training state, so it cannot continue a stream with "
+                "partial_fit. Continue on the training estimator, or call fit "
+                "to start a new stream."
+            )
+
     def _validate_batch(self, X, y, sample_group, sample_weight, *, reset, classes=None,
                         infer_classes=False):
         """Validate a batch and the classes it is labelled with.
@@ -114,10 +184,47 @@ class FederatedClassifierMixin(ClassifierMixin):
                 check_classification_targets(y)
             site_labels, site_codes = check_sample_group(sample_group, X.shape[0])
             weights = check_sample_weight(sample_weight, X.shape[0])
-            if infer_classes:
+            classes = self._declared_classes(classes, first_call=reset or infer_classes)
+            if infer_classes and classes is None:
                 classes = unique_labels(y)
             batch_classes = self._resolve_classes(y, classes, first_call=reset)
         return Batch(X, y, site_labels, site_codes, weights), batch_classes
+
+    def _declared_classes(self, classes, *, first_call):
+        """The label set declared by the user, or None.
+
+        A label set read from the data would reveal a row's label (a row with
+        a new label changes ``classes_`` and the shape of ``coef_``), so under
+        a privacy mechanism it must be declared: through the ``classes``
+        hyperparameter or the ``classes`` argument of the first
+        ``partial_fit``. Without a mechanism ``fit`` infers it, as in
+        scikit-learn.
+        """
+        declared = getattr(self, "classes", None)
+        if declared is not None:
+            declared = np.asarray(declared)
+            if declared.ndim != 1:
+                raise ValueError(
+                    f"classes must be a 1-d array-like of labels, got shape {declared.shape}."
+                )
+            declared = unique_labels(declared)
+            if classes is not None and not np.array_equal(
+                unique_labels(np.asarray(classes)), declared
+            ):
+                raise ValueError(
+                    f"classes={classes!r} passed to partial_fit differs from the "
+                    f"classes hyperparameter {declared!r}."
+                )
+            return declared
+        if classes is None and first_call and self._is_private():
+            raise ValueError(
+                "With a privacy mechanism the label set must be declared, not read "
+                "from the data (a row with a new label would change classes_ and "
+                "the shape of coef_): set the classes hyperparameter, e.g. "
+                f"{type(self).__name__}(..., classes=[0, 1]), or pass classes= to "
+                "the first partial_fit."
+            )
+        return classes
 
     def _resolve_classes(self, y, classes, *, first_call):
         if classes is None and first_call:
@@ -227,6 +334,8 @@ def is_balanced_class_weight(class_weight):
 
 __all__ = [
     "Batch",
+    "ReleasedModelError",
+    "TrainingState",
     "FederatedClassifierMixin",
     "BaseEstimator",
     "check_sample_weight",

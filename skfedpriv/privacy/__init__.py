@@ -25,10 +25,12 @@ from ._accounting import (
 )
 from ._clipping import clip_rows, clip_vectors
 from ._mechanisms import (
+    SeededNoiseWarning,
     as_generator,
     gaussian_noise,
     laplace_noise,
     symmetric_gaussian_noise,
+    warn_if_seeded,
 )
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "PrivacyBudget",
     "PrivacyBudgetError",
     "PrivacyLedger",
+    "SeededNoiseWarning",
     "as_generator",
     "check_privacy_params",
     "clip_rows",
@@ -48,6 +51,7 @@ __all__ = [
     "laplace_noise",
     "laplace_scale",
     "symmetric_gaussian_noise",
+    "warn_if_seeded",
     "zcdp_rho",
     "zcdp_to_dp",
 ]

@@ -21,10 +21,12 @@ import numbers
 import numpy as np
 
 __all__ = [
+    "SeededNoiseWarning",
     "as_generator",
     "gaussian_noise",
     "laplace_noise",
     "symmetric_gaussian_noise",
+    "warn_if_seeded",
 ]
 
 
@@ -228,3 +230,35 @@ def symmetric_gaussian_noise(d, sigma, *, random_state=None):
     noise[rows, cols] = values
     noise[cols, rows] = values
     return noise
+
+
+class SeededNoiseWarning(UserWarning):
+    """A private mechanism draws its noise from a fixed, reproducible seed.
+
+    Anyone who knows the seed can regenerate the noise and subtract it from
+    the release, which then carries no privacy at all.
+    """
+
+
+def warn_if_seeded(random_state, owner):
+    """Warn when a private release would draw its noise from a fixed seed.
+
+    Parameters
+    ----------
+    random_state : object
+        The estimator's ``random_state`` hyperparameter.
+    owner : str
+        Who draws the noise (for the message).
+    """
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        import warnings
+
+        warnings.warn(
+            f"{owner} draws its privacy noise from the fixed seed "
+            f"random_state={int(random_state)}: whoever knows the seed can "
+            "regenerate the noise and remove it, and the release is then not "
+            "private. Use random_state=None (fresh OS entropy) for a real "
+            "release; fixed seeds are for tests and reproducible experiments.",
+            SeededNoiseWarning,
+            stacklevel=3,
+        )
