@@ -324,3 +324,126 @@ def test_grid_search_process_backend_refuses_an_in_memory_budget():
     with pytest.raises(ValueError, match="fits failed"):
         GridSearchCV(_private_dwd(budget), {"q": [0.5, 1.0]}, cv=3, n_jobs=2).fit(*_toy_data())
     assert len(budget.ledger) == 0
+
+
+# ---------------------------------------------------------------------------
+# Flower sites: the release ledger in a file (one-process protocol, as in
+# tests/test_flower.py; a new LocalTransport with new site objects is what a
+# new Flower run gives the sites: fresh context.state)
+# ---------------------------------------------------------------------------
+
+from skfedpriv import LogisticRegression  # noqa: E402
+from skfedpriv.flower import (  # noqa: E402
+    DWDSite,
+    LearnerPrivacy,
+    LocalTransport,
+    LogisticSite,
+    SiteLedgerFile,
+    SitePrivacy,
+    federated_partial_fit,
+)
+
+
+def _site_data(n=180, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    y = (X[:, 0] - X[:, 1] > 0).astype(int)
+    return X, y, np.arange(n) % 3, (np.arange(n) >= n // 2).astype(int)
+
+
+def _dwd_run(X, y, g, b, ledger_path, batches=(0, 1), epsilon=2.0):
+    est = DWDClassifier(mechanism="local-gaussian", epsilon=epsilon, clip_norm=3.0,
+                        online_steps=2, random_state=0)
+    sites = [DWDSite(lambda k, s=s: (X[(g == s) & (b == k)], y[(g == s) & (b == k)]),
+                     SitePrivacy.from_estimator(est, random_state=10 + s, ledger_path=ledger_path),
+                     name=f"s{s}") for s in range(3)]
+    transport = LocalTransport(sites)
+    for batch in batches:
+        federated_partial_fit(est, transport, batch, classes=[0, 1] if batch == 0 else None)
+    return est, transport
+
+
+def test_flower_site_ledger_file_holds_across_runs(tmp_path):
+    X, y, g, b = _site_data()
+    path = tmp_path / "sites.sqlite"
+    est, transport = _dwd_run(X, y, g, b, path)
+    # the file counts exactly what the in-memory ledger of the same run counts
+    _, plain = _dwd_run(X, y, g, b, None)
+    ledger = SiteLedgerFile(path)
+    for s in range(3):
+        assert ledger.counts(f"s{s}") == plain.ledgers[s] != {}
+        assert transport.ledgers[s] == {}  # nothing kept in the run's state
+    # same seeds, same counts: the same model as the in-memory run
+    np.testing.assert_array_equal(est.coef_, _dwd_run(X, y, g, b, None)[0].coef_)
+    # a new run on the same rows: without the file the sites answer again
+    # (the hole), with it they refuse and count nothing more
+    _dwd_run(X, y, g, b, None)
+    before = {s: ledger.counts(f"s{s}") for s in range(3)}
+    with pytest.raises(PermissionError, match="calibrated releases"):
+        _dwd_run(X, y, g, b, path)
+    assert {s: ledger.counts(f"s{s}") for s in range(3)} == before
+    # another calibration on the same file is refused
+    with pytest.raises(PermissionError, match="calibration"):
+        _dwd_run(X, y, g, b, path, epsilon=1.0)
+
+
+def _charge_site(path, k, cap, queue):
+    ledger, ok = SiteLedgerFile(path), 0
+    for _ in range(k):
+        try:
+            ledger.charge("s0", "cal", "releases-0", 1, cap)
+            ok += 1
+        except PermissionError:
+            pass
+    queue.put(ok)
+
+
+def test_flower_site_ledger_file_serializes_processes(tmp_path):
+    path = str(tmp_path / "site.sqlite")
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_charge_site, args=(path, 10, 25, queue)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    total = sum(queue.get(timeout=300) for _ in procs)
+    for p in procs:
+        p.join(120)
+    assert total == 25
+    assert SiteLedgerFile(path).counts("s0") == {"releases-0": 25}
+
+
+def _logistic_sites(X, y, g, rnd, est, ledger_path):
+    def loader(s):
+        return lambda batch: (X[(g == s) & (rnd == batch)], y[(g == s) & (rnd == batch)])
+    return [LogisticSite(loader(s), LearnerPrivacy.from_estimator(
+        est, random_state=100 + s, ledger_path=ledger_path), name=f"s{s}") for s in range(3)]
+
+
+def test_flower_learner_stream_in_a_file_holds_across_runs(tmp_path):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(150, 3))
+    y = (X[:, 0] > 0).astype(int)
+    g, rnd = np.arange(150) % 3, rng.integers(0, 4, 150)
+
+    def estimator():
+        return LogisticRegression(mechanism="toeplitz", epsilon=2.0, delta=1e-5, n_rounds=4,
+                                  random_state=0)
+
+    # one run, state in the run
+    one = estimator()
+    transport = LocalTransport(_logistic_sites(X, y, g, rnd, one, None))
+    for r in range(4):
+        federated_partial_fit(one, transport, r, classes=[0, 1] if r == 0 else None)
+    # the stream split over two runs with a file: the learners continue it exactly
+    path = tmp_path / "learners.sqlite"
+    two = estimator()
+    for rounds in ([0, 1], [2, 3]):
+        transport = LocalTransport(_logistic_sites(X, y, g, rnd, two, path))
+        for r in rounds:
+            federated_partial_fit(two, transport, r, classes=[0, 1] if r == 0 else None)
+    np.testing.assert_array_equal(one.coef_, two.coef_)
+    # a later run cannot restart the stream at round 0
+    site = _logistic_sites(X, y, g, rnd, two, path)[0]
+    request = dict(transport.log[-1][0], round=0, batch=0)
+    with pytest.raises(PermissionError, match="once, in order"):
+        site.handle(request, {})
