@@ -258,6 +258,11 @@ class PrivacyBudget:
             return (_reopen_file_budget, (self.path, self.epsilon, self.delta))
         return (_restore_memory_budget, (self._token, self._pid, self.epsilon, self.delta))
 
+    def __setstate__(self, state):
+        # A pickle from before budgets reduced themselves: a detached copy.
+        self._setup(state["epsilon"], state["delta"], None)
+        self._detached = True
+
     def __repr__(self):
         where = "" if self.path is None else f", path={self.path!r}"
         detached = ", detached" if self._unusable() else ""
