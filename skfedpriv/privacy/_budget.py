@@ -115,7 +115,9 @@ class PrivacyBudget:
         budget and its ledger live in an SQLite file at ``path`` (created if
         missing). The file records ``(epsilon, delta)``; opening an existing
         file with other totals raises ValueError (use
-        :meth:`from_file` to open it with its own totals).
+        :meth:`from_file` to open it with its own totals). Keep it on a
+        local file system: SQLite's locks, which serialize the charges, are
+        unreliable on some network file systems.
 
     Attributes
     ----------
