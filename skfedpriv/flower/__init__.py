@@ -46,7 +46,7 @@ True
 
 from ._apps import GridTransport, make_client_app, make_server_app
 from ._server import LocalTransport, RemoteSites, federated_fit, federated_partial_fit
-from ._site import DWDSite, LearnerPrivacy, LogisticSite, SitePrivacy
+from ._site import DWDSite, LearnerPrivacy, LogisticSite, SiteLedgerFile, SitePrivacy
 
 __all__ = [
     "DWDSite",
@@ -55,6 +55,7 @@ __all__ = [
     "LocalTransport",
     "LogisticSite",
     "RemoteSites",
+    "SiteLedgerFile",
     "SitePrivacy",
     "federated_fit",
     "federated_partial_fit",

@@ -59,7 +59,9 @@ def make_client_app(load_batch, privacy=None, *, protocol="dwd"):
         ``LearnerPrivacy`` for ``'logistic'``). With them, the site only
         ever sends noised summaries (DWD) or noised messages ``ĝ_i^r``
         (logistic); its release counts or its noise stream live in the
-        client's ``context.state``.
+        client's ``context.state`` (reset by each Flower run), or, with
+        ``ledger_path=`` in the privacy parameters, in the site's ledger file
+        (held across runs and processes).
     protocol : {'dwd', 'logistic'}, default='dwd'
         The estimator the server fits: ``DWDClassifier`` (the site is a
         :class:`DWDSite`) or ``LogisticRegression`` (a

@@ -19,7 +19,9 @@ replies only with ``ĝ_i^r = g_i^r +`` its noise increment.
 
 import math
 import numbers
+import os
 import pickle
+import sqlite3
 
 import numpy as np
 
@@ -37,6 +39,128 @@ from ..linear_model._logistic import LogisticRegression
 from ..privacy import check_privacy_params, gaussian_noise, symmetric_gaussian_noise
 
 PROTOCOL_VERSION = 1
+
+
+class SiteLedgerFile:
+    """A site's release ledger in an SQLite file, shared by every process and run.
+
+    A Flower ClientApp process lives for one message, and a Flower run's
+    ``context.state`` for one run; a site whose ledger must hold across runs
+    and concurrent processes keeps it in a file instead (``ledger_path=`` of
+    :class:`SitePrivacy` / :class:`LearnerPrivacy`). Every check-and-charge
+    is one ``BEGIN IMMEDIATE`` transaction, so concurrent processes are
+    serialized. The file records each site's calibration (the privacy
+    parameters that fix its noise and its release caps) and refuses a site
+    that opens it with another one: counts made under one calibration do not
+    bound releases under another.
+
+    Parameters
+    ----------
+    path : str or path-like
+        Created if missing. Keep it at the site (it may hold the site's
+        noise-stream state).
+    """
+
+    _SCHEMA = (
+        "CREATE TABLE IF NOT EXISTS skfedpriv_site ("
+        " site TEXT PRIMARY KEY, calibration TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS skfedpriv_site_ledger ("
+        " site TEXT NOT NULL, key TEXT NOT NULL, used INTEGER, state BLOB,"
+        " PRIMARY KEY (site, key))",
+    )
+
+    def __init__(self, path):
+        self.path = os.path.abspath(os.fspath(path))
+
+    def _transaction(self, site, calibration, body):
+        """Run ``body(conn)`` in one write transaction, after checking the calibration."""
+        conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in self._SCHEMA:
+                    conn.execute(statement)
+                row = conn.execute("SELECT calibration FROM skfedpriv_site WHERE site = ?",
+                                   (site,)).fetchone()
+                if row is None:
+                    conn.execute("INSERT INTO skfedpriv_site VALUES (?, ?)", (site, calibration))
+                elif row[0] != calibration:
+                    raise PermissionError(
+                        f"site {site}: the ledger file {self.path!r} was kept under the "
+                        f"calibration {row[0]}, not {calibration}; refusing."
+                    )
+                result = body(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+        finally:
+            conn.close()
+
+    def charge(self, site, calibration, key, cost, cap):
+        """Count ``cost`` releases under ``key`` if they stay within ``cap``.
+
+        Returns
+        -------
+        used : int
+            The count before this charge.
+
+        Raises
+        ------
+        PermissionError
+            If ``used + cost > cap`` (nothing is counted) or the calibration differs.
+        """
+        def body(conn):
+            row = conn.execute("SELECT used FROM skfedpriv_site_ledger WHERE site = ? AND key = ?",
+                               (site, key)).fetchone()
+            used = 0 if row is None else int(row[0])
+            if used + cost > cap:
+                raise PermissionError(
+                    f"site {site}: {key} has used {used} of its {cap} calibrated releases "
+                    f"(ledger file {self.path!r}, kept across runs); refusing more."
+                )
+            conn.execute("INSERT OR REPLACE INTO skfedpriv_site_ledger (site, key, used) "
+                         "VALUES (?, ?, ?)", (site, key, used + cost))
+            return used
+        return self._transaction(site, calibration, body)
+
+    def update_state(self, site, calibration, key, update):
+        """Atomically replace the state under ``key`` by ``update(old)`` (bytes or None).
+
+        ``update`` returns ``(new_state, result)``; ``new_state=None`` keeps
+        the old state. Returns ``result``.
+        """
+        def body(conn):
+            row = conn.execute("SELECT state FROM skfedpriv_site_ledger WHERE site = ? AND key = ?",
+                               (site, key)).fetchone()
+            new, result = update(None if row is None else bytes(row[0]))
+            if new is not None:
+                conn.execute("INSERT OR REPLACE INTO skfedpriv_site_ledger (site, key, state) "
+                             "VALUES (?, ?, ?)", (site, key, sqlite3.Binary(new)))
+            return result
+        return self._transaction(site, calibration, body)
+
+    def counts(self, site):
+        """``{key: used}`` of one site (empty if the file or the site is new)."""
+        if not os.path.exists(self.path):
+            return {}
+        conn = sqlite3.connect(self.path, timeout=60.0)
+        try:
+            rows = conn.execute("SELECT key, used FROM skfedpriv_site_ledger "
+                                "WHERE site = ? AND used IS NOT NULL", (site,)).fetchall()
+        except sqlite3.OperationalError:  # no tables yet
+            return {}
+        finally:
+            conn.close()
+        return {k: int(v) for k, v in rows}
+
+    def __repr__(self):
+        return f"SiteLedgerFile({self.path!r})"
+
+
+def _ledger_file(ledger_path):
+    return None if ledger_path is None else SiteLedgerFile(ledger_path)
 
 
 class SitePrivacy:
@@ -61,10 +185,18 @@ class SitePrivacy:
         Seed of this site's noise; ``None`` draws OS entropy for every
         release. Keep it secret from the server: whoever knows it can
         subtract the noise. An integer is for reproducible experiments.
+    ledger_path : str or path-like or None, default=None
+        Where the site counts its releases. ``None``: in the ledger dict the
+        caller keeps (Flower: the run's ``context.state``), so a new Flower
+        run starts from zero. A path: in a :class:`SiteLedgerFile` at the
+        site, so the counts hold across Flower runs and concurrent
+        processes, and a batch whose calibrated releases are used up is
+        refused in every later run.
     """
 
     def __init__(self, epsilon, delta, clip_norm, *, q=1.0, online_steps=10,
-                 fit_intercept=True, calibration="analytic", random_state=None):
+                 fit_intercept=True, calibration="analytic", random_state=None,
+                 ledger_path=None):
         self.epsilon, self.delta = check_privacy_params(epsilon, delta, require_delta=True)
         if not (isinstance(clip_norm, numbers.Real) and math.isfinite(clip_norm) and clip_norm > 0):
             raise ValueError(f"clip_norm must be finite and > 0, got {clip_norm!r}.")
@@ -84,9 +216,10 @@ class SitePrivacy:
         ):
             raise TypeError("random_state must be an int or None (it must survive processes).")
         self.random_state = random_state
+        self.ledger_file = _ledger_file(ledger_path)
 
     @classmethod
-    def from_estimator(cls, estimator, random_state=None):
+    def from_estimator(cls, estimator, random_state=None, ledger_path=None):
         """The site parameters matching a ``DWDClassifier(mechanism='local-gaussian')``."""
         if estimator.mechanism != "local-gaussian":
             raise ValueError("only mechanism='local-gaussian' runs its noise at the sites.")
@@ -94,7 +227,13 @@ class SitePrivacy:
             estimator.epsilon, estimator.delta, estimator.clip_norm, q=estimator.q,
             online_steps=estimator.online_steps, fit_intercept=estimator.fit_intercept,
             calibration=estimator.calibration, random_state=random_state,
+            ledger_path=ledger_path,
         )
+
+    def calibration_key(self):
+        """The parameters that fix the noise and the release caps (as text)."""
+        return repr(("dwd-local-gaussian", self.epsilon, self.delta, self.clip_norm, self.q,
+                     self.online_steps, self.fit_intercept, self.calibration))
 
     def unit_sigma(self, n_models, first):
         releases = local_gaussian_releases(n_models, self.online_steps, first)
@@ -248,16 +387,23 @@ class DWDSite(_Site):
         first = batch == 0
         p1 = X.shape[1] + int(fit_intercept)
         sigma = privacy.unit_sigma(n_models, first)
+        if kind not in ("gradient", "curvature", "gram"):
+            raise ValueError(f"unknown noised summary {kind!r}.")
         cost = 1 if kind == "gram" else n_models
         if kind == "gram" and not first:
             raise PermissionError("the Gram matrix is released in the first batch only.")
         key = f"releases-{batch}"
-        used = int(ledger.get(key, 0))
-        if used + cost > privacy.release_cap(n_models, first):
-            raise PermissionError(
-                f"site {self.name}: batch {batch} has used {used} of its "
-                f"{privacy.release_cap(n_models, first)} calibrated releases; refusing more."
-            )
+        cap = privacy.release_cap(n_models, first)
+        if privacy.ledger_file is not None:  # counted in the file, across runs and processes
+            used = privacy.ledger_file.charge(self.name, privacy.calibration_key(), key, cost, cap)
+        else:
+            used = int(ledger.get(key, 0))
+            if used + cost > cap:
+                raise PermissionError(
+                    f"site {self.name}: batch {batch} has used {used} of its "
+                    f"{cap} calibrated releases; refusing more."
+                )
+            ledger[key] = used + cost  # counted before the value is computed
         rng = np.random.default_rng(
             None if privacy.random_state is None else [privacy.random_state, batch, used]
         )
@@ -275,9 +421,6 @@ class DWDSite(_Site):
         elif kind == "gram":
             std = sigma * gram_sensitivity(privacy.clip_norm)
             value = augmented_gram(X, w, fit_intercept) + symmetric_gaussian_noise(p1, std, random_state=rng)
-        else:
-            raise ValueError(f"unknown noised summary {kind!r}.")
-        ledger[key] = used + cost  # counted before the value leaves the site
         reply.update(value=value, std=float(std))
         return reply
 
@@ -324,11 +467,19 @@ class LearnerPrivacy:
         when the learner joins (the generator then lives in the learner's
         state). Keep it secret from the server: whoever knows it can
         subtract the noise. An integer is for reproducible experiments.
+    ledger_path : str or path-like or None, default=None
+        Where the learner keeps its state (noise stream, pending increments,
+        next round). ``None``: in the state dict the caller keeps (Flower:
+        the run's ``context.state``), so a new Flower run starts a new
+        stream. A path: in a :class:`SiteLedgerFile` at the learner, so the
+        stream and its round counter hold across Flower runs and concurrent
+        processes (a later run cannot restart round 0). The file then holds
+        the noise stream: keep it at the learner.
     """
 
     def __init__(self, mechanism, epsilon, delta, *, n_rounds=100, local_steps=5,
                  learning_rate=0.5, clip_norm=1.0, feature_clip_norm=None, alpha=0.0,
-                 fit_intercept=True, random_state=None):
+                 fit_intercept=True, random_state=None, ledger_path=None):
         if mechanism is None:
             raise ValueError("a LearnerPrivacy needs a mechanism (None adds no noise: use privacy=None).")
         self.estimator = LogisticRegression(
@@ -345,12 +496,18 @@ class LearnerPrivacy:
         ):
             raise TypeError("random_state must be an int or None (it must survive processes).")
         self.random_state = random_state
+        self.ledger_file = _ledger_file(ledger_path)
 
     @classmethod
-    def from_estimator(cls, estimator, random_state=None):
+    def from_estimator(cls, estimator, random_state=None, ledger_path=None):
         """The learner parameters matching a private ``LogisticRegression``."""
         values = estimator.get_params()
-        return cls(**{k: values[k] for k in LOGISTIC_PARAMS}, random_state=random_state)
+        return cls(**{k: values[k] for k in LOGISTIC_PARAMS}, random_state=random_state,
+                   ledger_path=ledger_path)
+
+    def calibration_key(self):
+        """The parameters that fix the noise stream (as text)."""
+        return repr(("logistic", sorted(self.params.items()), self.noise_std))
 
 
 class LogisticSite(_Site):
@@ -439,26 +596,41 @@ class LogisticSite(_Site):
             return reply
         # lines 11-12 with the learner's own stream
         r = int(request["round"])
-        saved = ledger.get(_LEARNER_STATE)
-        state = pickle.loads(saved) if saved is not None else None
-        if state is None and not present:
-            return reply  # not joined yet: no stream, nothing sent
-        if state is None:  # joins now: a fresh stream, first increment this round
-            rng = np.random.default_rng(privacy.random_state)
-            state = dict(next_round=r, pending=np.zeros(n_models * p), stream=privacy.factorization.noise_stream(
-                rng, privacy.noise_std, (n_models * p,)))
-        elif r != state["next_round"]:
-            raise PermissionError(
-                f"site {self.name}: asked for round {r}, its next round is {state['next_round']}; "
-                "every round is answered once, in order."
-            )
-        if state["pending"].shape != (n_models * p,):
-            raise ValueError(f"site {self.name}: the model changed shape within a stream.")
-        pending = state["pending"] + state["stream"].next()  # raises past n_rounds
-        if present:
-            reply["message"] = g + pending
-            pending = np.zeros_like(pending)
-        state.update(next_round=r + 1, pending=pending)
-        ledger[_LEARNER_STATE] = pickle.dumps(state)  # kept before the message leaves
+
+        def advance(saved):
+            """(new saved state or None, (joined, message or None)) for round r."""
+            state = pickle.loads(saved) if saved is not None else None
+            if state is None and not present:
+                return None, (False, None)  # not joined yet: no stream, nothing sent
+            if state is None:  # joins now: a fresh stream, first increment this round
+                rng = np.random.default_rng(privacy.random_state)
+                state = dict(next_round=r, pending=np.zeros(n_models * p), stream=privacy.factorization.noise_stream(
+                    rng, privacy.noise_std, (n_models * p,)))
+            elif r != state["next_round"]:
+                raise PermissionError(
+                    f"site {self.name}: asked for round {r}, its next round is {state['next_round']}; "
+                    "every round is answered once, in order."
+                )
+            if state["pending"].shape != (n_models * p,):
+                raise ValueError(f"site {self.name}: the model changed shape within a stream.")
+            pending = state["pending"] + state["stream"].next()  # raises past n_rounds
+            message = None
+            if present:
+                message = g + pending
+                pending = np.zeros_like(pending)
+            state.update(next_round=r + 1, pending=pending)
+            return pickle.dumps(state), (True, message)  # kept before the message leaves
+
+        if privacy.ledger_file is not None:  # one transaction: read, advance, store
+            joined, message = privacy.ledger_file.update_state(
+                self.name, privacy.calibration_key(), _LEARNER_STATE, advance)
+        else:
+            saved, (joined, message) = advance(ledger.get(_LEARNER_STATE))
+            if saved is not None:
+                ledger[_LEARNER_STATE] = saved
+        if not joined:
+            return reply
+        if message is not None:
+            reply["message"] = message
         reply["std"] = privacy.noise_std
         return reply

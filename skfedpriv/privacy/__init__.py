@@ -2,7 +2,9 @@
 
 * :mod:`._accounting` — parameter validation, Laplace/Gaussian calibration,
   the exact Gaussian privacy profile, zCDP conversions, the
-  :class:`PrivacyLedger` and the shared :class:`PrivacyBudget`.
+  :class:`PrivacyLedger`.
+* :mod:`._budget` — the shared :class:`PrivacyBudget` (in memory or in an
+  SQLite file), which admits a spend iff the composed ledger fits.
 * :mod:`._mechanisms` — vectorized Laplace, Gaussian and symmetric-matrix
   Gaussian noise from a :class:`numpy.random.Generator`.
 * :mod:`._clipping` — norm clipping of rows and per-example gradients, the
@@ -11,8 +13,6 @@
 
 from ._accounting import (
     LedgerEntry,
-    PrivacyBudget,
-    PrivacyBudgetError,
     PrivacyLedger,
     check_privacy_params,
     gaussian_delta,
@@ -23,6 +23,7 @@ from ._accounting import (
     zcdp_rho,
     zcdp_to_dp,
 )
+from ._budget import PrivacyBudget, PrivacyBudgetError
 from ._clipping import clip_rows, clip_vectors
 from ._mechanisms import (
     SeededNoiseWarning,

@@ -13,12 +13,11 @@ Contents
 * the Gaussian privacy profile: :func:`gaussian_delta`, :func:`gaussian_epsilon`;
 * zero-concentrated DP: :func:`gaussian_zcdp`, :func:`zcdp_rho`, :func:`zcdp_to_dp`;
 * composition: :class:`PrivacyLedger` (records spends, composes them);
-* a shared budget: :class:`PrivacyBudget` and :class:`PrivacyBudgetError`.
+* the shared budget lives in :mod:`._budget` (re-exported here).
 """
 
 import math
 import numbers
-import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,8 +25,6 @@ from scipy.optimize import brentq, minimize_scalar
 from scipy.special import log_ndtr
 
 __all__ = [
-    "PrivacyBudget",
-    "PrivacyBudgetError",
     "PrivacyLedger",
     "LedgerEntry",
     "check_privacy_params",
@@ -39,19 +36,6 @@ __all__ = [
     "zcdp_rho",
     "zcdp_to_dp",
 ]
-
-# Relative tolerance when comparing accumulated floating-point spends with a
-# budget, so that e.g. ten spends of 0.1 fit into a budget of 1.0.
-_BUDGET_RTOL = 1e-9
-
-
-class PrivacyBudgetError(RuntimeError):
-    """Raised when a spend would exceed a privacy budget.
-
-    The spend that raises is not recorded: the budget and its ledger are left
-    exactly as they were before the call.
-    """
-
 
 # --------------------------------------------------------------------------
 # validation
@@ -830,193 +814,5 @@ def _checked_claim(epsilon, exact, mechanism):
     return epsilon
 
 
-# --------------------------------------------------------------------------
-# shared budget
-# --------------------------------------------------------------------------
-
-
-class PrivacyBudget:
-    """A privacy budget that several estimators (and clones) share.
-
-    Estimators take a ``PrivacyBudget`` as a hyperparameter and call
-    :meth:`spend` once per fit (or per release) before changing any state.
-    Spends are composed by **basic composition** across spends: the spent
-    budget is ``(Σ ε_i, Σ δ_i)``. This is a valid bound for any sequence of
-    (ε_i, δ_i)-DP releases on the same data, e.g. all candidate fits of a
-    grid search plus the refit, whatever each fit does internally. (The
-    ledger's :meth:`PrivacyLedger.total` may report a tighter figure when the
-    details of Gaussian spends are recorded; the budget enforces the basic
-    sum.)
-
-    Parameters
-    ----------
-    epsilon : float
-        Total ε allowed, finite and > 0.
-    delta : float, default=0.0
-        Total δ allowed, ``0 <= delta < 1``. With ``delta=0`` only pure-ε
-        spends fit.
-
-    Attributes
-    ----------
-    ledger : PrivacyLedger
-        Every accepted spend, in order.
-    spent : tuple of float
-        ``(Σ ε_i, Σ δ_i)`` over accepted spends.
-    remaining : tuple of float
-        ``(epsilon - Σ ε_i, delta - Σ δ_i)``, floored at 0.
-
-    Notes
-    -----
-    **Sharing.** :func:`sklearn.base.clone` deep-copies non-estimator
-    parameters; ``copy.copy`` and ``copy.deepcopy`` of a budget return the
-    budget itself, so a clone spends from the same budget
-    (``clone(est).budget is est.budget``). All operations take an internal
-    ``threading.Lock``, so threads (e.g. joblib's ``"threading"`` backend)
-    may spend concurrently.
-
-    **Processes.** Pickling creates an independent copy whose spends the
-    original never sees. Process-based parallelism — ``GridSearchCV(n_jobs>1)``
-    with joblib's default ``loky`` backend, ``multiprocessing`` — therefore
-    does NOT enforce a shared budget: each worker spends from its own copy.
-    With a shared budget use ``n_jobs=1`` or
-    ``joblib.parallel_backend("threading")``.
-
-    Spend sizes are compared with the budget with a relative tolerance of
-    1e-9, so that e.g. ten spends of 0.1 fit into ε = 1.
-
-    References
-    ----------
-    .. [1] C. Dwork and A. Roth, "The Algorithmic Foundations of Differential
-       Privacy", 2014, Theorem 3.16 (basic composition).
-
-    Examples
-    --------
-    >>> from skfedpriv.privacy import PrivacyBudget, PrivacyBudgetError
-    >>> budget = PrivacyBudget(1.0, 1e-5)
-    >>> budget.spend(0.6, 5e-6, note="fit 1")
-    >>> budget.spent
-    (0.6, 5e-06)
-    >>> try:
-    ...     budget.spend(0.6, 0.0, note="fit 2")
-    ... except PrivacyBudgetError:
-    ...     print("refused; spent is still", budget.spent)
-    refused; spent is still (0.6, 5e-06)
-    """
-
-    def __init__(self, epsilon, delta=0.0):
-        self.epsilon, self.delta = check_privacy_params(epsilon, delta)
-        self.ledger = PrivacyLedger()
-        self._eps_spent = 0.0
-        self._delta_spent = 0.0
-        self._lock = threading.Lock()
-
-    # -- sharing semantics -------------------------------------------------
-    def __copy__(self):
-        return self
-
-    def __deepcopy__(self, memo):
-        memo[id(self)] = self
-        return self
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    def __repr__(self):
-        return f"PrivacyBudget(epsilon={self.epsilon!r}, delta={self.delta!r})"
-
-    # -- queries -----------------------------------------------------------
-    @property
-    def spent(self):
-        with self._lock:
-            return (self._eps_spent, self._delta_spent)
-
-    @property
-    def remaining(self):
-        with self._lock:
-            return (max(0.0, self.epsilon - self._eps_spent),
-                    max(0.0, self.delta - self._delta_spent))
-
-    def _refusal(self, epsilon, delta, note):
-        """Return an error message if the spend does not fit, else None."""
-        new_eps = self._eps_spent + epsilon
-        new_delta = self._delta_spent + delta
-        over_eps = new_eps > self.epsilon * (1 + _BUDGET_RTOL)
-        over_delta = new_delta > self.delta * (1 + _BUDGET_RTOL)
-        if not (over_eps or over_delta):
-            return None
-        what = f" for {note!r}" if note else ""
-        return (
-            f"Privacy budget exceeded: spending (epsilon={epsilon!r}, "
-            f"delta={delta!r}){what} would bring the total to "
-            f"(epsilon={new_eps!r}, delta={new_delta!r}), over the budget "
-            f"(epsilon={self.epsilon!r}, delta={self.delta!r}); already spent "
-            f"(epsilon={self._eps_spent!r}, delta={self._delta_spent!r}) in "
-            f"{len(self.ledger)} spend(s)."
-        )
-
-    def check(self, epsilon, delta=0.0, note=""):
-        """Raise if spending (ε, δ) would exceed the budget; change nothing.
-
-        Parameters
-        ----------
-        epsilon : float
-            ε of the intended spend, finite and > 0.
-        delta : float, default=0.0
-            δ of the intended spend, ``0 <= delta < 1``.
-        note : str, default=""
-            What the spend is for (used in the error message).
-
-        Raises
-        ------
-        PrivacyBudgetError
-            If ``spent + (epsilon, delta)`` exceeds ``(self.epsilon,
-            self.delta)``.
-        """
-        epsilon, delta = check_privacy_params(epsilon, delta)
-        with self._lock:
-            msg = self._refusal(epsilon, delta, note)
-        if msg is not None:
-            raise PrivacyBudgetError(msg)
-
-    def spend(self, epsilon, delta=0.0, note="", *, mechanism="approx",
-              sigma=None, sensitivity=None, rho=None):
-        """Check, then record a spend of (ε, δ) atomically.
-
-        Parameters
-        ----------
-        epsilon : float
-            ε of the spend, finite and > 0.
-        delta : float, default=0.0
-            δ of the spend, ``0 <= delta < 1``.
-        note : str, default=""
-            What the spend is for; stored in the ledger.
-        mechanism : str, default="approx"
-            How the ledger should describe the spend (see
-            :meth:`PrivacyLedger.record`). The budget itself always adds
-            ``(epsilon, delta)``.
-        sigma, sensitivity, rho : float, optional
-            Mechanism details for the ledger.
-
-        Raises
-        ------
-        PrivacyBudgetError
-            If the spend would exceed the budget. Nothing is recorded then.
-        """
-        epsilon, delta = check_privacy_params(epsilon, delta)
-        entry = PrivacyLedger.make_entry(note, mechanism, epsilon, delta,
-                                         sigma=sigma, sensitivity=sensitivity,
-                                         rho=rho)
-        with self._lock:
-            msg = self._refusal(epsilon, delta, note)
-            if msg is None:
-                self._eps_spent += epsilon
-                self._delta_spent += delta
-                self.ledger._append(entry)
-        if msg is not None:
-            raise PrivacyBudgetError(msg)
+# The budget lives in ._budget; re-exported here for old imports.
+from ._budget import PrivacyBudget, PrivacyBudgetError  # noqa: E402,F401
