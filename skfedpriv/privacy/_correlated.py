@@ -37,7 +37,7 @@ import os
 import tempfile
 
 import numpy as np
-from scipy import linalg, optimize
+from scipy import linalg, optimize, special
 from scipy.signal import fftconvolve, lfilter
 
 from ._accounting import PrivacyBudgetError
@@ -1170,7 +1170,7 @@ def _blt_loss_and_grad(theta, omega, n_rounds):
 
 def _blt_objective(p, n_rounds):
     nb = p.size // 2
-    theta = 1.0 / (1.0 + np.exp(-p[:nb]))
+    theta = special.expit(p[:nb])
     omega = np.exp(p[nb:])
     with np.errstate(all="ignore"):
         loss, g_theta, g_omega = _blt_loss_and_grad(theta, omega, n_rounds)
@@ -1203,7 +1203,7 @@ def _blt_optimize(n_rounds, n_buffers):
     R = max(n_rounds, 2)
     best_f, best_p = fit(np.array([logit(1.0 - 1.0 / R), np.log(0.3)]))
     for m in range(2, n_buffers + 1):
-        theta = 1.0 / (1.0 + np.exp(-best_p[: m - 1]))
+        theta = special.expit(best_p[: m - 1])
         omega = np.exp(best_p[m - 1 :])
         candidates = []
         for new_theta in (1.0 - 0.5 / R, 1.0 - 2.0 / np.sqrt(R), 0.5):
@@ -1221,7 +1221,9 @@ def _blt_optimize(n_rounds, n_buffers):
                 [best_p[: m - 1], [logit(0.5)], best_p[m - 1 :], [np.log(1e-12)]]
             )
     nb = best_p.size // 2
-    theta = 1.0 / (1.0 + np.exp(-best_p[:nb]))
+    # a useless buffer's decay can underflow to 0 in the sigmoid; keep it a
+    # valid decay (its weight omega is negligible, so C does not change)
+    theta = np.clip(special.expit(best_p[:nb]), 1e-12, 1.0 - 1e-12)
     omega = np.exp(best_p[nb:])
     order = np.argsort(theta)[::-1]
     return theta[order], omega[order]
