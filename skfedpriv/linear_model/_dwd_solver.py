@@ -37,7 +37,6 @@ import warnings
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
-from scipy.linalg.blas import dsyrk
 from sklearn.exceptions import ConvergenceWarning
 
 from .._losses import (
@@ -59,18 +58,15 @@ _STALE = 5
 
 def _gram(X, row_weights):
     """``Xᵀ diag(d) X`` for ``d >= 0``: rows with ``d = 0`` are skipped and the
-    rest scaled by ``sqrt(d)`` so that one symmetric rank-k update (BLAS
-    syrk, half the flops of a general product) forms it."""
+    rest scaled by ``sqrt(d)``, so that numpy forms ``ZᵀZ`` with one symmetric
+    rank-k update (BLAS syrk, half the flops of a general product)."""
     keep = row_weights > 0
-    root = np.sqrt(row_weights[keep] if not keep.all() else row_weights)
-    Z = X[keep] if not keep.all() else X
-    if Z.shape[0] == 0:
-        return np.zeros((X.shape[1], X.shape[1]))
-    Z = Z * root[:, None]
-    if Z.dtype != np.float64:
-        return Z.T @ Z
-    upper = dsyrk(1.0, Z.T, trans=0, lower=0)  # Z.T is Fortran-ordered: no copy
-    return np.triu(upper) + np.triu(upper, 1).T
+    if keep.all():
+        Z = X * np.sqrt(row_weights)[:, None]
+    else:
+        Z = X[keep]
+        Z *= np.sqrt(row_weights[keep])[:, None]
+    return Z.T @ Z
 
 
 def augmented_gram(X, row_weights, fit_intercept):
@@ -338,6 +334,38 @@ class SiteData:
         return new
 
 
+class _SummaryOnlySites:
+    """The requests :func:`solve_batch` makes, for a sites object that only
+    answers ``summaries`` (e.g. a transport speaking an older protocol):
+    line losses one summary round per step, curvature products from the
+    full curvature matrix (the same numbers, more rounds or bytes)."""
+
+    batched_line_search = False
+
+    def __init__(self, sites):
+        self._sites = sites
+        self.weight_sum = sites.weight_sum
+
+    def __getattr__(self, name):
+        return getattr(self._sites, name)
+
+    @property
+    def rounds(self):
+        return getattr(self._sites, "n_requests", 0)
+
+    floats_sent = 0
+
+    def line_losses(self, Theta, S, steps, q):
+        return np.array([self._sites.summaries(Theta + t * S, q, False)[0] for t in steps])
+
+    def curvature_product(self, Theta, V, q):
+        curvature = self._sites.summaries(Theta, q, True)[2]
+        return np.einsum("kij,jk->ik", curvature, V)
+
+    def advance(self, Theta, S, steps):
+        return Theta + steps * S
+
+
 def _ridge_mask(p1, fit_intercept):
     mask = np.ones(p1)
     if fit_intercept:
@@ -351,7 +379,7 @@ def _factor_psd(matrix):
     for jitter in (0.0, 1e-12, 1e-9, 1e-6, 1e-3):
         try:
             return cho_factor(matrix + jitter * scale * np.eye(matrix.shape[0])
-                              if jitter else matrix)
+                              if jitter else matrix, check_finite=False)
         except LinAlgError:
             continue
     raise LinAlgError("curvature matrix is not positive definite")  # pragma: no cover
@@ -360,7 +388,7 @@ def _factor_psd(matrix):
 def _solve_factored(factors, rhs):
     out = np.empty_like(rhs)
     for k, factor in enumerate(factors):
-        out[:, k] = cho_solve(factor, rhs[:, k])
+        out[:, k] = cho_solve(factor, rhs[:, k], check_finite=False)
     return out
 
 
@@ -458,6 +486,8 @@ def solve_batch(
         ``floats_sent`` (numbers one site sent back).
     """
     p1, n_models = Theta.shape
+    if not hasattr(sites, "line_losses"):
+        sites = _SummaryOnlySites(sites)
     ridge = alpha * sites.weight_sum * _ridge_mask(p1, fit_intercept)
     ridge_matrix = np.diag(ridge)[None]
     if scale is None:
@@ -492,7 +522,10 @@ def solve_batch(
         steps = np.zeros(n_models)
         accepted = np.zeros(n_models, dtype=bool)
         new_value = value.copy()
-        for trial in ([1.0], 0.5 ** np.arange(1, max_halvings + 1)):
+        halvings = 0.5 ** np.arange(1, max_halvings + 1)
+        trials = ([1.0], halvings) if getattr(sites, "batched_line_search", True) else (
+            [[1.0]] + [[t] for t in halvings])
+        for trial in trials:
             if not searching.any():
                 break
             masked = np.where(searching, 1.0, 0.0) * direction
