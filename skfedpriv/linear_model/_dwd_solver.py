@@ -54,6 +54,7 @@ _NEWTON_HALVINGS = 6
 # than _STALE of them marks the preconditioner stale (reformed next step)
 _MAX_CG = 12
 _STALE = 5
+_LOOSE = 0.5
 
 
 def _gram(X, row_weights):
@@ -537,6 +538,7 @@ def solve_batch(
                 accepted |= ok
                 searching &= ~ok
         new = sites.advance(Theta, direction, steps)
+        full_step[:] = np.all(steps[accepted] == 1.0)
         return new, new_value, accepted
 
     def first_step_grid(direction, searching, value):
@@ -554,6 +556,15 @@ def solve_batch(
         return sites.advance(Theta, direction, steps), np.where(
             steps > 0, values[best, np.arange(n_models)], value), steps > 0
 
+    majorizer = None
+
+    def majorizer_factors():
+        if majorizer is not None:
+            return majorizer
+        return [_factor_psd(m) for m in np.broadcast_to(
+            sites.majorizer(q)[None] + ridge_matrix, (n_models, p1, p1))
+            + (0.0 if prior is None else prior)]
+
     value, grad, curvature = objective_and_gradient(Theta, not refresh_curvature)
     history = [value.copy()]
     active = np.ones(n_models, dtype=bool) if frozen is None else ~np.asarray(frozen)
@@ -562,8 +573,10 @@ def solve_batch(
         start_curvature = curvature
     elif np.all(Theta[:, active] == 0) and gendwd_smoothed_curvature(0.0, q) == 0:
         curvature = None  # formed after the first step (it vanishes here)
-    majorizer = None
     stale = True
+    # whether the last Newton step was taken in full (the local phase, where
+    # solving the Newton system accurately pays); damped steps get loose CG
+    full_step = np.zeros(1, dtype=bool)
     n_iter = 0
     for n_iter in range(1, max_iter + 1):
         active &= np.max(np.abs(grad), axis=0) > tol * scale
@@ -590,7 +603,7 @@ def solve_batch(
                     return out
 
                 gnorm = np.max(np.abs(grad[:, active]), axis=0).max() / scale
-                rtol = min(0.1, np.sqrt(gnorm))
+                rtol = min(0.1, np.sqrt(gnorm)) if full_step[0] else _LOOSE
                 newton, used = _conjugate_gradient(
                     product, -np.where(active, 1.0, 0.0) * grad, factors, rtol, _MAX_CG
                 )
@@ -606,10 +619,7 @@ def solve_batch(
             if fallback.any():
                 # the Newton model was poor (e.g. no row near the kink): take the
                 # majorization step, V'' <= (q+1)^2/q makes it a guaranteed descent
-                if majorizer is None:
-                    majorizer = [_factor_psd(m) for m in np.broadcast_to(
-                        sites.majorizer(q)[None] + ridge_matrix, (n_models, p1, p1))
-                        + (0.0 if prior is None else prior)]
+                majorizer = majorizer_factors()
                 Theta = Theta_new
                 mm = -_solve_factored(majorizer, grad)
                 Theta_new, value_mm, moved_mm = line_search(
