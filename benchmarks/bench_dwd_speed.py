@@ -226,19 +226,34 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repetitions", type=int, default=None)
+    parser.add_argument("--parts", default="offline,private,partial,logistic",
+                        help="comma-separated subset of offline,private,partial,logistic")
+    parser.add_argument("--qs", default="0.5,1,4", help="genDWD exponents of the offline table")
+    parser.add_argument("--max-p", type=int, default=None,
+                        help="offline sizes with at most this many features")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    qs = tuple(float(q) for q in args.qs.split(","))
     quick = args.quick or os.environ.get("SKFEDPRIV_QUICK") == "1"
     reps = args.repetitions or (3 if quick else 5)
     sizes = [(20_000, 50), (5_000, 200)] if quick else [
         (100_000, 50), (20_000, 500), (20_000, 2000)]
+    if args.max_p is not None:
+        sizes = [size for size in sizes if size[1] <= args.max_p] or sizes[:1]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    offline = private = logistic = []
+    through = fixed = memory = {}
     with threadpool_limits(1):
-        offline = offline_rows(sizes, (0.5, 1.0, 4.0), reps)
-        private = private_rows(*sizes[0], reps)
-        through = {p: throughput(p, n_batches=8 if quick else 30) for p in (10, 50, 200)}
-        fixed = fixed_cost(n_batches=60 if quick else 300)
-        memory = stream_memory(lengths=(20, 200) if quick else (100, 1000))
-        logistic = logistic_rows(5_000 if quick else 20_000, 20, reps)
+        if "offline" in parts:
+            offline = offline_rows(sizes, qs, reps)
+        if "private" in parts:
+            private = private_rows(*sizes[0], reps)
+        if "partial" in parts:
+            through = {p: throughput(p, n_batches=8 if quick else 30) for p in (10, 50, 200)}
+            fixed = fixed_cost(n_batches=60 if quick else 300)
+            memory = stream_memory(lengths=(20, 200) if quick else (100, 1000))
+        if "logistic" in parts:
+            logistic = logistic_rows(5_000 if quick else 20_000, 20, reps)
 
     lines = [
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared: load average "
@@ -257,25 +272,31 @@ def main():
             f"| {r['n']:.0e}, {r['p']} | {r['q']} | {r['dwd']:.3f} | {r['lr']:.3f} | "
             f"{r['ratio']:.1f}× | {r['state']:.3f} | {r['grad']:.1e} | {r['iters']} | "
             f"{r['rounds']} | {r['floats']:,} ({8 * r['floats'] / 1e3:.0f} kB) |")
-    lines += ["", f"Private one-batch fit at n={sizes[0][0]}, p={sizes[0][1]} (same run, "
-              "LR beside):", "", "| mechanism | seconds | LR s |", "|---|---|---|"]
-    lines += [f"| {r['mechanism']} | {r['seconds']:.3f} | {r['lr']:.3f} |" for r in private]
-    lines += ["", "**partial_fit**, 10 000-row batches of 10 sites, default online_steps=10:",
-              "", "| p | partial_fit ms | numpy XᵀDX alone ms | throughput ratio |",
-              "|---|---|---|---|"]
-    for p, (ours, peer) in through.items():
-        lines.append(f"| {p} | {1e3 * ours:.2f} | {1e3 * peer:.2f} | {peer / ours:.2f} |")
-    lines += ["", "Fixed cost per batch (100-row batches, p = 10):", ""]
-    lines += [f"- {k}: {1e3 * v:.2f} ms" for k, v in fixed.items()]
-    lines += ["", "Peak traced memory of a partial_fit stream (100-row batches, p = 50): "
-              + ", ".join(f"{k} batches {v / 1e6:.2f} MB" for k, v in memory.items()) + "."]
-    lines += ["", "**Logistic models** beside SGDClassifier, same rows "
-              f"(n={logistic[0]['n']}, p={logistic[0]['p']}, 10 sites):", "",
-              "| method | seconds | test accuracy |", "|---|---|---|"]
-    lines += [f"| {r['method']} | {r['seconds']:.3f} | {r['accuracy']:.3f} |" for r in logistic]
+    if private:
+        lines += ["", f"Private one-batch fit at n={sizes[0][0]}, p={sizes[0][1]} (same run, "
+                  "LR beside):", "", "| mechanism | seconds | LR s |", "|---|---|---|"]
+        lines += [f"| {r['mechanism']} | {r['seconds']:.3f} | {r['lr']:.3f} |" for r in private]
+    if through:
+        lines += ["", "**partial_fit**, 10 000-row batches of 10 sites, default online_steps=10:",
+                  "", "| p | partial_fit ms | numpy XᵀDX alone ms | throughput ratio |",
+                  "|---|---|---|---|"]
+        for p, (ours, peer) in through.items():
+            lines.append(f"| {p} | {1e3 * ours:.2f} | {1e3 * peer:.2f} | {peer / ours:.2f} |")
+        lines += ["", "Fixed cost per batch (100-row batches, p = 10):", ""]
+        lines += [f"- {k}: {1e3 * v:.2f} ms" for k, v in fixed.items()]
+        lines += ["", "Peak traced memory of a partial_fit stream (100-row batches, p = 50): "
+                  + ", ".join(f"{k} batches {v / 1e6:.2f} MB" for k, v in memory.items()) + "."]
+    if logistic:
+        lines += ["", "**Logistic models** beside SGDClassifier, same rows "
+                  f"(n={logistic[0]['n']}, p={logistic[0]['p']}, 10 sites):", "",
+                  "| method | seconds | test accuracy |", "|---|---|---|"]
+        lines += [f"| {r['method']} | {r['seconds']:.3f} | {r['accuracy']:.3f} |"
+                  for r in logistic]
     text = "\n".join(lines) + "\n"
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"dwd_speed{'_quick' if quick else ''}.md").write_text(text)
+    suffix = "_quick" if quick else ("" if parts == {"offline", "private", "partial", "logistic"}
+                                     else "_" + "_".join(sorted(parts)))
+    (RESULTS / f"dwd_speed{suffix}.md").write_text(text)
     print(text)
 
 
