@@ -259,14 +259,17 @@ def main():
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared: load average "
         f"{load:.1f} at the start), Python {platform.python_version()}, one BLAS thread; "
         f"{time.strftime('%Y-%m-%d')}; medians of {reps} repetitions, methods alternated.",
-        "",
-        "**Offline fit** (two Gaussian classes, 10 sites, alpha = 1e-3, tol = 1e-8) vs "
-        "scikit-learn LogisticRegression (lbfgs) on the pooled rows, same run:",
-        "",
-        "| n, p | q | DWD fit s | LR s | ratio | of which: curvature at optimum s | "
-        "‖∇F‖∞ at fit | iterations | rounds | numbers sent per site |",
-        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    if offline:
+        lines += [
+            "",
+            "**Offline fit** (two Gaussian classes, 10 sites, alpha = 1e-3, tol = 1e-8) vs "
+            "scikit-learn LogisticRegression (lbfgs) on the pooled rows, same run:",
+            "",
+            "| n, p | q | DWD fit s | LR s | ratio | of which: curvature at optimum s | "
+            "‖∇F‖∞ at fit | iterations | rounds | numbers sent per site |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
     for r in offline:
         lines.append(
             f"| {r['n']:.0e}, {r['p']} | {r['q']} | {r['dwd']:.3f} | {r['lr']:.3f} | "

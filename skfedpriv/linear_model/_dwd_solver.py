@@ -532,6 +532,8 @@ def solve_batch(
             masked = np.where(searching, 1.0, 0.0) * direction
             losses = sites.line_losses(Theta, masked, trial, q)
             for t, loss in zip(trial, losses):
+                if not searching.any():
+                    break
                 trial_value = penalty(Theta + t * masked, loss)
                 ok = searching & (trial_value <= value + _ARMIJO_SLOPE * t * slope)
                 steps[ok], new_value[ok] = t, trial_value[ok]
