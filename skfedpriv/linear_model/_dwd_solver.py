@@ -585,7 +585,8 @@ def solve_batch(
         if not active.any():
             n_iter -= 1
             break
-        if refresh_curvature and curvature is None and n_iter == 1:
+        grid = refresh_curvature and curvature is None and n_iter == 1
+        if grid:
             Theta_new, value_new, moved = first_step_grid(-grad / scale, active, value)
         else:
             if refresh_curvature and stale:
@@ -631,8 +632,10 @@ def solve_batch(
                 moved |= moved_mm
                 stale = True
         # a class that cannot descend any more is at machine precision: freeze it
+        # (a grid start that found nothing better leaves the class to Newton)
         decrease = value - value_new
-        active &= moved & (decrease > 4 * np.finfo(float).eps * np.abs(value))
+        if not grid:
+            active &= moved & (decrease > 4 * np.finfo(float).eps * np.abs(value))
         Theta = Theta_new
         _, grad, _ = objective_and_gradient(Theta, False)
         value = value_new
