@@ -70,6 +70,7 @@ def demo(n_sites=4, n_batches=8, random_state=0, out=None):
 BENCHMARKS = {
     "dwd": "bench_dwd.py",
     "dwd-epsilon": "bench_dwd_epsilon.py",
+    "dwd-speed": "bench_dwd_speed.py",
     "factorizations": "bench_factorizations.py",
     "logistic": "bench_logistic.py",
     "decentralized": "bench_decentralized.py",

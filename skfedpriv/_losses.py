@@ -32,6 +32,25 @@ def check_q(q):
     return q
 
 
+def _power(x, exponent):
+    """``x ** exponent`` for ``x >= 0``; integer and half-integer exponents up
+    to 16 by multiplications and one square root (several times faster than
+    the general power, to the last few ulps the same)."""
+    twice = 2.0 * exponent
+    if twice != round(twice) or not 0 <= twice <= 32:
+        return x**exponent
+    n, half = divmod(int(round(twice)), 2)
+    out = np.sqrt(x) if half else None
+    base = x
+    while n:
+        if n & 1:
+            out = base if out is None else out * base
+        n >>= 1
+        if n:
+            base = base * base
+    return np.ones_like(x) if out is None else out
+
+
 def _kink(q):
     return q / (q + 1.0)
 
@@ -47,7 +66,7 @@ def gendwd_loss(u, q):
     u0 = _kink(q)
     right = u > u0
     safe_u = np.where(right, u, u0)
-    return np.where(right, (u0 / safe_u) ** q / (q + 1.0), 1.0 - u)
+    return np.where(right, _power(u0 / safe_u, q) / (q + 1.0), 1.0 - u)
 
 
 def gendwd_derivative(u, q):
@@ -56,7 +75,7 @@ def gendwd_derivative(u, q):
     u0 = _kink(q)
     right = u > u0
     safe_u = np.where(right, u, u0)
-    return np.where(right, -((u0 / safe_u) ** (q + 1.0)), -1.0)
+    return np.where(right, -_power(u0 / safe_u, q + 1.0), -1.0)
 
 
 def gendwd_loss_and_derivative(u, q):
@@ -65,7 +84,7 @@ def gendwd_loss_and_derivative(u, q):
     u0 = _kink(q)
     right = u > u0
     ratio = u0 / np.where(right, u, u0)
-    ratio_q = ratio**q
+    ratio_q = _power(ratio, q)
     loss = np.where(right, ratio_q / (q + 1.0), 1.0 - u)
     derivative = np.where(right, -ratio_q * ratio, -1.0)
     return loss, derivative
@@ -87,7 +106,7 @@ def gendwd_smoothed_curvature(u, q, width=SMOOTHING_WIDTH):
     bound = gendwd_curvature_bound(q)
     right_edge = u0 + width
     safe_u = np.maximum(u, right_edge)
-    exact = bound * (u0 / safe_u) ** (q + 2.0)
+    exact = bound * _power(u0 / safe_u, q + 2.0)
     top = bound * (u0 / right_edge) ** (q + 2.0)
     ramp = top * (u - (u0 - width)) / (2.0 * width)
     return np.where(u >= right_edge, exact, np.where(u > u0 - width, ramp, 0.0))

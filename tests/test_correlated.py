@@ -377,3 +377,10 @@ def test_bad_arguments():
 def test_docstring_examples():
     result = doctest.testmod(_correlated, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_optimal_refuses_horizons_past_its_memory_cliff():
+    # R x R dense matrices and O(R^3) per iteration: refused before any work
+    # (this returns at once instead of allocating), with a pointer to BLT
+    with pytest.raises(ValueError, match="BLTFactorization"):
+        OptimalFactorization(OptimalFactorization.max_rounds + 1, cache=False)

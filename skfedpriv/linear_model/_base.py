@@ -175,9 +175,12 @@ class FederatedClassifierMixin(ClassifierMixin):
         and those are undone on error).
         """
         with _restore_feature_attributes_on_error(self):
-            X, y = validate_data(
-                self, X, y, reset=reset, dtype=np.float64, y_numeric=False
-            )
+            if not (reset or infer_classes) and _is_validated_batch(self, X, y):
+                pass  # a later batch that is already what validate_data returns
+            else:
+                X, y = validate_data(
+                    self, X, y, reset=reset, dtype=np.float64, y_numeric=False
+                )
             if infer_classes or reset:
                 # later batches are checked against classes_ below, which
                 # rejects continuous targets as well
@@ -319,6 +322,26 @@ class FederatedClassifierMixin(ClassifierMixin):
         """
         scores = self.decision_function(X)  # checks the fit first
         return scores_to_labels(self.classes_, scores)
+
+
+def _is_validated_batch(estimator, X, y):
+    """True when ``validate_data(estimator, X, y, reset=False, dtype=float64)``
+    would return ``X`` and ``y`` unchanged and raise nothing: plain finite
+    float64 rows of the fitted width, a 1-d numeric or string ``y`` of the
+    same length, no feature names on either side. Anything else goes
+    through ``validate_data`` (its checks and messages); this only spares
+    a stream of ready numpy batches the per-call cost of those checks."""
+    if type(X) is not np.ndarray or type(y) is not np.ndarray:
+        return False
+    if X.dtype != np.float64 or X.ndim != 2 or y.ndim != 1 or X.shape[0] == 0:
+        return False
+    if y.shape[0] != X.shape[0] or y.dtype.kind not in "biuU":
+        return False
+    if hasattr(estimator, "feature_names_in_"):
+        return False
+    if X.shape[1] != getattr(estimator, "n_features_in_", None):
+        return False
+    return bool(np.isfinite(X.sum()))
 
 
 def scores_to_labels(classes, scores):

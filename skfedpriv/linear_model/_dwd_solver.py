@@ -1,9 +1,10 @@
 """Federated genDWD solvers: site summaries and the server-side updates.
 
-Sites send only summaries of their rows at the current parameters ``Theta``
-(the loss sum, the gradient sum and, when asked, the smoothed curvature
-sum; paper eqs. 7-12). The server adds the ridge term and, online, the
-accumulated curvature of earlier batches (eqs. 30-37), and updates.
+Sites send only sums over their rows at parameters the server sends them
+(paper eqs. 7-12): the loss sum, the gradient sum, the smoothed curvature
+sum ``Σ_i w_i Ṽ_q''(u_i) x̄_i x̄_iᵀ`` or its product with a few vectors, and
+losses along a search direction. The server adds the ridge term and, online,
+the accumulated curvature of earlier batches (eqs. 30-37), and updates.
 
 Parameters of all one-vs-rest models are held together as ``Theta`` of shape
 ``(p1, K)`` with row 0 the intercept when there is one (``p1 = p + 1``);
@@ -18,10 +19,16 @@ Two server updates:
   with ``W`` the batch weight sum, ``P_k`` the curvature accumulated over
   earlier batches and ``c_k`` the previous estimate: the renewable
   estimating equation (30), and, with ``P = 0``, the offline objective (5)
-  times ``W``. Each step solves a Newton system with the smoothed curvature
-  (eq. 8) and is accepted by an Armijo backtracking test, so ``F_k`` never
-  increases (the paper's update (16) with ``H̄`` is not a majorizer and
-  need not descend).
+  times ``W``. Every step is accepted by an Armijo backtracking test, so
+  ``F_k`` never increases (the paper's update (16) with ``H̄`` is not a
+  majorizer and need not descend). Offline (``refresh_curvature=True``) the
+  step is an inexact Newton step: conjugate gradients on the smoothed
+  curvature (eq. 8), through curvature-vector products the sites compute,
+  preconditioned by the curvature matrix formed at an earlier iterate; the
+  ``O(n p²)`` matrix is formed only when the preconditioner has gone stale,
+  and once at the returned point (the renewable state). Online
+  (``refresh_curvature=False``, eq. 35) the curvature stays at the starting
+  point and each step is one triangular solve.
 * :func:`published_step` is the single update (37) of Algorithm 1, as
   published, with ``H̄`` of eq. 38 (ridge ``n_b λ I`` on every coordinate).
 """
@@ -34,6 +41,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .._losses import (
     gendwd_curvature_bound,
+    gendwd_loss,
     gendwd_loss_and_derivative,
     gendwd_smoothed_curvature,
 )
@@ -42,12 +50,34 @@ from .._sites import dask_client, map_sites, runs_in_process, scatter_sites
 _ARMIJO_SLOPE = 1e-4
 _MAX_HALVINGS = 50
 _NEWTON_HALVINGS = 6
+# conjugate-gradient iterations per Newton step; a step that needs more
+# than _STALE of them marks the preconditioner stale (reformed next step)
+_MAX_CG = 12
+_STALE = 5
+_LOOSE = 0.5
+
+
+def _gram(X, row_weights):
+    """``Xᵀ diag(d) X`` for ``d >= 0``: rows with ``d = 0`` are skipped and the
+    rest scaled by ``sqrt(d)``, so that numpy forms ``ZᵀZ`` with one symmetric
+    rank-k update (BLAS syrk, half the flops of a general product)."""
+    keep = row_weights > 0
+    if keep.all():
+        Z = X * np.sqrt(row_weights)[:, None]
+    else:
+        Z = X[keep]
+        Z *= np.sqrt(row_weights[keep])[:, None]
+    return Z.T @ Z
 
 
 def augmented_gram(X, row_weights, fit_intercept):
     """``Σ_i d_i x̄_i x̄_iᵀ`` with ``x̄_i = (1, x_i)`` (or ``x_i``), without
     materializing the column of ones."""
-    gram_x = X.T @ (row_weights[:, None] * X)
+    row_weights = np.asarray(row_weights, dtype=float)
+    if np.all(row_weights >= 0):
+        gram_x = _gram(X, row_weights)
+    else:
+        gram_x = X.T @ (row_weights[:, None] * X)
     if not fit_intercept:
         return gram_x
     p1 = X.shape[1] + 1
@@ -58,7 +88,22 @@ def augmented_gram(X, row_weights, fit_intercept):
     return gram
 
 
-def site_summary(X, Y, weights, Theta, q, fit_intercept, with_curvature):
+def _scores(X, Theta, fit_intercept):
+    """``x̄_iᵀ θ_k`` for every row and class model."""
+    if not fit_intercept:
+        return X @ Theta
+    scores = X @ Theta[1:]
+    scores += Theta[0]
+    return scores
+
+
+def _augmented_sum(X, R, fit_intercept):
+    """``Σ_i x̄_i r_ik``, shape (p1, K)."""
+    total = X.T @ R
+    return np.vstack([R.sum(axis=0), total]) if fit_intercept else total
+
+
+def site_summary(X, Y, weights, Theta, q, fit_intercept, with_curvature, scores=None):
     """Summaries of one site's rows at ``Theta`` (what leaves the site).
 
     Parameters
@@ -71,6 +116,8 @@ def site_summary(X, Y, weights, Theta, q, fit_intercept, with_curvature):
         Row 0 is the intercept when ``fit_intercept``.
     q : float
     fit_intercept, with_curvature : bool
+    scores : ndarray of shape (n_site, K) or None
+        ``x̄_iᵀ θ_k`` when the site already has them (computed if None).
 
     Returns
     -------
@@ -81,16 +128,13 @@ def site_summary(X, Y, weights, Theta, q, fit_intercept, with_curvature):
     curvature : ndarray of shape (K, p1, p1) or None
         ``Σ_i w_i Ṽ_q''(u_ik) x̄_i x̄_iᵀ`` (eq. 12, without the ridge term).
     """
-    coef = Theta[1:] if fit_intercept else Theta
-    scores = X @ coef
-    if fit_intercept:
-        scores += Theta[0]
+    if scores is None:
+        scores = _scores(X, Theta, fit_intercept)
     margins = Y * scores
     row_loss, row_derivative = gendwd_loss_and_derivative(margins, q)
     loss = weights @ row_loss
-    residual = weights[:, None] * Y * row_derivative
-    grad_x = X.T @ residual
-    grad = np.vstack([residual.sum(axis=0), grad_x]) if fit_intercept else grad_x
+    residual = (weights[:, None] * Y) * row_derivative
+    grad = _augmented_sum(X, residual, fit_intercept)
     curvature = None
     if with_curvature:
         row_curvature = weights[:, None] * gendwd_smoothed_curvature(margins, q)
@@ -99,6 +143,30 @@ def site_summary(X, Y, weights, Theta, q, fit_intercept, with_curvature):
             for k in range(Theta.shape[1])
         ])
     return loss, grad, curvature
+
+
+def _row_curvature(Y, weights, scores, q):
+    return weights[:, None] * gendwd_smoothed_curvature(Y * scores, q)
+
+
+def site_curvature_product(X, Y, weights, Theta, V, q, fit_intercept, row_curvature=None):
+    """``Σ_i w_i Ṽ_q''(u_ik) x̄_i x̄_iᵀ v_k`` for every class model (what leaves
+    the site: one vector of length p1 per model), the curvature at ``Theta``."""
+    if row_curvature is None:
+        row_curvature = _row_curvature(Y, weights, _scores(X, Theta, fit_intercept), q)
+    return _augmented_sum(X, row_curvature * _scores(X, V, fit_intercept), fit_intercept)
+
+
+def site_line_losses(X, Y, weights, Theta, S, steps, q, fit_intercept, scores=None,
+                     direction_scores=None):
+    """``Σ_i w_i V_q(y_ik x̄_iᵀ(θ_k + t s_k))`` for each step ``t`` in ``steps``
+    (what leaves the site: one number per step and model)."""
+    if scores is None:
+        scores = _scores(X, Theta, fit_intercept)
+    if direction_scores is None:
+        direction_scores = _scores(X, S, fit_intercept)
+    base, slope = Y * scores, Y * direction_scores
+    return np.array([weights @ gendwd_loss(base + t * slope, q) for t in steps])
 
 
 def _site_gram(part, fit_intercept):
@@ -113,6 +181,16 @@ def _site_summary(part, Theta, q, fit_intercept, with_curvature):
     return site_summary(X, Y, weights, Theta, q, fit_intercept, with_curvature)
 
 
+def _site_curvature_product(part, Theta, V, q, fit_intercept):
+    X, Y, weights = part
+    return site_curvature_product(X, Y, weights, Theta, V, q, fit_intercept)
+
+
+def _site_line_losses(part, Theta, S, steps, q, fit_intercept):
+    X, Y, weights = part
+    return site_line_losses(X, Y, weights, Theta, S, steps, q, fit_intercept)
+
+
 class SiteData:
     """The rows of each site of one batch, as the per-site work needs them.
 
@@ -120,7 +198,10 @@ class SiteData:
     (``n_jobs=None``, no ``parallel_config``), the sum of the sites'
     summaries is computed in one vectorized pass over all rows: the same
     numbers up to floating-point summation order, without a Python call
-    per site. Otherwise each site's summary is a separate joblib task.
+    per site. In that case the scores ``x̄_iᵀθ`` of the last few parameter
+    values asked about are kept (a site would keep its own), so a round at
+    parameters already seen, or on the line between two, costs no pass over
+    the rows. Otherwise each site's summary is a separate joblib task.
 
     Under joblib's Dask backend (and outside a Dask task) each site's rows
     are scattered to the cluster once, when the batch's ``SiteData`` is
@@ -129,7 +210,13 @@ class SiteData:
     this object is garbage collected. ``parts`` keeps the client's copy of
     the rows (the site-local noise path computes the first batch's Gram
     matrix from it, in this process).
+
+    ``rounds`` counts the server's requests (each is one message to every
+    site and one reply) and ``floats_sent`` the numbers one site sent back
+    over all of them.
     """
+
+    _CACHE_SIZE = 4
 
     def __init__(self, X, Y, weights, site_rows, n_jobs, fit_intercept):
         if len(site_rows) == 1 or runs_in_process(n_jobs):
@@ -139,6 +226,10 @@ class SiteData:
         self.weight_sum = float(weights.sum())
         self.n_jobs = n_jobs
         self.fit_intercept = fit_intercept
+        self.rounds = 0
+        self.floats_sent = 0
+        self._cache = []
+        self._curvature_key = self._row_curvature = None
         # under Dask's backend: futures of the rows, sent to the cluster
         # once here and referred to by every round's tasks
         self._handles = None
@@ -151,6 +242,33 @@ class SiteData:
         """True when the sites' rows were sent to a Dask cluster."""
         return self._handles is not None
 
+    def _count(self, *results):
+        self.rounds += 1
+        self.floats_sent += sum(int(np.size(r)) for r in results if r is not None)
+
+    @property
+    def _pooled(self):
+        return len(self.parts) == 1 and not self.scattered
+
+    def _scores(self, Theta):
+        """Scores of the pooled rows at ``Theta`` (cached)."""
+        for key, value in self._cache:
+            if key.shape == Theta.shape and np.array_equal(key, Theta):
+                return value
+        value = _scores(self.parts[0][0], Theta, self.fit_intercept)
+        self._remember(Theta, value)
+        return value
+
+    def _remember(self, Theta, scores):
+        self._cache = [(Theta.copy(), scores)] + self._cache[: self._CACHE_SIZE - 1]
+
+    def _map(self, pooled_func, site_func, site_args, rest):
+        if self.scattered:
+            tasks = [(part,) + rest for part in self._handles]
+            return map_sites(site_func, tasks, n_jobs=self.n_jobs)
+        return map_sites(pooled_func, [part + site_args for part in self.parts],
+                         n_jobs=self.n_jobs)
+
     def majorizer(self, q):
         """``(q+1)²/q Σ_i w_i x̄_i x̄_iᵀ``: a global bound of the loss curvature."""
         if self.scattered:
@@ -159,21 +277,94 @@ class SiteData:
         else:
             tasks = [(X, w, self.fit_intercept) for X, _, w in self.parts]
             results = map_sites(augmented_gram, tasks, n_jobs=self.n_jobs)
-        return gendwd_curvature_bound(q) * sum(results)
+        gram = sum(results)
+        self._count(gram)
+        return gendwd_curvature_bound(q) * gram
 
     def summaries(self, Theta, q, with_curvature):
         """Sum of the sites' summaries (the server's aggregation)."""
-        rest = (Theta, q, self.fit_intercept, with_curvature)
-        if self.scattered:
-            tasks = [(part,) + rest for part in self._handles]
-            results = map_sites(_site_summary, tasks, n_jobs=self.n_jobs)
+        if self._pooled:
+            X, Y, w = self.parts[0]
+            results = [site_summary(X, Y, w, Theta, q, self.fit_intercept, with_curvature,
+                                    scores=self._scores(Theta))]
         else:
-            tasks = [part + rest for part in self.parts]
-            results = map_sites(site_summary, tasks, n_jobs=self.n_jobs)
+            rest = (Theta, q, self.fit_intercept, with_curvature)
+            results = self._map(site_summary, _site_summary, rest, rest)
         loss = sum(r[0] for r in results)
         grad = sum(r[1] for r in results)
         curvature = sum(r[2] for r in results) if with_curvature else None
+        self._count(loss, grad, curvature)
         return loss, grad, curvature
+
+    def curvature_product(self, Theta, V, q):
+        """``Σ_sites Σ_i w_i Ṽ_q''(u_ik) x̄_i x̄_iᵀ v_k`` at ``Theta``, shape (p1, K)."""
+        if self._pooled:
+            X, Y, w = self.parts[0]
+            if self._curvature_key is None or not np.array_equal(self._curvature_key, Theta):
+                self._row_curvature = _row_curvature(Y, w, self._scores(Theta), q)
+                self._curvature_key = Theta.copy()
+            out = site_curvature_product(X, Y, w, Theta, V, q, self.fit_intercept,
+                                         row_curvature=self._row_curvature)
+        else:
+            rest = (Theta, V, q, self.fit_intercept)
+            out = sum(self._map(site_curvature_product, _site_curvature_product, rest, rest))
+        self._count(out)
+        return out
+
+    def line_losses(self, Theta, S, steps, q):
+        """Summed losses at ``Theta + t S`` for each ``t`` in ``steps``, shape
+        (len(steps), K)."""
+        steps = [float(t) for t in steps]
+        if self._pooled:
+            X, Y, w = self.parts[0]
+            out = site_line_losses(X, Y, w, Theta, S, steps, q, self.fit_intercept,
+                                   scores=self._scores(Theta),
+                                   direction_scores=self._scores(S))
+        else:
+            rest = (Theta, S, steps, q, self.fit_intercept)
+            out = sum(self._map(site_line_losses, _site_line_losses, rest, rest))
+        self._count(out)
+        return out
+
+    def advance(self, Theta, S, steps):
+        """``Theta + steps * S`` (one step per model); sites that kept the
+        scores at ``Theta`` and along ``S`` get the new scores for free."""
+        new = Theta + steps * S
+        if self._pooled:
+            self._remember(new, self._scores(Theta) + steps * self._scores(S))
+        return new
+
+
+class _SummaryOnlySites:
+    """The requests :func:`solve_batch` makes, for a sites object that only
+    answers ``summaries`` (e.g. a transport speaking an older protocol):
+    line losses one summary round per step, curvature products from the
+    full curvature matrix (the same numbers, more rounds or bytes)."""
+
+    batched_line_search = False
+
+    def __init__(self, sites):
+        self._sites = sites
+        self.weight_sum = sites.weight_sum
+
+    def __getattr__(self, name):
+        return getattr(self._sites, name)
+
+    @property
+    def rounds(self):
+        return getattr(self._sites, "n_requests", 0)
+
+    floats_sent = 0
+
+    def line_losses(self, Theta, S, steps, q):
+        return np.array([self._sites.summaries(Theta + t * S, q, False)[0] for t in steps])
+
+    def curvature_product(self, Theta, V, q):
+        curvature = self._sites.summaries(Theta, q, True)[2]
+        return np.einsum("kij,jk->ik", curvature, V)
+
+    def advance(self, Theta, S, steps):
+        return Theta + steps * S
 
 
 def _ridge_mask(p1, fit_intercept):
@@ -183,22 +374,61 @@ def _ridge_mask(p1, fit_intercept):
     return mask
 
 
+def _factor_psd(matrix):
+    """Cholesky factor of a symmetric PSD matrix, with a little jitter if needed."""
+    scale = max(np.trace(matrix) / matrix.shape[0], 1e-12)
+    for jitter in (0.0, 1e-12, 1e-9, 1e-6, 1e-3):
+        try:
+            return cho_factor(matrix + jitter * scale * np.eye(matrix.shape[0])
+                              if jitter else matrix, check_finite=False)
+        except LinAlgError:
+            continue
+    raise LinAlgError("curvature matrix is not positive definite")  # pragma: no cover
+
+
+def _solve_factored(factors, rhs):
+    out = np.empty_like(rhs)
+    for k, factor in enumerate(factors):
+        out[:, k] = cho_solve(factor, rhs[:, k], check_finite=False)
+    return out
+
+
 def _solve_psd(matrices, rhs):
     """Solve ``matrices[k] x_k = rhs[:, k]`` for SPD matrices, with jitter."""
-    out = np.empty_like(rhs)
-    for k in range(rhs.shape[1]):
-        matrix = matrices[k]
-        scale = max(np.trace(matrix) / matrix.shape[0], 1e-12)
-        for jitter in (1e-12, 1e-9, 1e-6, 1e-3):
-            try:
-                factor = cho_factor(matrix + jitter * scale * np.eye(matrix.shape[0]))
-                break
-            except LinAlgError:
-                continue
-        else:  # pragma: no cover - a PSD matrix plus 1e-3 scale is PD
-            raise LinAlgError("curvature matrix is not positive definite")
-        out[:, k] = cho_solve(factor, rhs[:, k])
-    return out
+    return _solve_factored([_factor_psd(matrices[k]) for k in range(rhs.shape[1])], rhs)
+
+
+def _conjugate_gradient(product, rhs, factors, rtol, max_iter):
+    """Preconditioned CG for ``H_k x_k = rhs_k``, all models at once.
+
+    ``product(V)`` returns ``H_k v_k`` column by column; ``factors`` are
+    Cholesky factors of the preconditioner. Stops a model once its residual
+    is ``<= rtol_k ‖rhs_k‖`` (or on non-positive curvature along a search
+    direction). Returns the solution and the iterations used.
+    """
+    x = np.zeros_like(rhs)
+    r = rhs.copy()
+    z = _solve_factored(factors, r)
+    direction = z.copy()
+    rz = np.sum(r * z, axis=0)
+    target = rtol * np.linalg.norm(rhs, axis=0)
+    done = np.linalg.norm(r, axis=0) <= target
+    n_iter = 0
+    while not done.all() and n_iter < max_iter:
+        n_iter += 1
+        Hd = product(direction)
+        curvature = np.sum(direction * Hd, axis=0)
+        done |= curvature <= 0
+        step = np.where(done, 0.0, rz / np.where(done, 1.0, curvature))
+        x += step * direction
+        r -= step * Hd
+        done |= np.linalg.norm(r, axis=0) <= target
+        z = _solve_factored(factors, r)
+        rz_new = np.sum(r * z, axis=0)
+        beta = np.where(done, 0.0, rz_new / np.where(rz == 0, 1.0, rz))
+        direction = z + beta * direction
+        rz = rz_new
+    return x, n_iter
 
 
 def solve_batch(
@@ -237,8 +467,8 @@ def solve_batch(
     scale : float or None
         Total weight the objective sums over (default: this batch's).
     refresh_curvature : bool
-        Recompute the curvature every iteration (offline); otherwise keep
-        the curvature at the starting point, as eq. 35 does.
+        Newton-type steps on the curvature at the current iterate (offline);
+        otherwise keep the curvature at the starting point, as eq. 35 does.
     warn : bool
         Emit a ConvergenceWarning when ``max_iter`` is reached.
     frozen : ndarray of bool of shape (K,) or None
@@ -252,90 +482,166 @@ def solve_batch(
         Data curvature plus ridge at the *starting* point when
         ``refresh_curvature`` is False, at the returned point otherwise.
     info : dict
-        ``n_iter`` and ``objective`` (the history of ``F_k``, one row per
-        accepted iterate).
+        ``n_iter``, ``objective`` (the history of ``F_k``, one row per
+        accepted iterate), ``rounds`` (requests to the sites) and
+        ``floats_sent`` (numbers one site sent back).
     """
     p1, n_models = Theta.shape
+    if not hasattr(sites, "line_losses"):
+        sites = _SummaryOnlySites(sites)
     ridge = alpha * sites.weight_sum * _ridge_mask(p1, fit_intercept)
+    ridge_matrix = np.diag(ridge)[None]
     if scale is None:
         scale = sites.weight_sum
     scale = max(scale, np.finfo(float).tiny)
+    rounds_before, floats_before = sites.rounds, sites.floats_sent
+
+    def penalty(T, values):
+        value = values + 0.5 * np.sum(ridge[:, None] * T * T, axis=0)
+        if prior is not None:
+            diff = T - center
+            value = value + 0.5 * np.sum(diff * np.einsum("kij,jk->ik", prior, diff), axis=0)
+        return value
 
     def objective_and_gradient(T, with_curvature):
         loss, grad, curvature = sites.summaries(T, q, with_curvature)
-        value = loss + 0.5 * np.sum(ridge[:, None] * T * T, axis=0)
         grad = grad + ridge[:, None] * T
         if prior is not None:
-            diff = T - center
-            prior_diff = np.einsum("kij,jk->ik", prior, diff)
-            value = value + 0.5 * np.sum(diff * prior_diff, axis=0)
-            grad = grad + prior_diff
+            grad = grad + np.einsum("kij,jk->ik", prior, T - center)
         if curvature is not None:
-            curvature = curvature + np.diag(ridge)[None]
-        return value, grad, curvature
+            curvature = curvature + ridge_matrix
+        return penalty(T, loss), grad, curvature
+
+    def system(curvature):
+        return curvature if prior is None else curvature + prior
+
+    def line_search(direction, searching, value, grad, max_halvings):
+        """Armijo backtracking for the classes in ``searching``: the full step
+        first, then all halvings in one round."""
+        slope = np.sum(grad * direction, axis=0)
+        searching = searching & (slope < 0)
+        steps = np.zeros(n_models)
+        accepted = np.zeros(n_models, dtype=bool)
+        new_value = value.copy()
+        halvings = 0.5 ** np.arange(1, max_halvings + 1)
+        trials = ([1.0], halvings) if getattr(sites, "batched_line_search", True) else (
+            [[1.0]] + [[t] for t in halvings])
+        for trial in trials:
+            if not searching.any():
+                break
+            masked = np.where(searching, 1.0, 0.0) * direction
+            losses = sites.line_losses(Theta, masked, trial, q)
+            for t, loss in zip(trial, losses):
+                if not searching.any():
+                    break
+                trial_value = penalty(Theta + t * masked, loss)
+                ok = searching & (trial_value <= value + _ARMIJO_SLOPE * t * slope)
+                steps[ok], new_value[ok] = t, trial_value[ok]
+                accepted |= ok
+                searching &= ~ok
+        new = sites.advance(Theta, direction, steps)
+        full_step[:] = np.all(steps[accepted] == 1.0)
+        return new, new_value, accepted
+
+    def first_step_grid(direction, searching, value):
+        """From parameters where the curvature vanishes (all margins 0 at
+        ``Theta = 0``): the best of a geometric grid of steps along
+        ``direction``, in one round."""
+        steps_grid = 2.0 ** np.arange(-24, 25, 2)
+        losses = sites.line_losses(Theta, np.where(searching, 1.0, 0.0) * direction,
+                                   steps_grid, q)
+        values = np.array([penalty(Theta + t * direction, loss)
+                           for t, loss in zip(steps_grid, losses)])
+        best = np.argmin(values, axis=0)
+        steps = np.where(searching & (values[best, np.arange(n_models)] < value),
+                         steps_grid[best], 0.0)
+        return sites.advance(Theta, direction, steps), np.where(
+            steps > 0, values[best, np.arange(n_models)], value), steps > 0
 
     majorizer = None
 
-    def line_search(direction, searching, value, grad, max_halvings):
-        """Armijo backtracking for the classes in ``searching``."""
-        slope = np.sum(grad * direction, axis=0)
-        searching = searching & (slope < 0)
-        step = np.ones(n_models)
-        accepted_any = np.zeros(n_models, dtype=bool)
-        new_value, new_grad, candidate = value.copy(), grad.copy(), Theta.copy()
-        for _ in range(max_halvings):
-            if not searching.any():
-                break
-            candidate[:, searching] = (
-                Theta[:, searching] + step[searching] * direction[:, searching]
-            )
-            trial_value, trial_grad, _ = objective_and_gradient(candidate, False)
-            accepted = searching & (trial_value <= value + _ARMIJO_SLOPE * step * slope)
-            new_value[accepted] = trial_value[accepted]
-            new_grad[:, accepted] = trial_grad[:, accepted]
-            accepted_any |= accepted
-            searching &= ~accepted
-            step[searching] *= 0.5
-        candidate[:, ~accepted_any] = Theta[:, ~accepted_any]
-        return candidate, new_value, new_grad, accepted_any
+    def majorizer_factors():
+        if majorizer is not None:
+            return majorizer
+        return [_factor_psd(m) for m in np.broadcast_to(
+            sites.majorizer(q)[None] + ridge_matrix, (n_models, p1, p1))
+            + (0.0 if prior is None else prior)]
 
-    value, grad, curvature = objective_and_gradient(Theta, True)
-    start_curvature = curvature
+    value, grad, curvature = objective_and_gradient(Theta, not refresh_curvature)
     history = [value.copy()]
     active = np.ones(n_models, dtype=bool) if frozen is None else ~np.asarray(frozen)
+    factors = None  # Cholesky factors of the Newton system (preconditioner offline)
+    if not refresh_curvature:
+        start_curvature = curvature
+    elif np.all(Theta[:, active] == 0) and gendwd_smoothed_curvature(0.0, q) == 0:
+        curvature = None  # formed after the first step (it vanishes here)
+    stale = True
+    # whether the last Newton step was taken in full (the local phase, where
+    # solving the Newton system accurately pays); damped steps get loose CG
+    full_step = np.zeros(1, dtype=bool)
     n_iter = 0
     for n_iter in range(1, max_iter + 1):
         active &= np.max(np.abs(grad), axis=0) > tol * scale
         if not active.any():
             n_iter -= 1
             break
-        system = curvature if prior is None else curvature + prior
-        newton = -_solve_psd(system, grad)
-        Theta_new, value_new, grad_new, moved = line_search(
-            newton, active, value, grad, _NEWTON_HALVINGS
-        )
-        fallback = active & ~moved
-        if fallback.any():
-            # the Newton model was poor (e.g. no row near the kink): take the
-            # majorization step, V'' <= (q+1)^2/q makes it a guaranteed descent
-            if majorizer is None:
-                majorizer = sites.majorizer(q)[None] + np.diag(ridge)[None]
-                if prior is not None:
-                    majorizer = majorizer + prior
-            Theta = Theta_new
-            mm = -_solve_psd(np.broadcast_to(majorizer, system.shape), grad)
-            Theta_new, value_mm, grad_mm, moved_mm = line_search(
-                mm, fallback, value, grad, _MAX_HALVINGS
+        grid = refresh_curvature and curvature is None and n_iter == 1
+        if grid:
+            Theta_new, value_new, moved = first_step_grid(-grad / scale, active, value)
+        else:
+            if refresh_curvature and stale:
+                if curvature is None:
+                    _, _, curvature = objective_and_gradient(Theta, True)
+                    curvature_at = Theta.copy()
+                factors = [_factor_psd(m) for m in system(curvature)]
+                stale = False
+                newton = -_solve_factored(factors, grad)
+            elif refresh_curvature:
+                # inexact Newton: CG on the curvature at Theta, preconditioned
+                # by the curvature matrix of an earlier iterate
+                def product(V, _T=Theta):
+                    out = sites.curvature_product(_T, V, q) + ridge[:, None] * V
+                    if prior is not None:
+                        out = out + np.einsum("kij,jk->ik", prior, V)
+                    return out
+
+                gnorm = np.max(np.abs(grad[:, active]), axis=0).max() / scale
+                rtol = min(0.1, np.sqrt(gnorm)) if full_step[0] else _LOOSE
+                newton, used = _conjugate_gradient(
+                    product, -np.where(active, 1.0, 0.0) * grad, factors, rtol, _MAX_CG
+                )
+                stale = used > _STALE
+            else:
+                if factors is None:
+                    factors = [_factor_psd(m) for m in system(curvature)]
+                newton = -_solve_factored(factors, grad)
+            Theta_new, value_new, moved = line_search(
+                newton, active, value, grad, _NEWTON_HALVINGS
             )
-            value_new[fallback], grad_new[:, fallback] = value_mm[fallback], grad_mm[:, fallback]
-            moved |= moved_mm
+            fallback = active & ~moved
+            if fallback.any():
+                # the Newton model was poor (e.g. no row near the kink): take the
+                # majorization step, V'' <= (q+1)^2/q makes it a guaranteed descent
+                majorizer = majorizer_factors()
+                Theta = Theta_new
+                mm = -_solve_factored(majorizer, grad)
+                Theta_new, value_mm, moved_mm = line_search(
+                    mm, fallback, value, grad, _MAX_HALVINGS
+                )
+                value_new[fallback] = value_mm[fallback]
+                moved |= moved_mm
+                stale = True
         # a class that cannot descend any more is at machine precision: freeze it
+        # (a grid start that found nothing better leaves the class to Newton)
         decrease = value - value_new
-        active &= moved & (decrease > 4 * np.finfo(float).eps * np.abs(value))
-        Theta, value, grad = Theta_new, value_new, grad_new
+        if not grid:
+            active &= moved & (decrease > 4 * np.finfo(float).eps * np.abs(value))
+        Theta = Theta_new
+        _, grad, _ = objective_and_gradient(Theta, False)
+        value = value_new
         history.append(value.copy())
-        if refresh_curvature:
-            _, _, curvature = objective_and_gradient(Theta, True)
+        if refresh_curvature and (stale or factors is None):
+            curvature = None
     else:
         if warn and np.any(active & (np.max(np.abs(grad), axis=0) > tol * scale)):
             warnings.warn(
@@ -343,8 +649,16 @@ def solve_batch(
                 "iterations; increase max_iter or tol.",
                 ConvergenceWarning,
             )
-    final_curvature = curvature if refresh_curvature else start_curvature
-    return Theta, final_curvature, {"n_iter": n_iter, "objective": np.array(history)}
+    if refresh_curvature:
+        if curvature is None or not np.array_equal(curvature_at, Theta):
+            _, _, curvature = objective_and_gradient(Theta, True)
+        final_curvature = curvature
+    else:
+        final_curvature = start_curvature
+    info = {"n_iter": n_iter, "objective": np.array(history),
+            "rounds": sites.rounds - rounds_before,
+            "floats_sent": sites.floats_sent - floats_before}
+    return Theta, final_curvature, info
 
 
 def published_step(sites, Theta, *, q, alpha, fit_intercept, prior):

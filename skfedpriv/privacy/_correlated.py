@@ -1056,7 +1056,9 @@ class OptimalFactorization(PrefixSumFactorization):
     Streaming state: all past draws ``z_1..z_r`` and the dense lower-
     triangular ``C^{-1}`` (``R^2`` floats); the increment of round ``r`` is
     ``(C^{-1} z)_r``, ``O(r prod(shape))`` work. Computing the factorization
-    costs ``O(R^3)`` per iteration (about 2-3 s at ``R = 1000``).
+    costs ``O(R^3)`` per iteration (about 2-3 s at ``R = 1000``) and several
+    dense ``R x R`` matrices, so horizons above ``max_rounds = 2048`` raise
+    ``ValueError`` (use :class:`BLTFactorization`).
 
     References
     ----------
@@ -1069,8 +1071,19 @@ class OptimalFactorization(PrefixSumFactorization):
 
     name = "optimal"
 
+    max_rounds = 2048
+
     def __init__(self, n_rounds, tol=1e-5, max_iter=500, cache=True):
         super().__init__(n_rounds)
+        if self.n_rounds > self.max_rounds:
+            R = self.n_rounds
+            raise ValueError(
+                f"OptimalFactorization needs several dense R x R matrices and O(R^3) "
+                f"work per iteration; R={R} rounds would take about "
+                f"{6 * 8 * R * R / 1e9:.1f} GB and hours, so it is refused above "
+                f"R={self.max_rounds}. Use BLTFactorization (mechanism='blt'): O(1) "
+                "state per round and mean error within a few percent of optimal."
+            )
         self.tol = float(tol)
         self.max_iter = int(max_iter)
         self.cache = cache

@@ -1,0 +1,307 @@
+"""DWD at scikit-learn speed (issue #11): the timing table, one run.
+
+Every ratio compares two methods timed in the same run, on the same rows,
+with one BLAS thread (threadpoolctl), as the median over repetitions that
+alternate the methods (a shared machine slows both alike).
+
+* Offline ``fit`` against scikit-learn's ``LogisticRegression`` (lbfgs) on
+  the pooled rows, two Gaussian classes, 10 sites, alpha = 1e-3, for
+  q in {0.5, 1, 4}: time, ratio, the gradient max-norm at the returned
+  point (the stopping rule, tol = 1e-8), rounds of messages and the numbers
+  one site sent over the fit. The time of forming the curvature matrix at
+  the optimum (the renewable state ``curvature_``, ``O(n p²)``) is shown
+  apart. The private mechanisms' one-batch fit at the first size too.
+* ``partial_fit`` per batch against numpy forming the batch's XᵀDX alone
+  (10 000-row batches), its fixed cost (100-row batches, p = 10, beside
+  scikit-learn's ``SGDClassifier.partial_fit`` on the same rows), and the
+  peak memory (tracemalloc) of 100- and 1000-batch streams.
+* ``LogisticRegression`` and ``DecentralizedLogisticRegression`` beside
+  ``SGDClassifier(loss="log_loss")`` on the same rows: time and accuracy.
+
+    python -m skfedpriv bench dwd-speed            # full (minutes)
+    python -m skfedpriv bench dwd-speed --quick    # smaller sizes
+
+Writes ``benchmarks/results/dwd_speed.md`` (``dwd_speed_quick.md``).
+"""
+
+import argparse
+import os
+import pathlib
+import platform
+import time
+import tracemalloc
+import warnings
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression as SkLogisticRegression
+from sklearn.linear_model import SGDClassifier
+from threadpoolctl import threadpool_limits
+
+from skfedpriv import DecentralizedLogisticRegression, DWDClassifier, LogisticRegression
+from skfedpriv.datasets import make_federated_gaussians
+from skfedpriv._losses import gendwd_smoothed_curvature
+from skfedpriv.linear_model._dwd_solver import augmented_gram, site_summary
+
+RESULTS = pathlib.Path(__file__).parent / "results"
+
+
+def _data(n, p, seed=0, n_sites=10):
+    X, y, g, batch = make_federated_gaussians(
+        n_sites=n_sites, n_batches=max(n // (10 * n_sites), 1), n_per_batch=10,
+        n_features=p, random_state=seed)
+    return X, y, g, batch
+
+
+def _time(func):
+    start = time.perf_counter()
+    out = func()
+    return out, time.perf_counter() - start
+
+
+def _solver_info(func):
+    """Run ``func`` and collect the ``info`` of every ``solve_batch`` call."""
+    import skfedpriv.linear_model._dwd as dwd_module
+
+    infos, original = [], dwd_module.solve_batch
+
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        infos.append(out[2])
+        return out
+
+    dwd_module.solve_batch = spy
+    try:
+        func()
+    finally:
+        dwd_module.solve_batch = original
+    return infos
+
+
+def offline_rows(sizes, qs, reps):
+    rows = []
+    for n, p in sizes:
+        X, y, g, _ = _data(n, p)
+        y_pm = np.where(y == np.unique(y)[1], 1.0, -1.0)[:, None]
+        for q in qs:
+            ours, peer, state = [], [], []
+            for _ in range(reps):
+                clf, t_ours = _time(lambda: DWDClassifier(q=q).fit(X, y, sample_group=g))
+                _, t_peer = _time(lambda: SkLogisticRegression().fit(X, y))
+                theta = np.vstack([clf.intercept_, clf.coef_.T])
+                row_curvature = gendwd_smoothed_curvature(
+                    y_pm[:, 0] * (X @ theta[1:, 0] + theta[0, 0]), q)
+                _, t_state = _time(lambda: augmented_gram(X, row_curvature, True))
+                ours.append(t_ours)
+                peer.append(t_peer)
+                state.append(t_state)
+            info = _solver_info(lambda: DWDClassifier(q=q).fit(X, y, sample_group=g))[0]
+            _, grad, _ = site_summary(X, y_pm, np.ones(n), theta, q, True, False)
+            grad = grad / n + 1e-3 * np.vstack([[0.0], theta[1:]])
+            rows.append(dict(
+                n=n, p=p, q=q, dwd=np.median(ours), lr=np.median(peer),
+                ratio=np.median(ours) / np.median(peer), state=np.median(state),
+                grad=float(np.max(np.abs(grad))), iters=info["n_iter"],
+                rounds=info["rounds"], floats=info["floats_sent"],
+            ))
+            print(rows[-1], flush=True)
+    return rows
+
+
+def private_rows(n, p, reps):
+    X, y, g, _ = _data(n, p)
+    clip = float(np.sqrt(1.0 + 1.5 * p))
+    rows = []
+    for mechanism in ("laplace", "gaussian", "local-gaussian"):
+        times, peer = [], []
+        for _ in range(reps):
+            est = DWDClassifier(mechanism=mechanism, epsilon=1.0, clip_norm=clip,
+                                online_steps=1 if mechanism == "local-gaussian" else 10)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                _, t = _time(lambda: est.partial_fit(X, y, sample_group=g, classes=np.unique(y)))
+            _, t_peer = _time(lambda: SkLogisticRegression().fit(X, y))
+            times.append(t)
+            peer.append(t_peer)
+        rows.append(dict(mechanism=mechanism, n=n, p=p, seconds=np.median(times),
+                         lr=np.median(peer)))
+    return rows
+
+
+def _numpy_gram(Xb, p):
+    Xbar = np.hstack([np.ones((len(Xb), 1)), Xb])
+    d = np.abs(Xbar @ np.ones(p + 1))
+    return Xbar.T @ (d[:, None] * Xbar)
+
+
+def throughput(p, n_batch=10_000, n_batches=30, online_steps=10):
+    """Median per-batch time of partial_fit and of numpy forming XᵀDX alone."""
+    X, y, g, batch = make_federated_gaussians(
+        n_sites=10, n_batches=n_batches, n_per_batch=n_batch // 10, n_features=p,
+        random_state=0)
+    classes = np.unique(y)
+    clf = DWDClassifier(online_steps=online_steps)
+    first = batch == 0
+    clf.partial_fit(X[first], y[first], sample_group=g[first], classes=classes)
+    ours, peer = [], []
+    for b in range(1, n_batches):
+        m = batch == b
+        Xb, yb, gb = X[m], y[m], g[m]
+        _, t = _time(lambda: clf.partial_fit(Xb, yb, sample_group=gb))
+        _, t_peer = _time(lambda: _numpy_gram(Xb, p))
+        ours.append(t)
+        peer.append(t_peer)
+    return np.median(ours), np.median(peer)
+
+
+def fixed_cost(p=10, n_batch=100, n_batches=300):
+    """Per-batch time on tiny batches (the part that does not scale with rows),
+    beside SGDClassifier.partial_fit on the same rows."""
+    X, y, g, batch = make_federated_gaussians(
+        n_sites=10, n_batches=n_batches, n_per_batch=n_batch // 10, n_features=p,
+        random_state=0)
+    classes = np.unique(y)
+    splits = [np.flatnonzero(batch == b) for b in range(n_batches)]
+    out = {}
+    for name, make in (
+        ("DWDClassifier.partial_fit (online_steps=1, eq. 37)",
+         lambda: DWDClassifier(online_steps=1)),
+        ("DWDClassifier.partial_fit (default online_steps=10)", lambda: DWDClassifier()),
+        ("sklearn SGDClassifier.partial_fit", lambda: SGDClassifier()),
+    ):
+        est = make()
+        kwargs = {} if isinstance(est, SGDClassifier) else {"sample_group": g[splits[0]]}
+        est.partial_fit(X[splits[0]], y[splits[0]], classes=classes, **kwargs)
+        times = []
+        for rows in splits[1:]:
+            kwargs = {} if isinstance(est, SGDClassifier) else {"sample_group": g[rows]}
+            _, t = _time(lambda: est.partial_fit(X[rows], y[rows], **kwargs))
+            times.append(t)
+        out[name] = np.median(times)
+    return out
+
+
+def stream_memory(p=50, n_batch=100, lengths=(100, 1000)):
+    """Peak traced memory of a partial_fit stream of each length (rows are
+    generated batch by batch, so only the estimator's state could grow)."""
+    out = {}
+    for length in lengths:
+        rng = np.random.default_rng(0)
+        clf = DWDClassifier()
+        tracemalloc.start()
+        for b in range(length):
+            y = rng.integers(0, 2, n_batch)
+            X = rng.standard_normal((n_batch, p)) + 0.2 * (2 * y[:, None] - 1)
+            clf.partial_fit(X, y, sample_group=np.arange(n_batch) % 10, classes=[0, 1])
+        out[length] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return out
+
+
+def logistic_rows(n, p, reps):
+    """Federated logistic models beside SGDClassifier on the same rows."""
+    X, y, g, _ = _data(n, p)
+    X_test, y_test, _, _ = _data(n // 4, p, seed=1)
+    methods = {
+        "skfedpriv LogisticRegression (non-private)": lambda: LogisticRegression().fit(
+            X, y, sample_group=g),
+        "skfedpriv DecentralizedLogisticRegression (non-private)":
+            lambda: DecentralizedLogisticRegression().fit(X, y, sample_group=g),
+        "sklearn SGDClassifier(log_loss)": lambda: SGDClassifier(loss="log_loss").fit(X, y),
+    }
+    rows = []
+    for name, run in methods.items():
+        times, accs = [], []
+        for _ in range(reps):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model, t = _time(run)
+            times.append(t)
+            accs.append(float(np.mean(model.predict(X_test) == y_test)))
+        rows.append(dict(method=name, n=n, p=p, seconds=np.median(times),
+                         accuracy=np.mean(accs)))
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repetitions", type=int, default=None)
+    parser.add_argument("--parts", default="offline,private,partial,logistic",
+                        help="comma-separated subset of offline,private,partial,logistic")
+    parser.add_argument("--qs", default="0.5,1,4", help="genDWD exponents of the offline table")
+    parser.add_argument("--max-p", type=int, default=None,
+                        help="offline sizes with at most this many features")
+    args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    qs = tuple(float(q) for q in args.qs.split(","))
+    quick = args.quick or os.environ.get("SKFEDPRIV_QUICK") == "1"
+    reps = args.repetitions or (3 if quick else 5)
+    sizes = [(20_000, 50), (5_000, 200)] if quick else [
+        (100_000, 50), (20_000, 500), (20_000, 2000)]
+    if args.max_p is not None:
+        sizes = [size for size in sizes if size[1] <= args.max_p] or sizes[:1]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    offline = private = logistic = []
+    through = fixed = memory = {}
+    with threadpool_limits(1):
+        if "offline" in parts:
+            offline = offline_rows(sizes, qs, reps)
+        if "private" in parts:
+            private = private_rows(*sizes[0], reps)
+        if "partial" in parts:
+            through = {p: throughput(p, n_batches=8 if quick else 30) for p in (10, 50, 200)}
+            fixed = fixed_cost(n_batches=60 if quick else 300)
+            memory = stream_memory(lengths=(20, 200) if quick else (100, 1000))
+        if "logistic" in parts:
+            logistic = logistic_rows(5_000 if quick else 20_000, 20, reps)
+
+    lines = [
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared: load average "
+        f"{load:.1f} at the start), Python {platform.python_version()}, one BLAS thread; "
+        f"{time.strftime('%Y-%m-%d')}; medians of {reps} repetitions, methods alternated.",
+    ]
+    if offline:
+        lines += [
+            "",
+            "**Offline fit** (two Gaussian classes, 10 sites, alpha = 1e-3, tol = 1e-8) vs "
+            "scikit-learn LogisticRegression (lbfgs) on the pooled rows, same run:",
+            "",
+            "| n, p | q | DWD fit s | LR s | ratio | of which: curvature at optimum s | "
+            "‖∇F‖∞ at fit | iterations | rounds | numbers sent per site |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+    for r in offline:
+        lines.append(
+            f"| {r['n']:.0e}, {r['p']} | {r['q']} | {r['dwd']:.3f} | {r['lr']:.3f} | "
+            f"{r['ratio']:.1f}× | {r['state']:.3f} | {r['grad']:.1e} | {r['iters']} | "
+            f"{r['rounds']} | {r['floats']:,} ({8 * r['floats'] / 1e3:.0f} kB) |")
+    if private:
+        lines += ["", f"Private one-batch fit at n={sizes[0][0]}, p={sizes[0][1]} (same run, "
+                  "LR beside):", "", "| mechanism | seconds | LR s |", "|---|---|---|"]
+        lines += [f"| {r['mechanism']} | {r['seconds']:.3f} | {r['lr']:.3f} |" for r in private]
+    if through:
+        lines += ["", "**partial_fit**, 10 000-row batches of 10 sites, default online_steps=10:",
+                  "", "| p | partial_fit ms | numpy XᵀDX alone ms | throughput ratio |",
+                  "|---|---|---|---|"]
+        for p, (ours, peer) in through.items():
+            lines.append(f"| {p} | {1e3 * ours:.2f} | {1e3 * peer:.2f} | {peer / ours:.2f} |")
+        lines += ["", "Fixed cost per batch (100-row batches, p = 10):", ""]
+        lines += [f"- {k}: {1e3 * v:.2f} ms" for k, v in fixed.items()]
+        lines += ["", "Peak traced memory of a partial_fit stream (100-row batches, p = 50): "
+                  + ", ".join(f"{k} batches {v / 1e6:.2f} MB" for k, v in memory.items()) + "."]
+    if logistic:
+        lines += ["", "**Logistic models** beside SGDClassifier, same rows "
+                  f"(n={logistic[0]['n']}, p={logistic[0]['p']}, 10 sites):", "",
+                  "| method | seconds | test accuracy |", "|---|---|---|"]
+        lines += [f"| {r['method']} | {r['seconds']:.3f} | {r['accuracy']:.3f} |"
+                  for r in logistic]
+    text = "\n".join(lines) + "\n"
+    RESULTS.mkdir(exist_ok=True)
+    suffix = "_quick" if quick else ("" if parts == {"offline", "private", "partial", "logistic"}
+                                     else "_" + "_".join(sorted(parts)))
+    (RESULTS / f"dwd_speed{suffix}.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""The DWD solver's building blocks: what sites send, fast paths, the stream."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from skfedpriv import DWDClassifier
+from skfedpriv._losses import _power, gendwd_loss, gendwd_smoothed_curvature
+from skfedpriv.datasets import make_federated_gaussians
+from skfedpriv.linear_model import _dwd_solver
+from skfedpriv.linear_model._dwd_solver import (
+    SiteData,
+    augmented_gram,
+    site_summary,
+    solve_batch,
+)
+
+
+def _problem(n=400, p=6, K=2, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p))
+    Y = np.where(rng.random((n, K)) < 0.5, -1.0, 1.0)
+    X += 0.5 * Y[:, :1]
+    weights = rng.uniform(0.5, 2.0, n)
+    Theta = 0.3 * rng.standard_normal((p + 1, K))
+    return X, Y, weights, Theta
+
+
+@pytest.mark.parametrize("exponent", [0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.5, 6.0, 16.0, 0.3, 7.25, 17.0])
+def test_power_matches_numpy_power(exponent):
+    x = np.random.default_rng(1).uniform(0.0, 1.0, 1000)
+    np.testing.assert_allclose(_power(x, exponent), x**exponent, rtol=1e-13, atol=0)
+
+
+def test_gram_equals_weighted_product_and_skips_zero_rows():
+    X, _, weights, _ = _problem()
+    d = weights.copy()
+    d[::3] = 0.0
+    for fit_intercept in (True, False):
+        Xbar = np.hstack([np.ones((len(X), 1)), X]) if fit_intercept else X
+        expected = Xbar.T @ (d[:, None] * Xbar)
+        gram = augmented_gram(X, d, fit_intercept)
+        np.testing.assert_allclose(gram, expected, rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(gram, gram.T)
+    assert np.all(augmented_gram(X, np.zeros(len(X)), False) == 0)
+
+
+@pytest.mark.parametrize("pooled", [True, False])
+def test_site_requests_are_sums_of_the_defined_quantities(pooled):
+    X, Y, weights, Theta = _problem()
+    q = 1.5
+    codes = np.arange(len(X)) % 3
+    rows = [np.flatnonzero(codes == s) for s in range(3)]
+    sites = SiteData(X, Y, weights, rows, None if pooled else 2, True)
+    assert len(sites.parts) == (1 if pooled else 3)
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    V = np.random.default_rng(2).standard_normal(Theta.shape)
+    # curvature-vector products: the curvature matrix (brute force) times V
+    product = sites.curvature_product(Theta, V, q)
+    for k in range(Y.shape[1]):
+        d = weights * gendwd_smoothed_curvature(Y[:, k] * (Xbar @ Theta[:, k]), q)
+        np.testing.assert_allclose(product[:, k], Xbar.T @ (d * (Xbar @ V[:, k])),
+                                   rtol=1e-10, atol=1e-10)
+    # line losses: the loss sum at each point of the line
+    steps = [1.0, 0.5, 0.125]
+    losses = sites.line_losses(Theta, V, steps, q)
+    for j, t in enumerate(steps):
+        expected = weights @ gendwd_loss(Y * (Xbar @ (Theta + t * V)), q)
+        np.testing.assert_allclose(losses[j], expected, rtol=1e-12)
+    # after advancing, summaries at the new point are those of a fresh site
+    new = sites.advance(Theta, V, np.array([0.5, 0.125]))
+    np.testing.assert_allclose(new, Theta + np.array([0.5, 0.125]) * V)
+    loss, grad, _ = sites.summaries(new, q, False)
+    fresh_loss, fresh_grad, _ = site_summary(X, Y, weights, new, q, True, False)
+    np.testing.assert_allclose(loss, fresh_loss, rtol=1e-12)
+    np.testing.assert_allclose(grad, fresh_grad, rtol=1e-10, atol=1e-10)
+    # every request counted; replies are O(p1 K) numbers, the matrix O(p1² K)
+    p1, K = Theta.shape
+    assert sites.rounds == 3
+    assert sites.floats_sent == p1 * K + len(steps) * K + (K + p1 * K)
+
+
+class _SummariesOnly:
+    """Sites that answer only ``summaries`` (as an older transport would)."""
+
+    def __init__(self, sites):
+        self._sites = sites
+        self.weight_sum = sites.weight_sum
+        self.n_requests = 0
+
+    def summaries(self, Theta, q, with_curvature):
+        self.n_requests += 1
+        return self._sites.summaries(Theta, q, with_curvature)
+
+    def majorizer(self, q):
+        self.n_requests += 1
+        return self._sites.majorizer(q)
+
+
+@pytest.mark.parametrize("q", [0.5, 1.0, 4.0])
+def test_offline_solve_reaches_stationary_point_with_few_curvature_matrices(q):
+    X, Y, weights, _ = _problem(n=2000, p=8, K=2, seed=3)
+    sites = SiteData(X, Y, weights, [np.arange(len(X))], None, True)
+    start = np.zeros((X.shape[1] + 1, 2))
+    formed = []
+    original = _dwd_solver.augmented_gram
+
+    def counting(*args):
+        formed.append(1)
+        return original(*args)
+
+    _dwd_solver.augmented_gram = counting
+    try:
+        Theta, curvature, info = solve_batch(sites, start, q=q, alpha=1e-3,
+                                             fit_intercept=True, tol=1e-8, max_iter=200)
+    finally:
+        _dwd_solver.augmented_gram = original
+    # stationary: the gradient of the objective (independently written) vanishes
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    for k in range(2):
+        u = Y[:, k] * (Xbar @ Theta[:, k])
+        u0 = q / (q + 1)
+        slope = -np.minimum(u0 / np.maximum(u, u0), 1.0) ** (q + 1)
+        grad = Xbar.T @ (weights * Y[:, k] * slope) + 1e-3 * weights.sum() * np.r_[0, Theta[1:, k]]
+        assert np.max(np.abs(grad)) <= 1e-8 * weights.sum()
+        # the returned curvature is the curvature (plus ridge) at the returned point
+        d = weights * gendwd_smoothed_curvature(u, q)
+        expected = Xbar.T @ (d[:, None] * Xbar) + np.diag(1e-3 * weights.sum() * np.r_[0, np.ones(8)])
+        np.testing.assert_allclose(curvature[k], expected, rtol=1e-9, atol=1e-9)
+    assert np.all(np.diff(info["objective"], axis=0) <= 0)
+    # the O(n p²) matrices are few (one per class each time): not one per iteration
+    assert len(formed) < 2 * info["n_iter"]
+    # the same iterates from sites that only answer summaries
+    other, other_curvature, other_info = solve_batch(
+        _SummariesOnly(SiteData(X, Y, weights, [np.arange(len(X))], None, True)), start,
+        q=q, alpha=1e-3, fit_intercept=True, tol=1e-8, max_iter=200)
+    np.testing.assert_allclose(other, Theta, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(other_curvature, curvature, rtol=1e-7, atol=1e-7)
+
+
+def test_published_single_step_is_still_available_and_exact():
+    X, y, g, batch = make_federated_gaussians(n_sites=3, n_batches=3, n_per_batch=30,
+                                              n_features=4, random_state=4)
+    clf = DWDClassifier(online_steps=1)
+    first = batch == 0
+    clf.partial_fit(X[first], y[first], sample_group=g[first], classes=[-1, 1])
+    theta = np.r_[clf.intercept_, clf.coef_.ravel()]
+    prior = clf.curvature_[0].copy()
+    second = batch == 1
+    clf.partial_fit(X[second], y[second], sample_group=g[second])
+    # eq. 37 written out: θ - (prior + H̄_b)^{-1} ∇L_b(θ), H̄_b = curvature + n_b λ I
+    Xb = np.hstack([np.ones((second.sum(), 1)), X[second]])
+    u = y[second] * (Xb @ theta)
+    slope = -(0.5 / np.maximum(u, 0.5)) ** 2
+    n_b = second.sum()
+    grad = Xb.T @ (y[second] * slope) + 1e-3 * n_b * np.r_[0, theta[1:]]
+    h_bar = Xb.T @ (gendwd_smoothed_curvature(u, 1.0)[:, None] * Xb) + 1e-3 * n_b * np.eye(5)
+    expected = theta - np.linalg.solve(prior + h_bar, grad)
+    np.testing.assert_allclose(np.r_[clf.intercept_, clf.coef_.ravel()], expected, rtol=1e-9)
+
+
+def test_later_batches_with_bad_values_are_still_refused():
+    X, y, g, batch = make_federated_gaussians(n_sites=2, n_batches=2, n_per_batch=20,
+                                              n_features=3, random_state=5)
+    clf = DWDClassifier().partial_fit(X[batch == 0], y[batch == 0], classes=[-1, 1])
+    before = clf.coef_.copy()
+    bad = X[batch == 1].copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        clf.partial_fit(bad, y[batch == 1])
+    with pytest.raises(ValueError, match="features"):
+        clf.partial_fit(X[batch == 1][:, :2], y[batch == 1])
+    with pytest.raises(ValueError):
+        clf.partial_fit(X[batch == 1], y[batch == 1][:-1])
+    with pytest.raises(ValueError, match="not in classes"):
+        clf.partial_fit(X[batch == 1], np.full(int((batch == 1).sum()), 7))
+    np.testing.assert_array_equal(clf.coef_, before)
+    # a list batch (slow path) and an array batch (fast path) give the same model
+    a = DWDClassifier().partial_fit(X[batch == 0], y[batch == 0], classes=[-1, 1])
+    b = DWDClassifier().partial_fit(X[batch == 0], y[batch == 0], classes=[-1, 1])
+    a.partial_fit(X[batch == 1], y[batch == 1])
+    b.partial_fit(X[batch == 1].tolist(), y[batch == 1].tolist())
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+
+
+def test_stream_memory_does_not_grow_with_its_length():
+    def peak(n_batches):
+        rng = np.random.default_rng(0)
+        clf = DWDClassifier()
+        tracemalloc.start()
+        for _ in range(n_batches):
+            y = rng.integers(0, 2, 50)
+            X = rng.standard_normal((50, 20)) + 0.3 * (2 * y[:, None] - 1)
+            clf.partial_fit(X, y, sample_group=np.arange(50) % 5, classes=[0, 1])
+        value = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return value
+
+    short, long = peak(20), peak(200)
+    assert long < 1.5 * short
