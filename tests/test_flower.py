@@ -346,8 +346,8 @@ def test_logistic_private_matches_in_process_with_the_learners_streams(monkeypat
     # and the noise matters: without it the model differs
     plain = in_process_stream(private_logistic(None), X, y, g, rnd, classes)
     assert np.abs(plain.coef_ - est.coef_).max() > 1e-3
-    # the server holds no noise: its state has no stream
-    assert est._cohorts == [] and est._rng is None
+    # the server holds no noise: its training state has no stream
+    assert est._training_state.cohorts == [] and est._training_state.rng is None
 
 
 def test_logistic_private_fit_matches_in_process_fit(monkeypatch):
@@ -358,7 +358,7 @@ def test_logistic_private_fit_matches_in_process_fit(monkeypatch):
         X, y, g, fit_rounds(g, R_LOG), lambda s: LearnerPrivacy.from_estimator(est, random_state=7 * s)))
     federated_fit(est, transport, classes=[0, 1])
     _per_learner_streams(monkeypatch, "tree", [0, 7, 14])
-    local = private_logistic("tree").fit(X, y, sample_group=g)
+    local = private_logistic("tree", classes=[0, 1]).fit(X, y, sample_group=g)
     np.testing.assert_allclose(est.coef_, local.coef_, atol=1e-10, rtol=0)
     assert est.privacy_spent_ == local.privacy_spent_ == (4.0, 1e-4)
 
