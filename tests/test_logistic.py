@@ -19,6 +19,10 @@ from skfedpriv.privacy import as_generator
 from skfedpriv.privacy._correlated import make_factorization
 
 
+# the tests seed their noise on purpose
+pytestmark = pytest.mark.filterwarnings("ignore::skfedpriv.privacy.SeededNoiseWarning")
+
+
 # --------------------------------------------------------------------------
 # a plain reference loop: local SGD + server averaging, one learner at a time
 # --------------------------------------------------------------------------

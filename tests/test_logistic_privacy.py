@@ -18,6 +18,9 @@ from skfedpriv.linear_model._logistic import LogisticRegression
 from skfedpriv.privacy import PrivacyBudgetError, gaussian_sigma
 from skfedpriv.privacy._correlated import make_factorization
 
+# the tests seed their noise on purpose
+pytestmark = pytest.mark.filterwarnings("ignore::skfedpriv.privacy.SeededNoiseWarning")
+
 
 def _round_g(clf, theta, X, y):
     """``g`` of a single learner for rows (X, y), with the estimator's code."""
