@@ -164,9 +164,11 @@ def _reachable(obj):
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
-@pytest.mark.parametrize("random_state", [None, 3])
+@pytest.mark.parametrize("random_state", [None, 3, "generator"])
 def test_release_pickle_holds_only_the_covered_arrays(mechanism, random_state):
     X, y, groups = data()
+    if random_state == "generator":  # its state after the draws would regenerate them
+        random_state = np.random.default_rng(3)
     budget = PrivacyBudget(10.0, 1e-2)
     est = private(mechanism=mechanism, classes=[0, 1], random_state=random_state,
                   budget=budget).fit(X, y, sample_group=groups)
@@ -176,15 +178,18 @@ def test_release_pickle_holds_only_the_covered_arrays(mechanism, random_state):
     assert not [p for p, obj in _reachable(released) if isinstance(obj, FORBIDDEN_TYPES)]
     # the training object does hold them (so the walk does look)
     secret = [p for p, obj in _reachable(est) if isinstance(obj, FORBIDDEN_TYPES)]
-    assert secret and all(p.startswith("est._training_state") for p in secret)
+    assert secret and all(p.startswith(("est._training_state", "est.random_state"))
+                          for p in secret)
     # it predicts identically
     for method in ("predict", "decision_function", "predict_proba", "score"):
         args = (X, y) if method == "score" else (X,)
         np.testing.assert_array_equal(getattr(released, method)(*args),
                                       getattr(est, method)(*args))
     assert released.privacy_spent_ == est.privacy_spent_
-    params = {k: v for k, v in est.get_params().items() if k != "budget"}
+    params = {k: v for k, v in est.get_params().items() if k not in ("budget", "random_state")}
     assert {k: released.get_params()[k] for k in params} == params
+    if not isinstance(est.random_state, np.random.Generator):
+        assert released.random_state == est.random_state
 
 
 def test_release_cannot_continue_but_can_start_a_new_stream():
