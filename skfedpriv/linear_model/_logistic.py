@@ -243,9 +243,9 @@ default=None
     only). The fitted estimator also holds the secret state that
     continues the stream, in one private ``TrainingState`` object: the
     noise generator, every learner's noise stream (its past draws or
-    buffers) and the increments of missed rounds not yet sent. Whoever holds it can subtract the noise from
-    the model (with ``random_state=None`` too) and read clipped gradients,
-    hence labels. Pickle the training estimator only to continue a stream
+    buffers) and the increments of missed rounds not yet sent. Whoever
+    holds it can subtract the noise from the model (with
+    ``random_state=None`` too) and read clipped gradients, hence labels. Pickle the training estimator only to continue a stream
     on a trusted machine; publish :meth:`release`, a fitted copy that
     predicts identically and holds only the attributes listed above (and
     the validated hyperparameters). ``partial_fit`` on a release raises
