@@ -142,7 +142,8 @@ def timing(data, n_rounds):
         start = time.perf_counter()
         LogisticRegression(local_steps=TAU, learning_rate=ETA, n_rounds=n_rounds,
                            clip_norm=CLIP, feature_clip_norm=CX, mechanism=mech,
-                           epsilon=2.0, delta=1e-3, random_state=0).fit(
+                           epsilon=2.0, delta=1e-3, random_state=0,
+                           classes=[0, 1]).fit(
             X_all, y_all, sample_group=g_all)
         out[f"skfedpriv fit (mechanism={mech!r})"] = time.perf_counter() - start
     best = np.inf

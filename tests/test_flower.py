@@ -346,8 +346,8 @@ def test_logistic_private_matches_in_process_with_the_learners_streams(monkeypat
     # and the noise matters: without it the model differs
     plain = in_process_stream(private_logistic(None), X, y, g, rnd, classes)
     assert np.abs(plain.coef_ - est.coef_).max() > 1e-3
-    # the server holds no noise: its state has no stream
-    assert est._cohorts == [] and est._rng is None
+    # the server holds no noise: its training state has no stream
+    assert est._training_state.cohorts == [] and est._training_state.rng is None
 
 
 def test_logistic_private_fit_matches_in_process_fit(monkeypatch):
@@ -358,7 +358,7 @@ def test_logistic_private_fit_matches_in_process_fit(monkeypatch):
         X, y, g, fit_rounds(g, R_LOG), lambda s: LearnerPrivacy.from_estimator(est, random_state=7 * s)))
     federated_fit(est, transport, classes=[0, 1])
     _per_learner_streams(monkeypatch, "tree", [0, 7, 14])
-    local = private_logistic("tree").fit(X, y, sample_group=g)
+    local = private_logistic("tree", classes=[0, 1]).fit(X, y, sample_group=g)
     np.testing.assert_allclose(est.coef_, local.coef_, atol=1e-10, rtol=0)
     assert est.privacy_spent_ == local.privacy_spent_ == (4.0, 1e-4)
 
@@ -488,6 +488,41 @@ def test_logistic_learner_guards():
     out = decode(encode({**request, "present": True}))
     assert out["present"] is True and out["param-mechanism"] == "toeplitz"
     assert "param-feature_clip_norm" in out and isinstance(ledger["logistic-learner"], bytes)
+
+
+def test_logistic_declared_classes_release_and_budget_through_the_learners():
+    """Issue 10 on the Flower path: the classes hyperparameter declares the
+    label set (no classes argument needed, a different one refused before any
+    round), the budget is charged once as the stream's Gaussian mechanism, the
+    server (which draws no noise) does not warn about its seed, and the
+    release cannot continue the stream."""
+    from skfedpriv import PrivacyBudget
+    from skfedpriv.linear_model._base import ReleasedModelError
+
+    X, y, g, rnd = logistic_stream_data()
+    budget = PrivacyBudget(20.0, 1e-2)
+    est = private_logistic(classes=[0, 1], budget=budget)
+    transport = LocalTransport(logistic_sites(
+        X, y, g, rnd, lambda s: LearnerPrivacy.from_estimator(est, random_state=s)))
+    with pytest.raises(ValueError, match="differs from the classes hyperparameter"):
+        federated_partial_fit(est, transport, 0, classes=[0, 1, 2])
+    assert not [q for q, _ in transport.log if q["op"] == "round"] and len(budget.ledger) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no SeededNoiseWarning: the learners draw the noise
+        federated_partial_fit(est, transport, 0)
+        federated_partial_fit(est, transport, 1)
+    assert est.classes_.tolist() == [0, 1]
+    (entry,) = budget.ledger.entries
+    assert entry.mechanism == "gaussian"
+    assert (entry.sigma, entry.sensitivity) == (est.noise_std_, est.sensitivity_)
+    released = est.release()
+    np.testing.assert_array_equal(released.predict(X), est.predict(X))
+    assert not hasattr(released, "_training_state")
+    n_requests = len(transport.log)
+    with pytest.raises(ReleasedModelError):
+        federated_partial_fit(released, transport, 2)
+    assert len(transport.log) == n_requests
+    federated_partial_fit(est, transport, 2)  # the training object continues
 
 
 def test_logistic_server_refuses_a_learner_with_another_calibration():

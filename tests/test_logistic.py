@@ -19,6 +19,10 @@ from skfedpriv.privacy import as_generator
 from skfedpriv.privacy._correlated import make_factorization
 
 
+# the tests seed their noise on purpose
+pytestmark = pytest.mark.filterwarnings("ignore::skfedpriv.privacy.SeededNoiseWarning")
+
+
 # --------------------------------------------------------------------------
 # a plain reference loop: local SGD + server averaging, one learner at a time
 # --------------------------------------------------------------------------
@@ -225,7 +229,7 @@ def test_seeded_private_fit_is_reproducible_and_noisy():
     X, y = load_breast_cancer(return_X_y=True)
     X = StandardScaler().fit_transform(X)
     kw = dict(n_rounds=20, mechanism="tree", feature_clip_norm=3.0,
-              learning_rate=0.5, delta=1e-3)
+              learning_rate=0.5, delta=1e-3, classes=[0, 1])
     a = LogisticRegression(random_state=0, **kw).fit(X, y)
     b = LogisticRegression(random_state=0, **kw).fit(X, y)
     c = LogisticRegression(random_state=1, **kw).fit(X, y)
@@ -341,11 +345,30 @@ def test_hyperparameter_change_mid_stream_is_refused():
 # --------------------------------------------------------------------------
 
 
+# Checks that fit labels other than 0 and 1 (three classes, strings, ...): a
+# private estimator declares its label set (classes=[0, 1] here) and refuses
+# every other label by design (issue 10, point 2).
+_UNDECLARED_LABEL_CHECKS = (
+    "check_estimators_overwrite_params", "check_dont_overwrite_parameters",
+    "check_estimators_fit_returns_self", "check_readonly_memmap_input",
+    "check_n_features_in_after_fitting", "check_positive_only_tag_during_fit",
+    "check_estimators_dtypes", "check_dtype_object",
+    "check_f_contiguous_array_estimator", "check_classifier_data_not_an_array",
+    "check_classifiers_classes", "check_estimators_partial_fit_n_features",
+    "check_classifiers_train", "check_supervised_y_2d",
+    "check_methods_sample_order_invariance", "check_methods_subset_invariance",
+    "check_fit2d_1feature", "check_dict_unchanged", "check_fit2d_predict1d",
+)
+
+
 def _expected_failures(estimator):
     if estimator.mechanism is not None:
         # fit spends the whole horizon, so the partial_fit this check calls
         # after fit raises PrivacyBudgetError by design.
-        return {"check_fit_score_takes_y": "partial_fit after fit is past the horizon"}
+        failures = {"check_fit_score_takes_y": "partial_fit after fit is past the horizon"}
+        failures.update({name: "fits labels outside the declared classes [0, 1]"
+                         for name in _UNDECLARED_LABEL_CHECKS})
+        return failures
     return {}
 
 
@@ -354,7 +377,7 @@ def _expected_failures(estimator):
         LogisticRegression(),
         LogisticRegression(local_steps=1, alpha=0.01, fit_intercept=False),
         LogisticRegression(mechanism="tree", feature_clip_norm=1.0, epsilon=50.0,
-                           random_state=0),
+                           random_state=0, classes=[0, 1]),
     ],
     expected_failed_checks=_expected_failures,
 )

@@ -268,12 +268,14 @@ def _logistic_describe(transport, batches):
     return n_features.pop(), labels, private
 
 
-def _logistic_classes(labels, classes, private):
-    if classes is None:
-        if labels is None:
-            raise ValueError(f"learners {private!r} are private and do not report their labels; "
-                             "pass classes.")
-        classes = labels
+def _logistic_classes(est, labels, classes, private):
+    if classes is None and est.classes is None and labels is None:
+        raise ValueError(f"learners {private!r} are private and do not report their labels; "
+                         "pass classes.")
+    # the classes hyperparameter, else the classes argument; under a mechanism
+    # one of them is required (the label set must not be read from the data)
+    declared = est._declared_classes(classes, first_call=True)
+    classes = labels if declared is None else declared
     classes = unique_labels(np.asarray(classes))
     if len(classes) < 2:
         raise ValueError(f"Classifier can't train when only one class is present: classes={classes!r}.")
@@ -281,10 +283,7 @@ def _logistic_classes(labels, classes, private):
 
 
 def _logistic_start(est, params, classes, n_features):
-    state = est._initial_state(params, classes, n_features)
-    state["_noise_at_sites"] = est.mechanism is not None
-    state["_rng"] = None  # the server draws no noise
-    return state
+    return est._initial_state(params, classes, n_features, noise_here=False)  # no noise here
 
 
 def _logistic_round(est, transport, batch, state):
@@ -324,7 +323,7 @@ def _logistic_round(est, transport, batch, state):
 def _logistic_fit(est, transport, batch, classes):
     params = est._check_params()
     n_features, labels, private = _logistic_describe(transport, range(batch, batch + params["R"]))
-    classes = _logistic_classes(labels, classes, private)
+    classes = _logistic_classes(est, labels, classes, private)
     state = _logistic_start(est, params, classes, n_features)
     for r in range(params["R"]):
         state = _logistic_round(est, transport, batch + r, state)
@@ -334,10 +333,10 @@ def _logistic_fit(est, transport, batch, classes):
 def _logistic_partial_fit(est, transport, batch, classes):
     first, params = est._round_params(noise_at_sites=True)
     if first:
-        if classes is None:
+        if classes is None and est.classes is None:
             raise ValueError("classes must be passed on the first call to partial_fit.")
         n_features, labels, private = _logistic_describe(transport, [batch])
-        state = _logistic_start(est, params, _logistic_classes(labels, classes, private), n_features)
+        state = _logistic_start(est, params, _logistic_classes(est, labels, classes, private), n_features)
     else:
         if classes is not None and not np.array_equal(unique_labels(np.asarray(classes)), est.classes_):
             raise ValueError("classes differ from those of the earlier batches.")

@@ -127,8 +127,10 @@ class FederatedClassifierMixin(ClassifierMixin):
     def release(self):
         """Return the release: a fitted copy holding only published attributes.
 
-        The returned estimator has the same hyperparameters and every public
-        fitted attribute (``coef_``, ``intercept_``, ``classes_``, ...), each
+        The returned estimator has the same hyperparameters (except a
+        generator passed as ``random_state``, whose state would let one
+        regenerate the noise: the release has ``random_state=None``) and every
+        public fitted attribute (``coef_``, ``intercept_``, ``classes_``, ...), each
         of which is covered by the privacy claim of the mechanism (see the
         estimator's Notes) or data-independent. It holds no training state
         (noise streams, generators, raw sums, curvature): it predicts,
@@ -146,6 +148,10 @@ class FederatedClassifierMixin(ClassifierMixin):
         """
         check_is_fitted(self)
         released = clone(self)
+        if isinstance(getattr(released, "random_state", None),
+                      (np.random.Generator, np.random.RandomState)):
+            # a generator's state after the draws lets one regenerate them
+            released.set_params(random_state=None)
         for name, value in vars(self).items():
             public = name.endswith("_") and not name.startswith("_")
             if public or name in self._release_private_attributes:

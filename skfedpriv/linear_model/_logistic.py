@@ -20,12 +20,19 @@ from ..privacy import (
     check_privacy_params,
     clip_rows,
     gaussian_sigma,
+    warn_if_seeded,
 )
 from ..privacy._correlated import make_factorization
-from ._base import FederatedClassifierMixin, _restore_feature_attributes_on_error
+from ._base import FederatedClassifierMixin, TrainingState, _restore_feature_attributes_on_error
 from ._local_steps import chunk_layout, local_round
 
 MECHANISMS = (None, "independent", "tree", "honaker", "toeplitz", "optimal", "blt")
+
+#: Keys of the round state that are training state, not release: the model
+#: buffer, the learner index, the noise streams (generators and their past
+#: draws), the noise increments not yet sent, the factorization.
+_TRAINING_KEYS = ("_theta", "_learner_index", "_cohorts", "_pending", "_rng",
+                  "_factorization", "_noise_at_sites")
 
 
 def _check_number(value, name, *, low=None, low_open=True, integer=False,
@@ -120,28 +127,52 @@ class LogisticRegression(FederatedClassifierMixin, BaseEstimator):
     random_state : None, int, numpy.random.Generator or RandomState, \
 default=None
         Source of the noise. ``None`` uses fresh OS entropy, as private
-        releases should.
+        releases should. With a mechanism, an integer seed makes ``fit``
+        and the first ``partial_fit`` of a stream emit a
+        :class:`~skfedpriv.privacy.SeededNoiseWarning`: whoever knows the
+        seed can regenerate the noise and remove it.
     budget : PrivacyBudget or None, default=None
         A budget shared with other estimators (it survives ``clone``):
         ``fit`` and the first ``partial_fit`` of a stream spend
         ``(epsilon, delta)`` from it (the guarantee of all ``n_rounds``
         rounds) before any state changes, and raise
-        :class:`~skfedpriv.PrivacyBudgetError` if it would overspend.
+        :class:`~skfedpriv.PrivacyBudgetError` if it would overspend. The
+        spend is recorded as one Gaussian mechanism (``sigma=noise_std_``,
+        ``sensitivity=sensitivity_``, see Notes), so the budget's ledger can
+        compose several streams exactly.
+    classes : array-like of shape (n_classes,) or None, default=None
+        The label set, declared. With a mechanism it is required (here or
+        as ``classes`` of the first :meth:`partial_fit`): a label set read
+        from the data would reveal a row's label (a row with a new label
+        changes ``classes_`` and the shape of ``coef_``). Rows with a label
+        outside it are refused with a ``ValueError`` before anything
+        changes. ``None`` without a mechanism: ``fit`` takes the labels of
+        ``y``, as scikit-learn does.
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
+        The declared label set (with a mechanism: the ``classes``
+        hyperparameter or the first ``partial_fit``'s ``classes``, never
+        read from the data).
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
-        The global model ``x^r`` after the last round.
+        The global model ``x^r`` after the last round: post-processing of
+        the learners' noisy messages, covered by the statement.
     intercept_ : ndarray of shape (1,) or (n_classes,)
+        Part of the global model, covered likewise.
     n_features_in_ : int
+        Data-independent (the schema).
     feature_names_in_ : ndarray of shape (n_features_in_,)
-        Defined when X has string feature names.
+        Defined when X has string feature names. Data-independent.
     learners_ : ndarray of shape (n_learners,)
         Labels of the learners seen, in order of first appearance (learners
-        new in the same call in the order of :func:`numpy.unique`).
+        new in the same call in the order of :func:`numpy.unique`). It
+        depends on ``sample_group`` only, which the neighbouring relation
+        keeps (a replaced row stays at its learner and round), and tells no
+        more than the server sees: which learners sent messages. There are
+        no per-learner models.
     n_rounds_seen_ : int
-        Communication rounds run so far.
+        Communication rounds run so far (data-independent).
     gradient_sensitivity_ : float
         L2 bound on the change of one learner's ``g_i^r`` when one client of
         the round is replaced: ``2 B_g / τ`` when ``feature_clip_norm`` is
@@ -204,6 +235,29 @@ default=None
     is enforced), so ``‖z_τ - z_τ'‖ <= 2 η τ B_g``. Both bounds are checked
     by brute force in the tests.
 
+    **Release and training state.** Every public attribute is part of the
+    release; with a mechanism each is covered by the privacy statement
+    (``coef_``, ``intercept_``) or does not depend on the rows' values (the
+    declared ``classes_``, ``learners_``, ``n_rounds_seen_``, the schema,
+    and the calibration attributes, which depend on the hyperparameters
+    only). The fitted estimator also holds the secret state that
+    continues the stream, in one private ``TrainingState`` object: the
+    noise generator, every learner's noise stream (its past draws or
+    buffers) and the increments of missed rounds not yet sent. Whoever
+    holds it can subtract the noise from the model (with
+    ``random_state=None`` too) and read clipped gradients, hence labels. Pickle the training estimator only to continue a stream
+    on a trusted machine; publish :meth:`release`, a fitted copy that
+    predicts identically and holds only the attributes listed above (and
+    the validated hyperparameters). ``partial_fit`` on a release raises
+    :class:`~skfedpriv.linear_model._base.ReleasedModelError`.
+
+    **Budget.** The learners' noise is independent, so the whole stream,
+    all learners and all rounds, is one Gaussian mechanism on the stacked
+    ``C G_i`` with L2 sensitivity ``sensitivity_`` (one row is at one
+    learner) and noise std ``noise_std_``: a ``budget`` is charged once per
+    stream with ``mechanism="gaussian"``, ``mu = sensitivity_ /
+    noise_std_``, whose exact ε at ``delta`` is ``epsilon``.
+
     **Noise state.** Tree: ``O(log R)`` arrays of the model's size per
     learner; BLT: ``n_buffers`` arrays; Toeplitz and optimal keep every past
     draw (``O(r)`` arrays per learner at round r; see
@@ -234,11 +288,18 @@ default=None
     0.98
     >>> private = LogisticRegression(n_rounds=20, mechanism="toeplitz",
     ...                              epsilon=2.0, delta=1e-3,
-    ...                              feature_clip_norm=6.0,
-    ...                              learning_rate=0.2, random_state=0)
+    ...                              feature_clip_norm=6.0, classes=[0, 1],
+    ...                              learning_rate=0.2)
     >>> private.fit(X, y, sample_group=learners).privacy_spent_
     (2.0, 0.001)
+    >>> published = private.release()  # no noise state: safe to share
+    >>> bool((published.predict(X) == private.predict(X)).all())
+    True
     """
+
+    # the hyperparameters as validated at the start of the stream (data-
+    # independent); prediction reads feature_clip_norm from them
+    _release_private_attributes = ("_params",)
 
     def __init__(
         self,
@@ -255,6 +316,7 @@ default=None
         fit_intercept=True,
         random_state=None,
         budget=None,
+        classes=None,
     ):
         self.local_steps = local_steps
         self.learning_rate = learning_rate
@@ -269,6 +331,7 @@ default=None
         self.fit_intercept = fit_intercept
         self.random_state = random_state
         self.budget = budget
+        self.classes = classes
 
     # ------------------------------------------------------------------
     # parameters
@@ -354,7 +417,12 @@ default=None
     # state
     # ------------------------------------------------------------------
 
-    def _initial_state(self, params, classes, n_features):
+    def _initial_state(self, params, classes, n_features, *, noise_here=True):
+        """The state of a new stream; spends the budget (the only side effect).
+
+        ``noise_here=False``: the learners hold the noise streams
+        (:mod:`skfedpriv.flower`); this estimator draws nothing.
+        """
         n_models = 1 if len(classes) == 2 else len(classes)
         p = n_features + params["fit_intercept"]
         state = {
@@ -368,14 +436,20 @@ default=None
             "_params": params,
         }
         state.update(self._noise_calibration(params))
-        state["_rng"] = (None if self.mechanism is None
-                         else as_generator(self.random_state))
-        state["_noise_at_sites"] = False
-        if self.mechanism is not None and self.budget is not None:
-            # one spend per stream: its (epsilon, delta) covers all n_rounds rounds
+        private = self.mechanism is not None
+        state["_rng"] = as_generator(self.random_state) if private and noise_here else None
+        state["_noise_at_sites"] = private and not noise_here
+        if private and self.budget is not None:
+            # One spend per stream: the whole stream (every learner's messages
+            # over all n_rounds rounds) is one Gaussian mechanism on C G_i
+            # with noise std noise_std_ and L2 sensitivity sensitivity_, so
+            # the ledger can compose it exactly (mu = sensitivity_ / noise_std_).
+            eps, delta = state["privacy_spent_"]
             self.budget.spend(
-                *state["privacy_spent_"],
+                eps, delta,
                 note=f"LogisticRegression(mechanism={self.mechanism!r}) on a new stream",
+                mechanism="gaussian", sigma=state["noise_std_"],
+                sensitivity=state["sensitivity_"],
             )
         return state
 
@@ -408,20 +482,33 @@ default=None
         )
 
     def _commit(self, state):
+        """Split a round state into the release and the training state.
+
+        Public attributes (``coef_``, ``intercept_``, ``classes_``, ...) are
+        the release; everything else a stream needs to continue goes into
+        one :class:`~skfedpriv.linear_model._base.TrainingState`.
+        """
         for key, value in state.items():
-            setattr(self, key, value)
-        theta = self._theta
+            if key not in _TRAINING_KEYS:
+                setattr(self, key, value)
+        self._training_state = TrainingState(
+            **{key.lstrip("_"): state[key] for key in _TRAINING_KEYS}
+        )
+        theta = state["_theta"]
         d = self.n_features_in_
         self.coef_ = theta[:, :d].copy()
         self.intercept_ = (theta[:, d].copy() if self._params["fit_intercept"]
                            else np.zeros(theta.shape[0]))
 
     def _state(self):
-        keys = ("classes_", "_theta", "learners_", "_learner_index", "_cohorts",
-                "_pending", "n_rounds_seen_", "_params", "gradient_sensitivity_",
-                "factorization_sensitivity_", "sensitivity_", "noise_std_",
-                "privacy_spent_", "_rng", "_factorization", "_noise_at_sites")
-        return {k: getattr(self, k) for k in keys}
+        """The round state of the stream (release plus training state)."""
+        keys = ("classes_", "learners_", "n_rounds_seen_", "_params",
+                "gradient_sensitivity_", "factorization_sensitivity_",
+                "sensitivity_", "noise_std_", "privacy_spent_")
+        state = {k: getattr(self, k) for k in keys}
+        training = self._training_state
+        state.update({key: getattr(training, key.lstrip("_")) for key in _TRAINING_KEYS})
+        return state
 
     # ------------------------------------------------------------------
     # the round
@@ -545,6 +632,8 @@ default=None
                 X, y, sample_group, None, reset=True, infer_classes=True
             )
             state = self._initial_state(params, classes, batch.X.shape[1])
+        if self.mechanism is not None:
+            warn_if_seeded(self.random_state, "LogisticRegression")
         Xa = self._features(batch.X, params)
         targets = self._targets(batch.y, classes)
         codes, n_new = self._learner_codes(state, batch.site_labels, batch.site_codes)
@@ -596,6 +685,8 @@ default=None
                 state = self._initial_state(params, classes, batch.X.shape[1])
             else:
                 state = self._state()
+        if first and self.mechanism is not None:
+            warn_if_seeded(self.random_state, "LogisticRegression")
         Xa = self._features(batch.X, params)
         targets = self._targets(batch.y, classes)
         codes, n_new = self._learner_codes(state, batch.site_labels, batch.site_codes)
@@ -610,7 +701,8 @@ default=None
         learners (:mod:`skfedpriv.flower`); a private stream must continue
         where its noise streams are.
         """
-        first = not hasattr(self, "_theta")
+        self._check_can_continue()  # a release cannot continue a stream
+        first = not hasattr(self, "_training_state")
         if not first and self.mechanism is not None:
             if self.n_rounds_seen_ >= self._params["R"]:
                 raise PrivacyBudgetError(
@@ -619,7 +711,7 @@ default=None
                     "covers no more releases. Start a new stream with fit or "
                     "a fresh estimator."
                 )
-            at_sites = bool(getattr(self, "_noise_at_sites", False))
+            at_sites = bool(self._training_state.noise_at_sites)
             if at_sites != bool(noise_at_sites):
                 where = "the learners (Flower)" if at_sites else "this estimator"
                 raise ValueError(
