@@ -15,7 +15,7 @@ from scipy.optimize import minimize
 
 from skfedpriv.linear_model._local_steps import local_round
 from skfedpriv.linear_model._logistic import LogisticRegression
-from skfedpriv.privacy import PrivacyBudgetError, gaussian_sigma
+from skfedpriv.privacy import PrivacyBudgetError, gaussian_epsilon, gaussian_sigma
 from skfedpriv.privacy._correlated import make_factorization
 
 # the tests seed their noise on purpose
@@ -247,20 +247,27 @@ def test_shared_budget_counts_grid_candidates_and_refuses_overspend():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 4))
     y = (X[:, 0] + 0.3 * rng.normal(size=300) > 0).astype(int)
-    budget = PrivacyBudget(epsilon=8.0, delta=1e-3)
+    budget = PrivacyBudget(epsilon=8.0, delta=7e-5)  # room for seven δ=1e-5 spends
     est = PublicLogisticRegression(mechanism="tree", epsilon=1.0, delta=1e-5, n_rounds=8,
                                    feature_clip_norm=3.0, learning_rate=0.3,
                                    random_state=0, budget=budget, classes=[0, 1])
     assert clone(est).budget is budget
-    GridSearchCV(est, {"local_steps": [2, 4]}, cv=3, error_score="raise").fit(X, y)
-    assert budget.spent == pytest.approx((7.0, 7e-5))  # 6 candidate fits + refit
+    search = GridSearchCV(est, {"local_steps": [2, 4]}, cv=3, error_score="raise").fit(X, y)
+    # 6 candidate fits + refit, each one Gaussian mechanism of the same μ: together
+    # exactly one Gaussian mechanism of μ√7 (Dong, Roth, Su 2022, Cor. 3.3)
+    fitted = search.best_estimator_
+    assert len(budget.ledger.entries) == 7
+    composed = gaussian_epsilon(fitted.noise_std_, 7e-5, np.sqrt(7) * fitted.sensitivity_)
+    assert budget.spent == pytest.approx((composed, 7e-5))
+    assert composed < 7.0 / 2
     stream = clone(est).set_params(budget=budget)
-    with pytest.raises(PrivacyBudgetError):
-        stream.set_params(epsilon=1.5).partial_fit(X[:30], y[:30], classes=[0, 1])
+    with pytest.raises(PrivacyBudgetError):  # δ is used up
+        stream.partial_fit(X[:30], y[:30], classes=[0, 1])
     assert not [k for k in vars(stream) if k.endswith("_")]
-    assert budget.spent == pytest.approx((7.0, 7e-5))
-    stream.set_params(epsilon=1.0).partial_fit(X[:30], y[:30], classes=[0, 1])
-    before = budget.spent
+    assert budget.spent == pytest.approx((composed, 7e-5))
+    fresh = PrivacyBudget(epsilon=8.0, delta=1e-3)
+    stream.set_params(budget=fresh).partial_fit(X[:30], y[:30], classes=[0, 1])
+    before = fresh.spent
     stream.partial_fit(X[30:60], y[30:60])  # later rounds of the stream spend nothing
-    assert budget.spent == before == pytest.approx((8.0, 8e-5))
+    assert fresh.spent == before == pytest.approx(stream.privacy_spent_)
     assert pickle.loads(pickle.dumps(stream)).privacy_spent_ == (1.0, 1e-5)
