@@ -11,10 +11,17 @@ from .._losses import check_q, gendwd_curvature_bound
 from .._sites import site_row_indices
 from ._base import (
     FederatedClassifierMixin,
+    TrainingState,
     _restore_feature_attributes_on_error,
     is_balanced_class_weight,
 )
-from ..privacy import PrivacyBudget, as_generator, check_privacy_params
+from ..privacy import (
+    PrivacyBudget,
+    as_generator,
+    check_privacy_params,
+    gaussian_epsilon,
+    warn_if_seeded,
+)
 from ._dwd_private import (
     PublishedCalibration,
     clip_augmented_rows,
@@ -258,6 +265,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         step_radius=None,
         calibration="analytic",
         budget=None,
+        classes=None,
     ):
         self.q = q
         self.alpha = alpha
@@ -276,6 +284,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         self.step_radius = step_radius
         self.calibration = calibration
         self.budget = budget
+        self.classes = classes
 
     def fit(self, X, y, sample_group=None, sample_weight=None):
         """Offline federated fit on all rows (the paper's OffWP).
@@ -323,7 +332,8 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
                 "class_weight='balanced' is not supported by partial_fit (a "
                 "stream has no class counts to balance by); pass a dict."
             )
-        first = not hasattr(self, "curvature_")
+        self._check_can_continue()
+        first = not hasattr(self, "_training_state")
         with _restore_feature_attributes_on_error(self):
             batch, classes = self._validate_batch(
                 X, y, sample_group, sample_weight, reset=first, classes=classes
@@ -341,13 +351,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         a call that raises changes nothing.
         """
         private = self.mechanism is not None
-        if not first and self._stream_privacy != self._privacy_signature():
-            raise ValueError(
-                "The privacy hyperparameters changed in the middle of a stream "
-                f"(was {self._stream_privacy}, now {self._privacy_signature()}); the "
-                "accumulated curvature and the guarantee belong to the stream's "
-                "settings. Call fit, or start a new estimator."
-            )
+        self._check_stream_settings(first)
         if private:
             self._check_private_batch(batch)
         weights = self._row_weights(batch, classes)
@@ -364,7 +368,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         state = self._stream_state(first, p1, n_models)
         rng = privacy = None
         if private:
-            rng = as_generator(self.random_state) if first else copy.deepcopy(self._rng)
+            rng = self._noise_generator(first)
             theta, curvature, n_iter, privacy = self._private_step(
                 sites, batch, state, first, rng
             )
@@ -374,37 +378,77 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         self._commit(classes, sites.weight_sum, state, theta, curvature, n_iter, started,
                      privacy, rng)
 
+    def _check_stream_settings(self, first):
+        """Refuse a continuation whose privacy settings differ from the stream's."""
+        if first:
+            return
+        was = self._training_state.stream_privacy
+        if was != self._privacy_signature():
+            raise ValueError(
+                "The privacy hyperparameters changed in the middle of a stream "
+                f"(was {was}, now {self._privacy_signature()}); the accumulated "
+                "curvature and the guarantee belong to the stream's settings. "
+                "Call fit, or start a new estimator."
+            )
+
+    def _noise_generator(self, first):
+        """The generator of this batch's noise: a new one when a private
+        stream starts (warning on a fixed seed), else a copy of the stream's,
+        so a call that raises leaves the stream's generator untouched."""
+        if first:
+            warn_if_seeded(self.random_state, "DWDClassifier")
+            return as_generator(self.random_state)
+        return copy.deepcopy(self._training_state.rng)
+
     def _stream_state(self, first, p1, n_models):
         """What the update starts from: nothing on a new stream, else the
         parameters and the accumulated curvature of the earlier batches."""
         if first:
             return dict(
                 theta=np.zeros((p1, n_models)), prior=None, seen=0.0, n_batches=0,
-                started=np.zeros(n_models, dtype=bool),
+                started=np.zeros(n_models, dtype=bool), curvature_noise_var=0.0,
+                privacy_spent=None,
             )
+        training = self._training_state
         return dict(
-            theta=self._theta, prior=self.curvature_, seen=self.n_samples_seen_,
-            n_batches=self.n_batches_, started=self._started,
+            theta=training.theta, prior=training.curvature, seen=self.n_samples_seen_,
+            n_batches=self.n_batches_, started=training.started,
+            curvature_noise_var=training.curvature_noise_var,
+            privacy_spent=getattr(self, "privacy_spent_", None),
         )
 
     def _commit(self, classes, weight_sum, state, theta, curvature, n_iter, started,
                 privacy=None, rng=None):
-        """Write the fitted state; called once every number is computed."""
+        """Write the fitted state; called once every number is computed.
+
+        Secret training state (parameters in solver layout, the accumulated
+        curvature, the noise generator) goes into ``_training_state``; public
+        attributes are the release (see the class docstring).
+        """
         prior = 0.0 if state["prior"] is None else state["prior"]
-        self._stream_privacy = self._privacy_signature()
+        privacy = privacy or {}
+        self._training_state = TrainingState(
+            theta=theta,
+            curvature=prior + curvature,
+            started=started,
+            stream_privacy=self._privacy_signature(),
+            rng=rng,
+            curvature_noise_var=privacy.get("curvature_noise_var", 0.0),
+        )
+        for stale in ("curvature_", "privacy_spent_", "noise_scale_", "rho_"):
+            if stale in vars(self):
+                delattr(self, stale)
         self.classes_ = classes
-        self._theta = theta
-        self.curvature_ = prior + curvature
+        if self.mechanism is None:
+            # a raw statistic of the rows: public only without a mechanism
+            self.curvature_ = self._training_state.curvature
         self.n_samples_seen_ = state["seen"] + weight_sum
         self.n_batches_ = state["n_batches"] + 1
         self.n_iter_ = n_iter
-        self._started = started
-        if privacy is not None:
-            self._rng = rng
+        if privacy:
             self.privacy_spent_ = privacy["spent"]
             self.noise_scale_ = privacy["scale"]
             self.rho_ = privacy.get("rho")
-            self._curvature_noise_var = privacy.get("curvature_noise_var", 0.0)
         if self.fit_intercept:
             self.intercept_, self.coef_ = theta[0].copy(), theta[1:].T.copy()
         else:
@@ -447,7 +491,12 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         return theta, curvature, n_iter, started | starting
 
     def _private_step(self, sites, batch, state, first, rng):
-        """One private release per batch (Algorithm 2) or site-local Gaussian."""
+        """One private release per batch (Algorithm 2) or site-local Gaussian.
+
+        The budget is charged before any noise is drawn: once per stream for
+        'local-gaussian', once per batch (each batch is a release) for
+        'laplace'/'gaussian'.
+        """
         q, alpha = check_q(self.q), float(self.alpha)
         epsilon, delta = self._privacy_params()
         n_models = state["theta"].shape[1]
@@ -455,17 +504,24 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         if self.mechanism == "local-gaussian":
             releases = local_gaussian_releases(n_models, self.online_steps, first)
             sigma = local_gaussian_sigma(epsilon, delta, releases, self.calibration)
-            self._spend(epsilon, delta, first)
+            if first:
+                spent = (_gaussian_claim(epsilon, delta, sigma, releases), delta)
+                self._spend(
+                    *spent, note="a new stream (all batches: disjoint rows)",
+                    mechanism="gaussian", sigma=sigma, sensitivity=math.sqrt(releases),
+                )
+            else:
+                spent = state["privacy_spent"]
             theta, curvature, noise_var = local_gaussian_update(
                 sites, state["theta"], state["prior"], first, sigma, rng,
-                prior_noise_var=0.0 if first else self._curvature_noise_var,
+                prior_noise_var=state["curvature_noise_var"],
                 n_sites=batch.n_sites, online_steps=self.online_steps, q=q, alpha=alpha,
                 fit_intercept=self.fit_intercept, clip_norm=float(self.clip_norm),
                 step_radius=self._step_radius(q),
             )
-            noise_var += 0.0 if first else self._curvature_noise_var
+            noise_var += state["curvature_noise_var"]
             return theta, curvature, self.online_steps, dict(
-                spent=(epsilon, delta), scale=sigma, curvature_noise_var=noise_var
+                spent=spent, scale=sigma, curvature_noise_var=noise_var
             )
         # Algorithm 2: one release per batch; one-vs-rest splits the budget
         per_model = (epsilon / n_models, delta / n_models)
@@ -476,13 +532,18 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
                 rho=self.rho, p1=p1, n_seen=state["seen"] + sites.weight_sum,
             )
         ] * n_models
-        self._spend(epsilon, delta, first)
+        self._spend(
+            epsilon, delta, note=f"release of batch {state['n_batches']}",
+            mechanism="laplace" if self.mechanism == "laplace" else "approx",
+        )
+        before = (0.0, 0.0) if first else state["privacy_spent"]
+        spent = (before[0] + epsilon, before[1] + delta)
         theta, h_bar = published_private_update(
             sites, state["theta"], state["prior"], calibrations, rng, q=q, alpha=alpha,
             fit_intercept=self.fit_intercept, step_radius=self._step_radius(q),
         )
         return theta, h_bar, 1, dict(
-            spent=(epsilon, delta), scale=calibrations[0].scale, rho=calibrations[0].rho
+            spent=spent, scale=calibrations[0].scale, rho=calibrations[0].rho
         )
 
     def _privacy_signature(self):
@@ -506,13 +567,12 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             self.epsilon, delta, require_delta=self.mechanism != "laplace"
         )
 
-    def _spend(self, epsilon, delta, first):
-        """Charge the shared budget once per stream (rows of later batches are
-        new rows: parallel composition)."""
-        if self.budget is not None and first:
+    def _spend(self, epsilon, delta, *, note, **details):
+        """Charge the shared budget, if any (raises before any state changes)."""
+        if self.budget is not None:
             self.budget.spend(
                 epsilon, delta,
-                note=f"DWDClassifier(mechanism={self.mechanism!r}) on a new stream",
+                note=f"DWDClassifier(mechanism={self.mechanism!r}): {note}", **details,
             )
 
     def _check_private_batch(self, batch):
@@ -578,3 +638,14 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             )
         if self.budget is not None and not isinstance(self.budget, PrivacyBudget):
             raise TypeError(f"budget must be a PrivacyBudget or None, got {self.budget!r}.")
+
+
+def _gaussian_claim(epsilon, delta, sigma, releases):
+    """ε of ``releases`` composed unit-sensitivity Gaussian releases of noise
+    multiplier σ: exactly one Gaussian mechanism of sensitivity
+    ``sqrt(releases)`` (Dong, Roth, Su 2022, Cor. 3.3), its exact analytic ε
+    at δ. The analytic calibration meets ``epsilon`` up to root-finding
+    rounding, which is reported as ``epsilon``; the classic and zCDP
+    calibrations add more noise, and their exact, smaller ε is reported."""
+    exact = gaussian_epsilon(sigma, delta, math.sqrt(releases))
+    return float(epsilon) if abs(exact - epsilon) <= 1e-9 * epsilon else exact
