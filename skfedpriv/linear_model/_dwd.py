@@ -94,9 +94,13 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         ``joblib.parallel_config`` context says otherwise, so a Dask or Ray
         joblib backend spreads the sites over a cluster.
     random_state : int, numpy Generator or None, default=None
-        Randomness of the privacy noise (drawn once per stream and carried
-        across ``partial_fit`` calls). ``None`` draws fresh OS entropy; an
-        integer makes the noise reproducible. The non-private model is
+        Randomness of the privacy noise (a generator made once per stream
+        and carried across ``partial_fit`` calls in the training state).
+        ``None`` draws fresh OS entropy: use it for any real release. An
+        integer makes the noise reproducible, and anyone who knows it can
+        remove the noise, so a private stream started from an integer seed
+        emits a :class:`~skfedpriv.privacy.SeededNoiseWarning` (fixed seeds
+        are for tests and experiments). The non-private model is
         deterministic.
     mechanism : {None, 'laplace', 'gaussian', 'local-gaussian'}, default=None
         Differential privacy (see Notes). ``None`` is the non-private model.
@@ -128,37 +132,69 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         mechanism (Balle & Wang 2018), or the classic / zCDP conversions for
         comparison.
     budget : PrivacyBudget or None, default=None
-        A budget shared with other estimators (it survives ``clone``): each
-        ``fit`` and the first ``partial_fit`` of a stream spend
-        ``(epsilon, delta)`` from it, before any state changes, and raise
-        :class:`~skfedpriv.PrivacyBudgetError` when it would overspend.
+        A budget shared with other estimators (it survives ``clone``),
+        charged before any state changes; a charge that would overspend
+        raises :class:`~skfedpriv.PrivacyBudgetError` and changes nothing.
+        'local-gaussian' charges once per stream (``fit`` or the first
+        ``partial_fit``), as one Gaussian mechanism (``mechanism='gaussian'``
+        with its noise multiplier σ and sensitivity ``sqrt(releases)``, see
+        Notes); 'laplace'/'gaussian' charge every batch, each a release
+        (``(epsilon, 0)`` as 'laplace', ``(epsilon, delta)`` as 'approx').
+    classes : array-like of shape (n_classes,) or None, default=None
+        The label set, declared. Required with a mechanism (here or as the
+        ``classes`` argument of the first ``partial_fit``): a label set read
+        from the data would reveal a row's label through ``classes_`` and
+        the shape of ``coef_``. Rows with a label outside it are refused
+        before any state changes. ``None`` without a mechanism: ``fit``
+        takes the labels of ``y``, as in scikit-learn.
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
+        With a mechanism: the declared label set (data-independent).
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        With a mechanism: the noised release, covered by the claim of the
+        mechanism (see Notes).
     intercept_ : ndarray of shape (1,) or (n_classes,)
+        Covered as ``coef_``.
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
-        Defined when X has string feature names.
+        Defined when X has string feature names. Public by assumption, as
+        is the number of features.
     curvature_ : ndarray of shape (n_models, p1, p1)
         Accumulated curvature ``Σ_j J_j`` (eq. 34) of all batches seen, the
         only memory of past batches; ``p1 = n_features + fit_intercept``.
+        Defined **only without a mechanism**: under 'laplace'/'gaussian' it
+        is the raw ``Σ_j J_j`` of the rows (not covered by any claim), and
+        under every mechanism it lives in the training state, never in a
+        release.
     n_batches_ : int
-        Batches seen (``fit`` counts as one).
+        Batches seen (``fit`` counts as one); public (the number of
+        batches is public).
     n_samples_seen_ : float
-        Total row weight seen.
+        Total row weight seen; with a mechanism every row weighs one and
+        this is the number of rows, public (batch sizes are public).
     n_iter_ : int
-        Iterations of the last ``fit`` or ``partial_fit``.
+        Iterations of the last ``fit`` or ``partial_fit``; with a mechanism
+        it is ``online_steps`` ('local-gaussian') or 1 (Algorithm 2),
+        data-independent.
     privacy_spent_ : tuple of float
-        ``(epsilon, delta)`` of the guarantee described in Notes, for the
-        mechanism used; defined when ``mechanism`` is set.
+        ``(epsilon, delta)`` charged for the stream so far; defined when
+        ``mechanism`` is set. 'local-gaussian': the exact ε at δ of the one
+        Gaussian mechanism the stream is (``epsilon`` with the default
+        analytic calibration, smaller with 'classic'/'zcdp'), fixed over the
+        stream. 'laplace'/'gaussian': the sum over the stream's batches of
+        the per-release ``(epsilon, delta)`` (basic composition), which is
+        what the budget was charged; see Notes for what it does and does
+        not cover.
     noise_scale_ : float
         Last noise scale: Laplace η or Gaussian τ of Algorithm 2, or the
         unit noise multiplier σ of 'local-gaussian' (a summary with
-        sensitivity Δ gets noise of std ``σ Δ``).
+        sensitivity Δ gets noise of std ``σ Δ``). A function of the
+        hyperparameters and the (public) row count.
     rho_ : float or None
-        ρ used by the last 'laplace'/'gaussian' release.
+        ρ used by the last 'laplace'/'gaussian' release (a function of the
+        hyperparameters and the row count).
 
     See Also
     --------
@@ -177,7 +213,9 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
     (``sample_weight`` and ``class_weight`` are refused with a mechanism),
     and each row is in one batch of the stream only: feeding a row twice
     is outside the guarantee. Batch sizes, the site of each row and the
-    number of batches are public.
+    number of batches are public. So is the label set: it is declared
+    (``classes``), never read from the rows, and a row with another label
+    is refused.
 
     * ``'local-gaussian'`` (rigorous over the whole stream, against the
       server): each site adds Gaussian noise to every summary it sends —
@@ -193,7 +231,12 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
       of radius R on each step), so every model released after every batch
       — the whole stream — is ``(epsilon, delta)``-DP for each row against
       the server and anyone who sees the messages or the models. Batches
-      are disjoint, so the cost does not grow with the stream.
+      are disjoint (a row's summaries are released in its own batch only;
+      later batches see them through noised sums), so the cost does not
+      grow with the stream: the budget is charged once, as one Gaussian
+      mechanism of noise multiplier σ and sensitivity ``sqrt(releases)``
+      of the first batch (every batch has the same ratio), so it composes
+      exactly with other Gaussian charges.
     * ``'laplace'`` / ``'gaussian'``: Algorithm 2 as published, one release
       per batch: ``θ_b`` minimizes the perturbed objective ``Q`` (eq. 41)
       over the ball ``‖θ - θ_{b-1}‖ <= R`` (objective perturbation over a
@@ -208,8 +251,26 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
       trusted), and a row of batch ``b`` also shapes every later release
       through the accumulated curvature ``J_b``; no accounting covers those
       later releases, so the stream as a whole carries no guarantee.
-      ``privacy_spent_`` reports the per-release figure. Use
+      Every batch is charged as a release: ``privacy_spent_`` is the sum
+      of the per-release ``(epsilon, delta)`` over the stream's batches
+      (basic composition), the figure the budget was charged. What it
+      covers: each release, for the rows of its own batch, as above (the
+      sum is what the releases cost if a row entered every one of them at
+      its per-release cost). What it does not cover: the later releases a
+      row shapes through ``J_b``, whose effect no sensitivity bound
+      controls, so even the sum is not a proven guarantee for the stream
+      as a whole. Use
       ``'local-gaussian'`` for a guarantee over the whole stream.
+
+    **What to publish.** Every public fitted attribute is listed above
+    with what covers it. The secret training state a stream needs to
+    continue (the noise generator, the accumulated curvature, the
+    parameters in solver layout, the stream's settings) is held in one
+    private object, ``_training_state``, and the pickle of the fitted
+    estimator carries it. Publish :meth:`release`, a fitted copy that
+    predicts, scores and pickles without it (its ``partial_fit`` raises
+    ``ReleasedModelError``); keep the training estimator private to
+    continue the stream.
 
     ``fit`` is one batch: with 'laplace'/'gaussian' it is one release from
     ``θ_0 = 0`` (a single step, as Algorithm 2 starts a stream). The privacy
@@ -244,6 +305,16 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
     >>> clf = DWDClassifier().fit(X, y, sample_group=sites)
     >>> round(clf.score(X, y), 2)
     0.99
+
+    A private fit declares its labels; publish its release:
+
+    >>> private = DWDClassifier(mechanism="local-gaussian", epsilon=1.0,
+    ...                         clip_norm=6.0, classes=[0, 1])
+    >>> published = private.fit(X, y, sample_group=sites).release()
+    >>> bool((published.predict(X) == private.predict(X)).all())
+    True
+    >>> hasattr(published, "_training_state"), hasattr(published, "curvature_")
+    (False, False)
     """
 
     def __init__(
@@ -320,7 +391,13 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             Site of each row of this batch.
         sample_weight : array-like of shape (n_samples,), default=None
         classes : array-like of shape (n_classes,), default=None
-            All classes of the stream; required on the first call.
+            All classes of the stream; required on the first call unless the
+            ``classes`` hyperparameter declares them (then it must match).
+
+        Raises
+        ------
+        ReleasedModelError
+            On a release (see :meth:`release`), which holds no training state.
 
         Returns
         -------
