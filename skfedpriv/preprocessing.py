@@ -220,7 +220,8 @@ class BoundedScaler(_DataIndependentTransformer):
     >>> pipe = make_pipeline(
     ...     BoundedScaler(lower=0, upper=16),
     ...     DWDClassifier(mechanism="local-gaussian", epsilon=1.0,
-    ...                   clip_norm=np.sqrt(64 + 1), random_state=0))
+    ...                   clip_norm=np.sqrt(64 + 1), random_state=0,
+    ...                   classes=[0, 1]))
     >>> round(pipe.fit(X, y).score(X, y), 2)
     1.0
     """

@@ -149,7 +149,7 @@ def test_private_pipeline_bounded_scaler_dwd():
     is never binding, the guarantee is the estimator's, and it learns."""
     X, y, sites = _digits()
     dwd = DWDClassifier(mechanism="local-gaussian", epsilon=1.0, delta=1e-5,
-                        clip_norm=np.sqrt(X.shape[1] + 1), random_state=0)
+                        clip_norm=np.sqrt(X.shape[1] + 1), random_state=0, classes=[0, 1])
     pipe = make_pipeline(BoundedScaler(lower=0, upper=16), dwd)
     pipe.fit(X, y, dwdclassifier__sample_group=sites)
     step = pipe[-1]
@@ -176,7 +176,7 @@ def test_private_pipeline_in_grid_search():
     pipe = make_pipeline(
         RowNormClipper(max_norm=40.0),
         DWDClassifier(mechanism="local-gaussian", epsilon=2.0, clip_norm=41.0,
-                      random_state=0),
+                      random_state=0, classes=[0, 1]),
     )
     search = GridSearchCV(pipe, {"rownormclipper__max_norm": [20.0, 40.0]}, cv=3)
     search.fit(X, y, dwdclassifier__sample_group=sites)
