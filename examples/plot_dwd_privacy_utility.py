@@ -8,13 +8,17 @@ of batches. For each ε we train
 * ``mechanism='local-gaussian'`` — every site noises every summary it
   sends; the guarantee covers the whole stream against the server;
 * ``mechanism='gaussian'`` — Algorithm 2 as published (objective
-  perturbation); its guarantee covers each release on its own, not the
-  stream (see the privacy page of the documentation);
+  perturbation); ε is per release: every batch is a release and is charged
+  (``privacy_spent_`` is ``n_batches × ε`` after the stream), and even that
+  sum does not cover the stream (see the privacy page of the
+  documentation);
 
 on a ``partial_fit`` stream, beside the non-private stream and the Bayes
 accuracy. Rows are clipped to ``clip_norm`` by the estimator (a bound set in
-advance, never read from the data). Set ``SKFEDPRIV_QUICK=1`` for a small,
-fast run.
+advance, never read from the data), and the label set is declared
+(``classes``). The fixed noise seeds make the figure reproducible; they
+warn (``SeededNoiseWarning``) because a real release must use
+``random_state=None``. Set ``SKFEDPRIV_QUICK=1`` for a small, fast run.
 """
 
 # %%
@@ -44,10 +48,10 @@ clip_norm = np.sqrt(n_features + 1)     # a public choice, not read from X
 def stream_accuracy(**params):
     """Accuracy on the test rows after streaming every batch once."""
     clf = DWDClassifier(clip_norm=clip_norm if params.get("mechanism") else None,
-                        **params)
+                        classes=[-1, 1], **params)
     for b in range(n_batches):
         rows = batch == b
-        clf.partial_fit(X[rows], y[rows], sample_group=sites[rows], classes=[-1, 1])
+        clf.partial_fit(X[rows], y[rows], sample_group=sites[rows])
     return clf.score(X_test, y_test)
 
 

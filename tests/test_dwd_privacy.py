@@ -22,7 +22,16 @@ from skfedpriv.linear_model._dwd_private import (
     local_gaussian_sigma,
     trust_region_step,
 )
-from skfedpriv.privacy import PrivacyBudget, PrivacyBudgetError
+from skfedpriv.linear_model._base import ReleasedModelError
+from skfedpriv.privacy import (
+    PrivacyBudget,
+    PrivacyBudgetError,
+    SeededNoiseWarning,
+    gaussian_epsilon,
+)
+
+# fixed seeds are deliberate here (reproducible tests); the warning is tested below
+pytestmark = pytest.mark.filterwarnings("ignore::skfedpriv.privacy.SeededNoiseWarning")
 
 
 def _data(n_batches=4, seed=0, p=5):
@@ -247,7 +256,10 @@ def test_private_stream_accounts_and_resumes_after_pickle(mechanism):
     for k in (0, 1):
         m = b == k
         clf.partial_fit(X[m], y[m], sample_group=g[m], classes=[-1, 1])
-    expected = (2.0, 0.0 if mechanism == "laplace" else 1e-5)
+    delta = 0.0 if mechanism == "laplace" else 1e-5
+    # Algorithm 2 charges every batch (a release each); local-gaussian once
+    per_batch = mechanism != "local-gaussian"
+    expected = (4.0, 2 * delta) if per_batch else (2.0, delta)
     assert clf.privacy_spent_ == expected
     resumed = pickle.loads(pickle.dumps(clf))
     assert resumed.privacy_spent_ == expected
@@ -256,19 +268,169 @@ def test_private_stream_accounts_and_resumes_after_pickle(mechanism):
         clf.partial_fit(X[m], y[m], sample_group=g[m])
         resumed.partial_fit(X[m], y[m], sample_group=g[m])
     np.testing.assert_array_equal(clf.coef_, resumed.coef_)
-    assert resumed.privacy_spent_ == expected
+    np.testing.assert_array_equal(clf.intercept_, resumed.intercept_)
+    expected = (8.0, 4 * delta) if per_batch else (2.0, delta)
+    assert resumed.privacy_spent_ == clf.privacy_spent_ == expected
     assert np.all(np.isfinite(clf.coef_))
     assert not np.array_equal(clf.coef_, DWDClassifier().fit(X[~first], y[~first]).coef_)
 
 
 def test_same_seed_same_noise_and_none_draws_fresh():
     X, y, g, b = _data()
-    a = DWDClassifier(mechanism="local-gaussian", clip_norm=4.0, random_state=7).fit(X, y)
-    c = DWDClassifier(mechanism="local-gaussian", clip_norm=4.0, random_state=7).fit(X, y)
+    kw = dict(mechanism="local-gaussian", clip_norm=4.0, classes=[-1, 1])
+    a = DWDClassifier(random_state=7, **kw).fit(X, y)
+    c = DWDClassifier(random_state=7, **kw).fit(X, y)
     np.testing.assert_array_equal(a.coef_, c.coef_)
-    d = DWDClassifier(mechanism="local-gaussian", clip_norm=4.0).fit(X, y)
-    e = DWDClassifier(mechanism="local-gaussian", clip_norm=4.0).fit(X, y)
+    d = DWDClassifier(**kw).fit(X, y)
+    e = DWDClassifier(**kw).fit(X, y)
     assert not np.array_equal(d.coef_, e.coef_)
+
+
+@pytest.mark.filterwarnings("default::skfedpriv.privacy.SeededNoiseWarning")
+def test_a_private_stream_from_a_fixed_seed_warns_once_at_its_start():
+    import warnings
+
+    X, y, g, b = _data()
+    kw = dict(mechanism="gaussian", clip_norm=4.0, classes=[-1, 1], step_radius=0.5)
+    clf = DWDClassifier(random_state=3, **kw)
+    with pytest.warns(SeededNoiseWarning, match="random_state=3"):
+        clf.partial_fit(X[b == 0], y[b == 0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clf.partial_fit(X[b == 1], y[b == 1])  # the stream goes on: no new warning
+        DWDClassifier(**kw).fit(X, y)  # fresh OS entropy
+        DWDClassifier(random_state=3).fit(X, y)  # no mechanism, no noise
+    with pytest.warns(SeededNoiseWarning):
+        clf.fit(X, y)  # a new stream
+
+
+# -- the label set is public under a mechanism ---------------------------------
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "gaussian", "local-gaussian"])
+def test_a_row_with_an_unseen_label_cannot_change_the_released_shape(mechanism):
+    """Neighbours: one row replaced by a row with a label the data never had.
+
+    Reading the classes from the data made ``classes_`` and the shape of
+    ``coef_`` reveal that row deterministically. Under a mechanism the label
+    set is declared: the neighbour is refused before anything changes, and
+    an undeclared private fit is refused too.
+    """
+    X, y, g, b = _data()
+    y_neighbour = y.copy()
+    y_neighbour[0] = 2  # -1/1 data; the replaced row says "2"
+    kw = dict(mechanism=mechanism, clip_norm=4.0, epsilon=2.0, classes=[-1, 1])
+    released = DWDClassifier(**kw).fit(X, y)
+    assert released.classes_.tolist() == [-1, 1] and released.coef_.shape == (1, X.shape[1])
+    neighbour = DWDClassifier(**kw)
+    with pytest.raises(ValueError, match=r"labels .*2.* that are not in classes"):
+        neighbour.fit(X, y_neighbour)
+    assert not [k for k in vars(neighbour) if k.endswith("_")]
+    with pytest.raises(ValueError, match=r"labels .*2.* that are not in classes"):
+        released.partial_fit(X[:5], y_neighbour[:5])
+    # a declared set of three classes gives three models whatever the data hold
+    three = DWDClassifier(**{**kw, "classes": [-1, 1, 2]})
+    for labels in (y, y_neighbour):
+        fitted = clone(three).fit(X, labels)
+        assert fitted.classes_.tolist() == [-1, 1, 2] and fitted.coef_.shape == (3, X.shape[1])
+    # undeclared: refused, before any state
+    for call in (lambda c: c.fit(X, y), lambda c: c.partial_fit(X, y)):
+        clf = DWDClassifier(**{**kw, "classes": None})
+        with pytest.raises(ValueError, match="label set must be declared"):
+            call(clf)
+        assert not [k for k in vars(clf) if k.endswith("_")]
+    # partial_fit's own classes argument declares the set too
+    stream = DWDClassifier(**{**kw, "classes": None}).partial_fit(X, y, classes=[-1, 1])
+    assert stream.classes_.tolist() == [-1, 1]
+    # without a mechanism the classes are read from the data, as in scikit-learn
+    assert DWDClassifier().fit(X, y_neighbour).classes_.tolist() == [-1, 1, 2]
+
+
+# -- the release and the training state ----------------------------------------
+
+
+def _arrays_and_generators(root):
+    """Every ndarray and random generator reachable from ``root``, with its path."""
+    found, seen, stack = [], set(), [("", root)]
+    while stack:
+        path, obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, (str, bytes, int, float, bool, type(None))):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, (np.ndarray, np.random.Generator, np.random.BitGenerator,
+                            np.random.RandomState)):
+            found.append((path, obj))
+            if isinstance(obj, np.ndarray) and obj.dtype == object:
+                stack.extend((f"{path}[{i}]", v) for i, v in enumerate(obj.ravel()))
+            continue
+        if isinstance(obj, dict):
+            stack.extend((f"{path}[{k!r}]", v) for k, v in obj.items())
+            stack.extend((f"{path}.key", k) for k in obj)
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(obj))
+        else:
+            if hasattr(obj, "__dict__"):
+                stack.extend((f"{path}.{k}", v) for k, v in vars(obj).items())
+            for slot in getattr(type(obj), "__slots__", ()):
+                if hasattr(obj, slot):
+                    stack.append((f"{path}.{slot}", getattr(obj, slot)))
+    return found
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "gaussian", "local-gaussian"])
+def test_the_release_holds_only_covered_arrays_and_predicts_the_same(mechanism):
+    X, y, g, b = _data()
+    clf = DWDClassifier(mechanism=mechanism, epsilon=2.0, clip_norm=4.0, classes=[-1, 1],
+                        budget=PrivacyBudget(100.0, 1e-3), online_steps=2)
+    for k in range(3):
+        clf.partial_fit(X[b == k], y[b == k], sample_group=g[b == k])
+    released = pickle.loads(pickle.dumps(clf.release()))
+    np.testing.assert_array_equal(released.predict(X), clf.predict(X))
+    np.testing.assert_array_equal(released.decision_function(X), clf.decision_function(X))
+    reachable = _arrays_and_generators(released)
+    # covered (noised) outputs and the declared label set: nothing else
+    assert sorted(path for path, _ in reachable) == [".classes_", ".coef_", ".intercept_"]
+    # the secret state is really gone, not renamed: its bytes are not in the pickle
+    training = clf._training_state
+    blob = pickle.dumps(released)
+    assert training.curvature.tobytes() not in blob
+    assert pickle.dumps(training.rng.bit_generator.state) not in blob
+    # under Algorithm 2 the training object's public attributes hold no raw curvature
+    assert "curvature_" not in vars(clf)
+    assert sorted(path for path, _ in _arrays_and_generators(
+        {k: v for k, v in vars(clf).items() if not k.startswith("_")}
+    )) == ["['classes_']", "['coef_']", "['intercept_']"]
+    # a release cannot continue the stream (it has no training state) ...
+    before = pickle.dumps(released)
+    with pytest.raises(ReleasedModelError):
+        released.partial_fit(X[b == 3], y[b == 3])
+    assert pickle.dumps(released) == before
+    # ... but it can start a new one
+    released.set_params(budget=None).fit(X, y)
+
+
+def test_algorithm2_curvature_differs_between_neighbours_and_is_not_public():
+    """The accumulated ``Σ J_j`` of Algorithm 2 is raw (un-noised): it moves with
+    one replaced row and is identical across seeds. It is training state."""
+    X, y, g, b = _data()
+    Xn = X.copy()
+    Xn[0] *= -3  # one row replaced
+    # q = 0.01: the curvature at θ_0 = 0 is not zero (at q = 1 it is)
+    kw = dict(mechanism="gaussian", clip_norm=4.0, classes=[-1, 1], q=0.01)
+    a = DWDClassifier(random_state=1, **kw).fit(X, y)
+    a2 = DWDClassifier(random_state=2, **kw).fit(X, y)
+    n = DWDClassifier(random_state=1, **kw).fit(Xn, y)
+    np.testing.assert_array_equal(a._training_state.curvature, a2._training_state.curvature)
+    assert np.abs(a._training_state.curvature - n._training_state.curvature).max() > 1.0
+    for fitted in (a, a2, n, a.release()):
+        assert not hasattr(fitted, "curvature_")
+    # without a mechanism it is an ordinary fitted statistic
+    plain = DWDClassifier().fit(X, y)
+    np.testing.assert_array_equal(plain.curvature_, plain._training_state.curvature)
+    np.testing.assert_array_equal(plain.release().curvature_, plain.curvature_)
+    # refitting a non-private model privately drops the public curvature
+    plain.set_params(**kw).fit(X, y)
+    assert not hasattr(plain, "curvature_")
 
 
 def test_private_accuracy_grows_with_epsilon():
@@ -320,7 +482,7 @@ def test_shared_budget_counts_every_grid_candidate_and_refuses_overspend():
     X, y, g, b = _data(n_batches=6)
     budget = PrivacyBudget(epsilon=10.0, delta=1e-3)
     est = DWDClassifier(mechanism="local-gaussian", epsilon=1.0, clip_norm=4.0, random_state=0,
-                        budget=budget)
+                        budget=budget, classes=[-1, 1])
     assert clone(est).budget is budget
     search = GridSearchCV(est, {"alpha": [1e-3, 1e-2]}, cv=3, error_score="raise")
     search.fit(X, y)
@@ -330,29 +492,80 @@ def test_shared_budget_counts_every_grid_candidate_and_refuses_overspend():
         search.fit(X, y)
     assert budget.spent[0] <= 10.0 + 1e-9
     # a refused fit leaves the estimator unfitted
-    fresh = DWDClassifier(mechanism="local-gaussian", epsilon=5.0, clip_norm=4.0, budget=budget)
+    fresh = DWDClassifier(mechanism="local-gaussian", epsilon=5.0, clip_norm=4.0, budget=budget,
+                          classes=[-1, 1])
     with pytest.raises(PrivacyBudgetError):
         fresh.fit(X, y)
     assert not [k for k in vars(fresh) if k.endswith("_")]
 
 
-def test_stream_spends_the_shared_budget_once():
+@pytest.mark.parametrize("mechanism", ["laplace", "gaussian"])
+def test_algorithm2_charges_every_batch_before_any_state(mechanism):
+    """Each batch of Algorithm 2 is a release: one charge each, refused before
+    anything changes, and ``privacy_spent_`` is the composed total charged."""
     X, y, g, b = _data(n_batches=5)
-    budget = PrivacyBudget(epsilon=1.5, delta=1e-4)
-    clf = DWDClassifier(mechanism="gaussian", epsilon=1.0, clip_norm=4.0, budget=budget)
+    delta = 0.0 if mechanism == "laplace" else 1e-5
+    budget = PrivacyBudget(epsilon=2.0, delta=1e-3)
+    clf = DWDClassifier(mechanism=mechanism, epsilon=0.5, clip_norm=4.0, budget=budget,
+                        classes=[-1, 1])
+    for k in range(4):
+        m = b == k
+        clf.partial_fit(X[m], y[m])
+        assert len(budget.ledger) == k + 1
+        assert clf.privacy_spent_ == pytest.approx(((k + 1) * 0.5, (k + 1) * delta))
+        assert budget.spent == pytest.approx(clf.privacy_spent_)
+    kinds = {e.mechanism for e in budget.ledger.entries}
+    assert kinds == {"laplace" if mechanism == "laplace" else "approx"}
+    assert budget.ledger.total() == pytest.approx(clf.privacy_spent_)
+    # the fifth release would overspend: refused, nothing changes
+    before = pickle.dumps(clf.__dict__)
+    with pytest.raises(PrivacyBudgetError):
+        clf.partial_fit(X[b == 4], y[b == 4])
+    assert pickle.dumps(clf.__dict__) == before
+    assert len(budget.ledger) == 4
+
+
+@pytest.mark.parametrize("calibration", ["analytic", "classic", "zcdp"])
+def test_local_gaussian_charges_one_exact_gaussian_entry_per_stream(calibration):
+    """'local-gaussian' is one Gaussian mechanism over the stream (disjoint
+    batches): one ledger entry with its σ and sensitivity, whose exact ε is
+    what ``privacy_spent_`` claims."""
+    X, y, g, b = _data(n_batches=5)
+    budget = PrivacyBudget(epsilon=2.0, delta=1e-4)
+    clf = DWDClassifier(mechanism="local-gaussian", epsilon=1.0, delta=1e-5, clip_norm=4.0,
+                        budget=budget, classes=[-1, 1], online_steps=2,
+                        calibration=calibration)
     for k in range(5):
         m = b == k
-        clf.partial_fit(X[m], y[m], classes=[-1, 1])
-    assert budget.spent == (1.0, 1e-5)
-    assert len(budget.ledger) == 1
+        clf.partial_fit(X[m], y[m], sample_group=g[m])
+    (entry,) = budget.ledger.entries
+    releases = local_gaussian_releases(1, 2, first=True)
+    assert entry.mechanism == "gaussian"
+    assert entry.sigma == local_gaussian_sigma(1.0, 1e-5, releases, calibration)
+    assert entry.sensitivity == pytest.approx(math.sqrt(releases), rel=1e-15)
+    exact = gaussian_epsilon(entry.sigma, 1e-5, entry.sensitivity)
+    assert clf.privacy_spent_[0] == pytest.approx(exact, rel=1e-9)
+    assert clf.privacy_spent_ == (entry.epsilon, entry.delta) == budget.spent
+    if calibration == "analytic":
+        assert clf.privacy_spent_ == (1.0, 1e-5)
+    else:  # the conservative calibrations add more noise than (1, 1e-5) needs
+        assert clf.privacy_spent_[0] < 1.0
+    # every batch is calibrated to the same noise multiplier per unit of
+    # sensitivity, so the first batch's entry covers the stream
+    later = local_gaussian_sigma(1.0, 1e-5, local_gaussian_releases(1, 2, first=False),
+                                 calibration)
+    assert clf.noise_scale_ == later
+    assert later / math.sqrt(local_gaussian_releases(1, 2, first=False)) == pytest.approx(
+        entry.sigma / entry.sensitivity, rel=1e-9)
 
 
 @pytest.mark.parametrize("change", [dict(mechanism="laplace"), dict(epsilon=5.0),
                                     dict(clip_norm=9.0), dict(mechanism=None)])
 def test_privacy_settings_are_frozen_for_a_stream(change):
     X, y, g, b = _data()
-    clf = DWDClassifier(mechanism="local-gaussian", clip_norm=4.0, random_state=0)
-    clf.partial_fit(X[b == 0], y[b == 0], classes=[-1, 1])
+    clf = DWDClassifier(mechanism="local-gaussian", clip_norm=4.0, random_state=0,
+                        classes=[-1, 1])
+    clf.partial_fit(X[b == 0], y[b == 0])
     before = pickle.dumps(clf.__dict__)
     clf.set_params(**change)
     with pytest.raises(ValueError, match="changed in the middle of a stream"):

@@ -41,6 +41,7 @@ from skfedpriv.linear_model._dwd_private import (  # noqa: E402
     local_gaussian_releases,
     local_gaussian_sigma,
 )
+from skfedpriv.linear_model._base import ReleasedModelError  # noqa: E402
 from skfedpriv.linear_model._dwd_solver import site_summary  # noqa: E402
 from skfedpriv.linear_model._local_steps import local_round  # noqa: E402
 from skfedpriv.privacy import clip_rows, gaussian_sigma  # noqa: E402
@@ -107,8 +108,35 @@ def test_server_only_receives_sums():
 
 
 def private_estimator(**kw):
-    return DWDClassifier(mechanism="local-gaussian", epsilon=2.0, clip_norm=3.0,
-                         online_steps=2, random_state=0, **kw)
+    params = dict(mechanism="local-gaussian", epsilon=2.0, clip_norm=3.0, online_steps=2,
+                  random_state=0, classes=[0, 1])
+    return DWDClassifier(**{**params, **kw})
+
+
+def test_private_dwd_server_needs_a_declared_label_set_and_sites_hide_theirs():
+    X, y, g, b = make_data()
+    est = private_estimator(random_state=None, classes=None)
+    transport = LocalTransport(local_sites(
+        X, y, g, b, lambda s: SitePrivacy.from_estimator(est, random_state=s)))
+    with pytest.raises(ValueError, match="label set must be declared"):
+        federated_fit(est, transport)
+    with pytest.raises(ValueError, match="label set must be declared"):
+        federated_partial_fit(est, transport, 0)
+    assert not [k for k in vars(est) if k.endswith("_")]
+    describes = [replies for request, replies in transport.log if request["op"] == "describe"]
+    assert describes and all("labels" not in r for replies in describes for r in replies)
+    # declared: the remote fit runs; its release predicts and cannot continue
+    federated_fit(est.set_params(classes=[0, 1]), transport)
+    assert est.classes_.tolist() == [0, 1] and not hasattr(est, "curvature_")
+    released = est.release()
+    np.testing.assert_array_equal(released.predict(X), est.predict(X))
+    with pytest.raises(ReleasedModelError):
+        federated_partial_fit(released, transport, 1)
+    assert not hasattr(released, "_training_state")
+    # the remote stream refuses changed privacy settings, as partial_fit does
+    est.set_params(epsilon=1.0)
+    with pytest.raises(ValueError, match="changed in the middle of a stream"):
+        federated_partial_fit(est, transport, 1)
 
 
 def test_private_sites_send_noise_of_the_calibrated_scale():
@@ -563,7 +591,7 @@ def make_estimator(context):
     config = context.run_config
     if config["mechanism"] == "local-gaussian":
         return DWDClassifier(mechanism="local-gaussian", epsilon=2.0, clip_norm=3.0,
-                             online_steps=2, random_state=0)
+                             online_steps=2, random_state=0, classes=[0, 1])
     return DWDClassifier(alpha=0.1, online_steps=2, max_iter=int(config["max-iter"]))
 
 

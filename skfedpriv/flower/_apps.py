@@ -168,8 +168,10 @@ def make_server_app(make_estimator, *, n_sites=None, classes=None, timeout=120.0
     n_sites : int or None
         Sites to wait for; ``None`` reads ``run_config['n-sites']``.
     classes : array-like or None
-        Known classes; ``None`` takes them from the sites' labels (as
-        ``fit`` does from ``y``). Required with private logistic learners.
+        Known classes; ``None`` takes them from the estimator's ``classes``
+        hyperparameter or, without a privacy mechanism, from the sites'
+        labels (as ``fit`` does from ``y``). A private estimator needs a
+        declared label set (here or as its hyperparameter).
     timeout : float
         Seconds to wait for the sites to connect, and for each reply.
 

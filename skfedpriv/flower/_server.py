@@ -19,14 +19,12 @@ sends the global model, every learner present replies with its (noised)
 (``LogisticRegression._server_step``) averages them and moves the model.
 """
 
-import copy
 
 import numpy as np
 from sklearn.utils.multiclass import unique_labels
 
 from .._losses import gendwd_curvature_bound
 from ..linear_model._logistic import LogisticRegression
-from ..privacy import as_generator
 from ._site import PROTOCOL_VERSION, logistic_request_params
 
 
@@ -157,7 +155,7 @@ def _describe(transport, batch):
     n_features = {int(r["n_features"]) for r in replies}
     if len(n_features) != 1:
         raise ValueError(f"sites disagree on the number of features: {sorted(n_features)}")
-    labels = [label for r in replies for label in r["labels"]]
+    labels = [label for r in replies for label in r.get("labels", ())]
     return n_features.pop(), labels, replies
 
 
@@ -188,7 +186,10 @@ def federated_fit(estimator, transport, batch=0, classes=None):
     """
     if isinstance(estimator, LogisticRegression):
         return _logistic_fit(estimator, transport, batch, classes)
+    estimator._check_params()
     n_features, labels, _ = _describe(transport, batch)
+    # under a mechanism the label set is declared, never read from the sites
+    classes = estimator._declared_classes(classes, first_call=True)
     classes = unique_labels(np.asarray(labels if classes is None else classes))
     return _fit_batch(estimator, transport, batch, classes, n_features, first=True)
 
@@ -200,9 +201,12 @@ def federated_partial_fit(estimator, transport, batch, classes=None):
     """
     if isinstance(estimator, LogisticRegression):
         return _logistic_partial_fit(estimator, transport, batch, classes)
-    first = not hasattr(estimator, "curvature_")
+    estimator._check_params()
+    estimator._check_can_continue()
+    first = not hasattr(estimator, "_training_state")
     n_features, labels, _ = _describe(transport, batch)
     if first:
+        classes = estimator._declared_classes(classes, first_call=True)
         if classes is None:
             raise ValueError("classes must be passed on the first call to partial_fit.")
         classes = unique_labels(np.asarray(classes))
@@ -219,6 +223,7 @@ def _fit_batch(estimator, transport, batch, classes, n_features, *, first):
     """``DWDClassifier._update`` with the sites remote (mirrors it step by step)."""
     est = estimator
     est._check_params()
+    est._check_stream_settings(first)
     if len(classes) < 2:
         raise ValueError(f"Classifier can't train when only one class is present: classes={classes!r}.")
     private = est.mechanism is not None
@@ -236,7 +241,7 @@ def _fit_batch(estimator, transport, batch, classes, n_features, *, first):
     state = est._stream_state(first, p1, n_models)
     rng = privacy = None
     if private:
-        rng = as_generator(est.random_state) if first else copy.deepcopy(est._rng)
+        rng = est._noise_generator(first)
         theta, curvature, n_iter, privacy = est._private_step(
             sites, _BatchInfo(sites.n_sites), state, first, rng
         )

@@ -345,7 +345,9 @@ class DWDSite(_Site):
         if op == "describe":
             X, y, w = self._rows(request["batch"])
             reply.update(n_rows=int(len(y)), n_features=int(X.shape[1]),
-                         labels=np.unique(y).tolist(), private=self.privacy is not None)
+                         private=self.privacy is not None)
+            if self.privacy is None:  # a private site's label set is not released
+                reply["labels"] = np.unique(y).tolist()
             return reply
         X, Y, w, fit_intercept = self._prepared(request)
         if op == "prepare":

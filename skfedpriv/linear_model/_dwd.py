@@ -11,10 +11,17 @@ from .._losses import check_q, gendwd_curvature_bound
 from .._sites import site_row_indices
 from ._base import (
     FederatedClassifierMixin,
+    TrainingState,
     _restore_feature_attributes_on_error,
     is_balanced_class_weight,
 )
-from ..privacy import PrivacyBudget, as_generator, check_privacy_params
+from ..privacy import (
+    PrivacyBudget,
+    as_generator,
+    check_privacy_params,
+    gaussian_epsilon,
+    warn_if_seeded,
+)
 from ._dwd_private import (
     PublishedCalibration,
     clip_augmented_rows,
@@ -87,9 +94,13 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         ``joblib.parallel_config`` context says otherwise, so a Dask or Ray
         joblib backend spreads the sites over a cluster.
     random_state : int, numpy Generator or None, default=None
-        Randomness of the privacy noise (drawn once per stream and carried
-        across ``partial_fit`` calls). ``None`` draws fresh OS entropy; an
-        integer makes the noise reproducible. The non-private model is
+        Randomness of the privacy noise (a generator made once per stream
+        and carried across ``partial_fit`` calls in the training state).
+        ``None`` draws fresh OS entropy: use it for any real release. An
+        integer makes the noise reproducible, and anyone who knows it can
+        remove the noise, so a private stream started from an integer seed
+        emits a :class:`~skfedpriv.privacy.SeededNoiseWarning` (fixed seeds
+        are for tests and experiments). The non-private model is
         deterministic.
     mechanism : {None, 'laplace', 'gaussian', 'local-gaussian'}, default=None
         Differential privacy (see Notes). ``None`` is the non-private model.
@@ -121,37 +132,69 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         mechanism (Balle & Wang 2018), or the classic / zCDP conversions for
         comparison.
     budget : PrivacyBudget or None, default=None
-        A budget shared with other estimators (it survives ``clone``): each
-        ``fit`` and the first ``partial_fit`` of a stream spend
-        ``(epsilon, delta)`` from it, before any state changes, and raise
-        :class:`~skfedpriv.PrivacyBudgetError` when it would overspend.
+        A budget shared with other estimators (it survives ``clone``),
+        charged before any state changes; a charge that would overspend
+        raises :class:`~skfedpriv.PrivacyBudgetError` and changes nothing.
+        'local-gaussian' charges once per stream (``fit`` or the first
+        ``partial_fit``), as one Gaussian mechanism (``mechanism='gaussian'``
+        with its noise multiplier σ and sensitivity ``sqrt(releases)``, see
+        Notes); 'laplace'/'gaussian' charge every batch, each a release
+        (``(epsilon, 0)`` as 'laplace', ``(epsilon, delta)`` as 'approx').
+    classes : array-like of shape (n_classes,) or None, default=None
+        The label set, declared. Required with a mechanism (here or as the
+        ``classes`` argument of the first ``partial_fit``): a label set read
+        from the data would reveal a row's label through ``classes_`` and
+        the shape of ``coef_``. Rows with a label outside it are refused
+        before any state changes. ``None`` without a mechanism: ``fit``
+        takes the labels of ``y``, as in scikit-learn.
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
+        With a mechanism: the declared label set (data-independent).
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        With a mechanism: the noised release, covered by the claim of the
+        mechanism (see Notes).
     intercept_ : ndarray of shape (1,) or (n_classes,)
+        Covered as ``coef_``.
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
-        Defined when X has string feature names.
+        Defined when X has string feature names. Public by assumption, as
+        is the number of features.
     curvature_ : ndarray of shape (n_models, p1, p1)
         Accumulated curvature ``Σ_j J_j`` (eq. 34) of all batches seen, the
         only memory of past batches; ``p1 = n_features + fit_intercept``.
+        Defined **only without a mechanism**: under 'laplace'/'gaussian' it
+        is the raw ``Σ_j J_j`` of the rows (not covered by any claim), and
+        under every mechanism it lives in the training state, never in a
+        release.
     n_batches_ : int
-        Batches seen (``fit`` counts as one).
+        Batches seen (``fit`` counts as one); public (the number of
+        batches is public).
     n_samples_seen_ : float
-        Total row weight seen.
+        Total row weight seen; with a mechanism every row weighs one and
+        this is the number of rows, public (batch sizes are public).
     n_iter_ : int
-        Iterations of the last ``fit`` or ``partial_fit``.
+        Iterations of the last ``fit`` or ``partial_fit``; with a mechanism
+        it is ``online_steps`` ('local-gaussian') or 1 (Algorithm 2),
+        data-independent.
     privacy_spent_ : tuple of float
-        ``(epsilon, delta)`` of the guarantee described in Notes, for the
-        mechanism used; defined when ``mechanism`` is set.
+        ``(epsilon, delta)`` charged for the stream so far; defined when
+        ``mechanism`` is set. 'local-gaussian': the exact ε at δ of the one
+        Gaussian mechanism the stream is (``epsilon`` with the default
+        analytic calibration, smaller with 'classic'/'zcdp'), fixed over the
+        stream. 'laplace'/'gaussian': the sum over the stream's batches of
+        the per-release ``(epsilon, delta)`` (basic composition), which is
+        what the budget was charged; see Notes for what it does and does
+        not cover.
     noise_scale_ : float
         Last noise scale: Laplace η or Gaussian τ of Algorithm 2, or the
         unit noise multiplier σ of 'local-gaussian' (a summary with
-        sensitivity Δ gets noise of std ``σ Δ``).
+        sensitivity Δ gets noise of std ``σ Δ``). A function of the
+        hyperparameters and the (public) row count.
     rho_ : float or None
-        ρ used by the last 'laplace'/'gaussian' release.
+        ρ used by the last 'laplace'/'gaussian' release (a function of the
+        hyperparameters and the row count).
 
     See Also
     --------
@@ -170,7 +213,9 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
     (``sample_weight`` and ``class_weight`` are refused with a mechanism),
     and each row is in one batch of the stream only: feeding a row twice
     is outside the guarantee. Batch sizes, the site of each row and the
-    number of batches are public.
+    number of batches are public. So is the label set: it is declared
+    (``classes``), never read from the rows, and a row with another label
+    is refused.
 
     * ``'local-gaussian'`` (rigorous over the whole stream, against the
       server): each site adds Gaussian noise to every summary it sends —
@@ -186,7 +231,12 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
       of radius R on each step), so every model released after every batch
       — the whole stream — is ``(epsilon, delta)``-DP for each row against
       the server and anyone who sees the messages or the models. Batches
-      are disjoint, so the cost does not grow with the stream.
+      are disjoint (a row's summaries are released in its own batch only;
+      later batches see them through noised sums), so the cost does not
+      grow with the stream: the budget is charged once, as one Gaussian
+      mechanism of noise multiplier σ and sensitivity ``sqrt(releases)``
+      of the first batch (every batch has the same ratio), so it composes
+      exactly with other Gaussian charges.
     * ``'laplace'`` / ``'gaussian'``: Algorithm 2 as published, one release
       per batch: ``θ_b`` minimizes the perturbed objective ``Q`` (eq. 41)
       over the ball ``‖θ - θ_{b-1}‖ <= R`` (objective perturbation over a
@@ -201,8 +251,26 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
       trusted), and a row of batch ``b`` also shapes every later release
       through the accumulated curvature ``J_b``; no accounting covers those
       later releases, so the stream as a whole carries no guarantee.
-      ``privacy_spent_`` reports the per-release figure. Use
+      Every batch is charged as a release: ``privacy_spent_`` is the sum
+      of the per-release ``(epsilon, delta)`` over the stream's batches
+      (basic composition), the figure the budget was charged. What it
+      covers: each release, for the rows of its own batch, as above (the
+      sum is what the releases cost if a row entered every one of them at
+      its per-release cost). What it does not cover: the later releases a
+      row shapes through ``J_b``, whose effect no sensitivity bound
+      controls, so even the sum is not a proven guarantee for the stream
+      as a whole. Use
       ``'local-gaussian'`` for a guarantee over the whole stream.
+
+    **What to publish.** Every public fitted attribute is listed above
+    with what covers it. The secret training state a stream needs to
+    continue (the noise generator, the accumulated curvature, the
+    parameters in solver layout, the stream's settings) is held in one
+    private object, ``_training_state``, and the pickle of the fitted
+    estimator carries it. Publish :meth:`release`, a fitted copy that
+    predicts, scores and pickles without it (its ``partial_fit`` raises
+    ``ReleasedModelError``); keep the training estimator private to
+    continue the stream.
 
     ``fit`` is one batch: with 'laplace'/'gaussian' it is one release from
     ``θ_0 = 0`` (a single step, as Algorithm 2 starts a stream). The privacy
@@ -237,6 +305,16 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
     >>> clf = DWDClassifier().fit(X, y, sample_group=sites)
     >>> round(clf.score(X, y), 2)
     0.99
+
+    A private fit declares its labels; publish its release:
+
+    >>> private = DWDClassifier(mechanism="local-gaussian", epsilon=1.0,
+    ...                         clip_norm=6.0, classes=[0, 1])
+    >>> published = private.fit(X, y, sample_group=sites).release()
+    >>> bool((published.predict(X) == private.predict(X)).all())
+    True
+    >>> hasattr(published, "_training_state"), hasattr(published, "curvature_")
+    (False, False)
     """
 
     def __init__(
@@ -258,6 +336,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         step_radius=None,
         calibration="analytic",
         budget=None,
+        classes=None,
     ):
         self.q = q
         self.alpha = alpha
@@ -276,6 +355,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         self.step_radius = step_radius
         self.calibration = calibration
         self.budget = budget
+        self.classes = classes
 
     def fit(self, X, y, sample_group=None, sample_weight=None):
         """Offline federated fit on all rows (the paper's OffWP).
@@ -311,7 +391,13 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             Site of each row of this batch.
         sample_weight : array-like of shape (n_samples,), default=None
         classes : array-like of shape (n_classes,), default=None
-            All classes of the stream; required on the first call.
+            All classes of the stream; required on the first call unless the
+            ``classes`` hyperparameter declares them (then it must match).
+
+        Raises
+        ------
+        ReleasedModelError
+            On a release (see :meth:`release`), which holds no training state.
 
         Returns
         -------
@@ -323,7 +409,8 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
                 "class_weight='balanced' is not supported by partial_fit (a "
                 "stream has no class counts to balance by); pass a dict."
             )
-        first = not hasattr(self, "curvature_")
+        self._check_can_continue()
+        first = not hasattr(self, "_training_state")
         with _restore_feature_attributes_on_error(self):
             batch, classes = self._validate_batch(
                 X, y, sample_group, sample_weight, reset=first, classes=classes
@@ -341,13 +428,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         a call that raises changes nothing.
         """
         private = self.mechanism is not None
-        if not first and self._stream_privacy != self._privacy_signature():
-            raise ValueError(
-                "The privacy hyperparameters changed in the middle of a stream "
-                f"(was {self._stream_privacy}, now {self._privacy_signature()}); the "
-                "accumulated curvature and the guarantee belong to the stream's "
-                "settings. Call fit, or start a new estimator."
-            )
+        self._check_stream_settings(first)
         if private:
             self._check_private_batch(batch)
         weights = self._row_weights(batch, classes)
@@ -364,7 +445,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         state = self._stream_state(first, p1, n_models)
         rng = privacy = None
         if private:
-            rng = as_generator(self.random_state) if first else copy.deepcopy(self._rng)
+            rng = self._noise_generator(first)
             theta, curvature, n_iter, privacy = self._private_step(
                 sites, batch, state, first, rng
             )
@@ -374,37 +455,77 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         self._commit(classes, sites.weight_sum, state, theta, curvature, n_iter, started,
                      privacy, rng)
 
+    def _check_stream_settings(self, first):
+        """Refuse a continuation whose privacy settings differ from the stream's."""
+        if first:
+            return
+        was = self._training_state.stream_privacy
+        if was != self._privacy_signature():
+            raise ValueError(
+                "The privacy hyperparameters changed in the middle of a stream "
+                f"(was {was}, now {self._privacy_signature()}); the accumulated "
+                "curvature and the guarantee belong to the stream's settings. "
+                "Call fit, or start a new estimator."
+            )
+
+    def _noise_generator(self, first):
+        """The generator of this batch's noise: a new one when a private
+        stream starts (warning on a fixed seed), else a copy of the stream's,
+        so a call that raises leaves the stream's generator untouched."""
+        if first:
+            warn_if_seeded(self.random_state, "DWDClassifier")
+            return as_generator(self.random_state)
+        return copy.deepcopy(self._training_state.rng)
+
     def _stream_state(self, first, p1, n_models):
         """What the update starts from: nothing on a new stream, else the
         parameters and the accumulated curvature of the earlier batches."""
         if first:
             return dict(
                 theta=np.zeros((p1, n_models)), prior=None, seen=0.0, n_batches=0,
-                started=np.zeros(n_models, dtype=bool),
+                started=np.zeros(n_models, dtype=bool), curvature_noise_var=0.0,
+                privacy_spent=None,
             )
+        training = self._training_state
         return dict(
-            theta=self._theta, prior=self.curvature_, seen=self.n_samples_seen_,
-            n_batches=self.n_batches_, started=self._started,
+            theta=training.theta, prior=training.curvature, seen=self.n_samples_seen_,
+            n_batches=self.n_batches_, started=training.started,
+            curvature_noise_var=training.curvature_noise_var,
+            privacy_spent=getattr(self, "privacy_spent_", None),
         )
 
     def _commit(self, classes, weight_sum, state, theta, curvature, n_iter, started,
                 privacy=None, rng=None):
-        """Write the fitted state; called once every number is computed."""
+        """Write the fitted state; called once every number is computed.
+
+        Secret training state (parameters in solver layout, the accumulated
+        curvature, the noise generator) goes into ``_training_state``; public
+        attributes are the release (see the class docstring).
+        """
         prior = 0.0 if state["prior"] is None else state["prior"]
-        self._stream_privacy = self._privacy_signature()
+        privacy = privacy or {}
+        self._training_state = TrainingState(
+            theta=theta,
+            curvature=prior + curvature,
+            started=started,
+            stream_privacy=self._privacy_signature(),
+            rng=rng,
+            curvature_noise_var=privacy.get("curvature_noise_var", 0.0),
+        )
+        for stale in ("curvature_", "privacy_spent_", "noise_scale_", "rho_"):
+            if stale in vars(self):
+                delattr(self, stale)
         self.classes_ = classes
-        self._theta = theta
-        self.curvature_ = prior + curvature
+        if self.mechanism is None:
+            # a raw statistic of the rows: public only without a mechanism
+            self.curvature_ = self._training_state.curvature
         self.n_samples_seen_ = state["seen"] + weight_sum
         self.n_batches_ = state["n_batches"] + 1
         self.n_iter_ = n_iter
-        self._started = started
-        if privacy is not None:
-            self._rng = rng
+        if privacy:
             self.privacy_spent_ = privacy["spent"]
             self.noise_scale_ = privacy["scale"]
             self.rho_ = privacy.get("rho")
-            self._curvature_noise_var = privacy.get("curvature_noise_var", 0.0)
         if self.fit_intercept:
             self.intercept_, self.coef_ = theta[0].copy(), theta[1:].T.copy()
         else:
@@ -447,7 +568,12 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         return theta, curvature, n_iter, started | starting
 
     def _private_step(self, sites, batch, state, first, rng):
-        """One private release per batch (Algorithm 2) or site-local Gaussian."""
+        """One private release per batch (Algorithm 2) or site-local Gaussian.
+
+        The budget is charged before any noise is drawn: once per stream for
+        'local-gaussian', once per batch (each batch is a release) for
+        'laplace'/'gaussian'.
+        """
         q, alpha = check_q(self.q), float(self.alpha)
         epsilon, delta = self._privacy_params()
         n_models = state["theta"].shape[1]
@@ -455,17 +581,24 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         if self.mechanism == "local-gaussian":
             releases = local_gaussian_releases(n_models, self.online_steps, first)
             sigma = local_gaussian_sigma(epsilon, delta, releases, self.calibration)
-            self._spend(epsilon, delta, first)
+            if first:
+                spent = (_gaussian_claim(epsilon, delta, sigma, releases), delta)
+                self._spend(
+                    *spent, note="a new stream (all batches: disjoint rows)",
+                    mechanism="gaussian", sigma=sigma, sensitivity=math.sqrt(releases),
+                )
+            else:
+                spent = state["privacy_spent"]
             theta, curvature, noise_var = local_gaussian_update(
                 sites, state["theta"], state["prior"], first, sigma, rng,
-                prior_noise_var=0.0 if first else self._curvature_noise_var,
+                prior_noise_var=state["curvature_noise_var"],
                 n_sites=batch.n_sites, online_steps=self.online_steps, q=q, alpha=alpha,
                 fit_intercept=self.fit_intercept, clip_norm=float(self.clip_norm),
                 step_radius=self._step_radius(q),
             )
-            noise_var += 0.0 if first else self._curvature_noise_var
+            noise_var += state["curvature_noise_var"]
             return theta, curvature, self.online_steps, dict(
-                spent=(epsilon, delta), scale=sigma, curvature_noise_var=noise_var
+                spent=spent, scale=sigma, curvature_noise_var=noise_var
             )
         # Algorithm 2: one release per batch; one-vs-rest splits the budget
         per_model = (epsilon / n_models, delta / n_models)
@@ -476,13 +609,18 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
                 rho=self.rho, p1=p1, n_seen=state["seen"] + sites.weight_sum,
             )
         ] * n_models
-        self._spend(epsilon, delta, first)
+        self._spend(
+            epsilon, delta, note=f"release of batch {state['n_batches']}",
+            mechanism="laplace" if self.mechanism == "laplace" else "approx",
+        )
+        before = (0.0, 0.0) if first else state["privacy_spent"]
+        spent = (before[0] + epsilon, before[1] + delta)
         theta, h_bar = published_private_update(
             sites, state["theta"], state["prior"], calibrations, rng, q=q, alpha=alpha,
             fit_intercept=self.fit_intercept, step_radius=self._step_radius(q),
         )
         return theta, h_bar, 1, dict(
-            spent=(epsilon, delta), scale=calibrations[0].scale, rho=calibrations[0].rho
+            spent=spent, scale=calibrations[0].scale, rho=calibrations[0].rho
         )
 
     def _privacy_signature(self):
@@ -506,13 +644,12 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             self.epsilon, delta, require_delta=self.mechanism != "laplace"
         )
 
-    def _spend(self, epsilon, delta, first):
-        """Charge the shared budget once per stream (rows of later batches are
-        new rows: parallel composition)."""
-        if self.budget is not None and first:
+    def _spend(self, epsilon, delta, *, note, **details):
+        """Charge the shared budget, if any (raises before any state changes)."""
+        if self.budget is not None:
             self.budget.spend(
                 epsilon, delta,
-                note=f"DWDClassifier(mechanism={self.mechanism!r}) on a new stream",
+                note=f"DWDClassifier(mechanism={self.mechanism!r}): {note}", **details,
             )
 
     def _check_private_batch(self, batch):
@@ -578,3 +715,14 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             )
         if self.budget is not None and not isinstance(self.budget, PrivacyBudget):
             raise TypeError(f"budget must be a PrivacyBudget or None, got {self.budget!r}.")
+
+
+def _gaussian_claim(epsilon, delta, sigma, releases):
+    """ε of ``releases`` composed unit-sensitivity Gaussian releases of noise
+    multiplier σ: exactly one Gaussian mechanism of sensitivity
+    ``sqrt(releases)`` (Dong, Roth, Su 2022, Cor. 3.3), its exact analytic ε
+    at δ. The analytic calibration meets ``epsilon`` up to root-finding
+    rounding, which is reported as ``epsilon``; the classic and zCDP
+    calibrations add more noise, and their exact, smaller ε is reported."""
+    exact = gaussian_epsilon(sigma, delta, math.sqrt(releases))
+    return float(epsilon) if abs(exact - epsilon) <= 1e-9 * epsilon else exact
