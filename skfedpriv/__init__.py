@@ -1,6 +1,11 @@
 """skfedpriv: private, online, federated classification with the scikit-learn API."""
 
-from .linear_model import DecentralizedLogisticRegression, DWDClassifier, LogisticRegression
+from .linear_model import (
+    DecentralizedLogisticRegression,
+    DWDClassifier,
+    LogisticRegression,
+    ReleasedModelError,
+)
 from . import preprocessing
 from .preprocessing import BoundedScaler, RowNormClipper
 from .privacy import PrivacyBudget, PrivacyBudgetError
@@ -14,6 +19,7 @@ __all__ = [
     "LogisticRegression",
     "PrivacyBudget",
     "PrivacyBudgetError",
+    "ReleasedModelError",
     "RowNormClipper",
     "__version__",
 ]

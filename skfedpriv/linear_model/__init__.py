@@ -1,7 +1,13 @@
 """Linear federated classifiers."""
 
+from ._base import ReleasedModelError
 from ._decentralized import DecentralizedLogisticRegression
 from ._dwd import DWDClassifier
 from ._logistic import LogisticRegression
 
-__all__ = ["DWDClassifier", "DecentralizedLogisticRegression", "LogisticRegression"]
+__all__ = [
+    "DWDClassifier",
+    "DecentralizedLogisticRegression",
+    "LogisticRegression",
+    "ReleasedModelError",
+]
