@@ -480,17 +480,24 @@ def test_invalid_private_configuration_raises_and_changes_nothing(params, data_k
 
 def test_shared_budget_counts_every_grid_candidate_and_refuses_overspend():
     X, y, g, b = _data(n_batches=6)
-    budget = PrivacyBudget(epsilon=10.0, delta=1e-3)
+    budget = PrivacyBudget(epsilon=10.0, delta=7e-5)  # δ room for seven fits
     est = DWDClassifier(mechanism="local-gaussian", epsilon=1.0, clip_norm=4.0, random_state=0,
                         budget=budget, classes=[-1, 1])
     assert clone(est).budget is budget
     search = GridSearchCV(est, {"alpha": [1e-3, 1e-2]}, cv=3, error_score="raise")
     search.fit(X, y)
-    assert budget.spent[0] == pytest.approx(2 * 3 + 1)  # 6 candidate fits + refit
+    entries = budget.ledger.entries
+    assert len(entries) == 2 * 3 + 1  # 6 candidate fits + refit
+    # seven identical Gaussian mechanisms compose exactly as one of μ√7
+    sigma, sensitivity = entries[0].sigma, entries[0].sensitivity
+    assert all((e.sigma, e.sensitivity) == (sigma, sensitivity) for e in entries)
+    composed = gaussian_epsilon(sigma, 7e-5, math.sqrt(7) * sensitivity)
+    assert budget.spent == pytest.approx((composed, 7e-5))
+    assert composed < 7.0 / 2
     search = GridSearchCV(est, {"alpha": [1e-3, 1e-2]}, cv=3, error_score="raise")
-    with pytest.raises(PrivacyBudgetError):
+    with pytest.raises(PrivacyBudgetError):  # δ is used up
         search.fit(X, y)
-    assert budget.spent[0] <= 10.0 + 1e-9
+    assert budget.spent == pytest.approx((composed, 7e-5))
     # a refused fit leaves the estimator unfitted
     fresh = DWDClassifier(mechanism="local-gaussian", epsilon=5.0, clip_norm=4.0, budget=budget,
                           classes=[-1, 1])
