@@ -186,3 +186,170 @@ def test_ogd_message_sensitivity_brute_force():
         assert DLR._ogd_noise_scale(t, 50, D, G, R, alpha, 2.0) == pytest.approx(50 * delta / 2.0)
         worst = max(worst, change / delta)
     assert worst > 0.1  # the bound is not vacuous
+
+
+# -- the label set is public ---------------------------------------------------
+
+
+def _blobs3(n=90):
+    rng = np.random.default_rng(0)
+    y = np.arange(n) % 3
+    X = rng.normal(size=(n, 2)) + np.array([[2.0, 0.0], [-2.0, 0.0], [0.0, 2.0]])[y]
+    return X, y, np.arange(n) % 3
+
+
+def _fitted_attributes(est):
+    return sorted(k for k in vars(est) if k.endswith("_") and not k.startswith("_"))
+
+
+def test_private_fit_requires_declared_classes_and_reads_none_from_the_data():
+    X, y, g = _blobs3()
+    budget = PrivacyBudget(10.0)
+    est = DLR(epsilon=1.0, budget=budget)
+    with pytest.raises(ValueError, match="declared"):
+        est.fit(X, y, sample_group=g)
+    assert _fitted_attributes(est) == [] and budget.spent == (0.0, 0.0)
+    # declared: a label the data lacks still has its row of coef_, so replacing
+    # the only row of a class by another label changes neither classes_ nor shapes
+    declared = DLR(epsilon=1.0, classes=[0, 1, 2, 3], random_state=0)
+    a = declared.fit(X, y, sample_group=g)
+    assert a.classes_.tolist() == [0, 1, 2, 3] and a.coef_.shape == (4, 2)
+    y_one = y.copy()
+    y_one[5] = 3  # the only row with label 3
+    b = DLR(epsilon=1.0, classes=[0, 1, 2, 3], random_state=0).fit(X, y_one, sample_group=g)
+    assert b.classes_.tolist() == a.classes_.tolist() and b.coef_.shape == a.coef_.shape
+    # the first partial_fit may declare instead; it must agree with the hyperparameter
+    DLR(epsilon=1.0, n_rounds=40).partial_fit(X, y, sample_group=g, classes=[0, 1, 2])
+    with pytest.raises(ValueError, match="differs"):
+        DLR(epsilon=1.0, n_rounds=40, classes=[0, 1, 2]).partial_fit(
+            X, y, sample_group=g, classes=[0, 1, 2, 3])
+    # without privacy fit infers the classes, as scikit-learn does
+    assert DLR().fit(X, y, sample_group=g).classes_.tolist() == [0, 1, 2]
+
+
+def test_undeclared_label_is_refused_before_any_change():
+    X, y, g = _blobs3()
+    budget = PrivacyBudget(10.0)
+    y_bad = y.copy()
+    y_bad[7] = 9
+    fresh = DLR(epsilon=1.0, classes=[0, 1, 2], budget=budget)
+    with pytest.raises(ValueError, match="not in classes"):
+        fresh.fit(X, y_bad, sample_group=g)
+    assert _fitted_attributes(fresh) == [] and budget.spent == (0.0, 0.0)
+    est = DLR(epsilon=1.0, classes=[0, 1, 2], n_rounds=60, budget=budget, random_state=0)
+    est.partial_fit(X[:45], y[:45], sample_group=g[:45])
+    before = pickle.dumps(vars(est))
+    for call in (lambda: est.partial_fit(X[45:], y_bad[45:] * 0 + 9, sample_group=g[45:]),
+                 lambda: est.fit(X, y_bad, sample_group=g)):
+        with pytest.raises(ValueError, match="not in classes"):
+            call()
+        assert pickle.dumps(vars(est)) == before
+    assert budget.spent == (1.0, 0.0)
+
+
+# -- the release and the training state ---------------------------------------
+
+_RELEASED_ARRAYS = {"coef_", "intercept_", "learner_coef_", "learner_intercept_", "classes_",
+                    "learner_labels_", "mixing_matrix_"}
+
+
+def _walk(obj, path, found, seen):
+    """Every ndarray, generator and TrainingState reachable from ``obj``, by path."""
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, np.ndarray):
+        found.append((path, obj))
+    elif isinstance(obj, (np.random.Generator, np.random.BitGenerator, TrainingState)):
+        found.append((path, obj))
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            _walk(value, f"{path}[{key!r}]", found, seen)
+    elif isinstance(obj, (list, tuple, set)):
+        for k, value in enumerate(obj):
+            _walk(value, f"{path}[{k}]", found, seen)
+    elif hasattr(obj, "__dict__") and not isinstance(obj, type):
+        for key, value in vars(obj).items():
+            _walk(value, f"{path}.{key}", found, seen)
+
+
+def _reachable(obj):
+    found = []
+    _walk(obj, "est", found, set())
+    return found
+
+
+def _private_stream(solver, seed=0):
+    X, y, g = _blobs3(n=120)
+    est = DLR(solver=solver, topology="ring", block_size=4, h=1.0, epsilon=2.0, n_rounds=40,
+              classes=[0, 1, 2], random_state=seed)
+    est.partial_fit(X[:60], y[:60], sample_group=g[:60])
+    return est, X, y, g
+
+
+@pytest.mark.parametrize("solver", ["ftgl", "ocg", "ogd"])
+def test_release_holds_only_covered_arrays_and_predicts_identically(solver):
+    est, X, y, g = _private_stream(solver)
+    # the training object keeps all its secrets in one place
+    outside = [p for p, _ in _reachable({k: v for k, v in vars(est).items()
+                                         if k != "_training_state"})]
+    assert {p.split("[")[1].strip("']") for p in outside} <= _RELEASED_ARRAYS
+    released = pickle.loads(pickle.dumps(est.release()))
+    found = _reachable(released)
+    assert all(isinstance(obj, np.ndarray) for _, obj in found), found
+    assert {p.split(".")[1] for p, _ in found} <= _RELEASED_ARRAYS
+    for name in _RELEASED_ARRAYS:
+        np.testing.assert_array_equal(getattr(released, name), getattr(est, name))
+    for learner in (None, 0, 1, 2):
+        for method in ("decision_function", "predict", "predict_proba"):
+            np.testing.assert_array_equal(getattr(released, method)(X, learner=learner),
+                                          getattr(est, method)(X, learner=learner))
+    with pytest.raises(ReleasedModelError):
+        released.partial_fit(X[60:], y[60:], sample_group=g[60:])
+    assert not hasattr(released, "_training_state")
+    released.fit(X, y, sample_group=g)  # a new stream is allowed
+    assert hasattr(released, "_training_state")
+
+
+@pytest.mark.parametrize("solver", ["ftgl", "ocg", "ogd"])
+def test_training_pickle_resumes_bit_identically(solver):
+    est, X, y, g = _private_stream(solver)
+    resumed = pickle.loads(pickle.dumps(est))
+    assert "secret" in repr(resumed._training_state)
+    for lo, hi in ((60, 90), (90, 120)):
+        est.partial_fit(X[lo:hi], y[lo:hi], sample_group=g[lo:hi])
+        resumed.partial_fit(X[lo:hi], y[lo:hi], sample_group=g[lo:hi])
+    np.testing.assert_array_equal(est.learner_coef_, resumed.learner_coef_)
+    np.testing.assert_array_equal(est._training_state.W, resumed._training_state.W)
+    assert est.n_rounds_seen_ == resumed.n_rounds_seen_ == 40
+
+
+# -- budget and seeds -----------------------------------------------------------
+
+
+def test_budget_charges_one_pure_laplace_spend_per_stream():
+    X, y, g = _blobs3(n=120)
+    budget = PrivacyBudget(5.0)
+    est = DLR(epsilon=1.5, n_rounds=40, classes=[0, 1, 2], budget=budget)
+    for lo in range(0, 120, 30):
+        est.partial_fit(X[lo:lo + 30], y[lo:lo + 30], sample_group=g[lo:lo + 30])
+    DLR(solver="ogd", epsilon=1.5, classes=[0, 1, 2], budget=budget).fit(X, y, sample_group=g)
+    entries = budget.ledger.entries
+    assert len(entries) == 2 and budget.spent == (3.0, 0.0)
+    assert all(e.mechanism == "laplace" and e.epsilon == 1.5 and e.delta == 0.0
+               for e in entries)
+
+
+def test_seeded_private_stream_warns():
+    X, y, g = _blobs3()
+    with pytest.warns(SeededNoiseWarning, match="DecentralizedLogisticRegression"):
+        DLR(epsilon=1.0, classes=[0, 1, 2], random_state=0).fit(X, y, sample_group=g)
+    with pytest.warns(SeededNoiseWarning):
+        DLR(epsilon=1.0, n_rounds=30, random_state=0).partial_fit(X, y, sample_group=g,
+                                                                  classes=[0, 1, 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SeededNoiseWarning)
+        DLR(epsilon=1.0, classes=[0, 1, 2]).fit(X, y, sample_group=g)
+        DLR(epsilon=1.0, classes=[0, 1, 2],
+            random_state=np.random.default_rng(0)).fit(X, y, sample_group=g)
+        DLR(random_state=0).fit(X, y, sample_group=g)
