@@ -142,10 +142,13 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
       (eq. 9), started from the current decision: linear steps only (for the
       trace-norm ball, one top singular pair per iteration).
     * ``'ogd'`` (PD-OGD of Li et al. 2018, the baseline of section 4.1): every
-      round each learner broadcasts its decision plus Laplace noise, averages
-      its neighbours' noisy decisions with ``P`` and takes a projected
-      gradient step; the noise is raised to make it (ε, 0)-DP over all ``T``
-      rounds as section 4.1 does (see Notes).
+      round each learner averages its neighbours' messages with ``P`` and
+      takes a projected gradient step; its next message is its new decision
+      plus its own, independent Laplace noise. Only messages leave a learner,
+      and the released models are the messages of the next round (the
+      un-noised decisions stay in the training state). The noise is raised
+      to make all messages (ε, 0)-DP over all ``T`` rounds as section 4.1
+      does (see Notes).
 
     Parameters
     ----------
@@ -168,7 +171,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         ``R`` (or ``τ`` for the trace-norm ball, section 4.1 uses 10).
     epsilon : float or None, default=None
         Privacy budget ε of the whole run (all ``n_rounds`` rounds). ``None``
-        adds no noise (non-private).
+        adds no noise (non-private). With ``epsilon`` set the label set must
+        be declared (``classes``).
     clip_norm : float, default=1.0
         ``G``: every per-example gradient of the logistic loss is clipped to
         Frobenius norm ``G`` (section 4.1), which makes the Lipschitz bound of
@@ -191,51 +195,72 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         Append a constant feature 1 (its weights are part of ``W`` and of the
         constraint).
     random_state : int, numpy Generator or None, default=None
-        Noise source; ``None`` draws fresh OS entropy.
+        Noise source; ``None`` draws fresh OS entropy. Whoever knows a fixed
+        seed can remove the noise: a private stream started with an integer
+        seed emits :class:`~skfedpriv.privacy.SeededNoiseWarning` (seeds are
+        for tests and reproducible experiments).
     budget : PrivacyBudget or None, default=None
         A budget shared with other estimators (it survives ``clone``): each
         private ``fit`` and the first ``partial_fit`` of a run spend
-        ``(epsilon, 0)`` from it (the guarantee of all ``n_rounds`` rounds)
-        before any state changes, and raise
-        :class:`~skfedpriv.PrivacyBudgetError` if it would overspend.
+        ``(epsilon, 0)`` from it once, as a pure-ε ``'laplace'`` spend (the
+        guarantee of all ``n_rounds`` rounds), before any state changes, and
+        raise :class:`~skfedpriv.PrivacyBudgetError` if it would overspend.
+    classes : array-like of shape (n_classes,) or None, default=None
+        The label set, declared. Required with ``epsilon`` (or pass
+        ``classes`` to the first ``partial_fit``): read from the data, a row
+        with a new label would change ``classes_`` and the shape of
+        ``coef_``. Rows with labels outside it are refused before any state
+        changes. Without ``epsilon``, ``None`` lets ``fit`` infer the labels
+        as scikit-learn does.
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
+        Public: the declared label set (inferred only without ``epsilon``).
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
-        From the average of the learners' current decisions (for two classes
-        ``W[1] - W[0]``).
+        Covered: the average of ``learner_coef_``.
     intercept_ : ndarray of shape (1,) or (n_classes,)
+        Covered: the average of ``learner_intercept_``.
     learner_labels_ : ndarray of shape (n_learners,)
-        The ``sample_group`` labels of the learners, in mixing-matrix order.
+        Public: the ``sample_group`` labels of the learners, in mixing-matrix
+        order.
     learner_coef_ : ndarray of shape (n_learners, n_outputs, n_features)
-        Every learner's own current decision, same convention as ``coef_``.
+        Covered: every learner's own model (for two classes ``W[1] - W[0]``):
+        its current decision (ftgl, ocg) or its next message, the decision
+        plus its own Laplace noise (ogd).
     learner_intercept_ : ndarray of shape (n_learners, n_outputs)
+        Covered, as ``learner_coef_``.
     mixing_matrix_ : ndarray of shape (n_learners, n_learners)
+        Public (topology and number of learners).
     spectral_gap_ : float
-        ``ρ = 1 - σ₂(P)``.
+        Public: ``ρ = 1 - σ₂(P)``.
     theta_ : float
-        Gossip momentum of eq. 7.
+        Public: gossip momentum of eq. 7.
     n_rounds_ : int or None
-        ``T`` in force (None: unlimited, non-private stream).
+        Public: ``T`` in force (None: unlimited, non-private stream).
     block_size_ : int
+        Public.
     gossip_steps_ : int
-        Gossip steps per block (``L`` for ftgl, ``min(L', L)`` for ocg, 1 for
-        ogd).
+        Public: gossip steps per block (``L`` for ftgl, ``min(L', L)`` for
+        ocg, 1 for ogd).
     h_ : float
+        Public.
     leaf_sensitivity_ : float
-        L1 sensitivity of one node position of all learners' trees together
-        (see Notes); ``nan`` for ogd.
+        Public: L1 sensitivity of one node position of all learners' trees
+        together (see Notes); ``nan`` for ogd.
     noise_scale_ : float
-        Laplace scale ``b`` per coordinate of every tree node (ftgl, ocg) or
-        ``T`` times the largest per-round scale (ogd); 0 when non-private.
+        Public: Laplace scale ``b`` per coordinate of every tree node (ftgl,
+        ocg) or the largest per-message scale ``b_1`` (ogd, see Notes); 0 when
+        non-private.
     n_rounds_seen_ : int
-        Rounds processed so far.
+        Public: rounds processed so far.
     privacy_spent_ : tuple of (float, float)
-        ``(epsilon, 0.0)`` once a private round has run; ``(0.0, 0.0)`` before
-        and ``(inf, 0.0)`` when non-private (no guarantee).
+        Public: ``(epsilon, 0.0)`` once a private round has run; ``(0.0,
+        0.0)`` before and ``(inf, 0.0)`` when non-private (no guarantee).
     n_features_in_ : int
+        Public.
     feature_names_in_ : ndarray of shape (n_features_in_,)
+        Public.
 
     Notes
     -----
@@ -274,11 +299,40 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     scale ``6√D (G + αR)(2 + log₂T)/ε`` of Theorem 3.6; unlike the paper's
     bound it stays valid for any ``block_size``.
 
-    **Privacy (ogd).** Per round, Li et al. (2018) bound the L1 change of a
-    learner's next decision by ``2√D η_t G``; calibrating each round to
-    ``ε/T`` (basic composition over ``T`` rounds, as section 4.1 does) gives
-    noise of scale ``2√D η_t G T / ε``. This baseline inherits Li et al.'s
-    one-step sensitivity analysis, which is not re-derived here.
+    **Privacy (ogd).** Neighbouring inputs as above. Protected output: every
+    message of every learner over all ``T`` rounds, hence everything
+    computed from them: ``learner_coef_`` and ``learner_intercept_`` are the
+    messages the learners send in round ``T + 1`` (or in the next round, in
+    the middle of a stream), ``coef_`` their average. Against everyone who
+    sees messages or the release, neighbours on the graph included. Not
+    covered and never released: the un-noised decisions ``W_i`` a learner
+    plays (in the training state). Releasing them would break the claim: on
+    a complete graph all learners mix the same messages, so the difference
+    of two learners' decisions is noise-free and reveals a label.
+
+    Learner ``i``'s message after round ``t`` is
+    ``m_i = Π_K(Σ_k P_ik m_k - η_t g_i) + Lap(b_t)``, the noise drawn
+    independently per learner and coordinate; the first messages are the
+    data-independent ``W_i(1) = 0``. Given all earlier messages, a replaced
+    row of learner ``j`` changes only ``m_j``, through ``g_j = clip(∇f) +
+    αW_j`` (clipping and ``W_j, W_j' ∈ K``): by at most
+    ``Δ_t = 2√D η_t (G + αR)`` in L1, the projection being non-expansive.
+    Each of the ``T`` data-dependent rounds of messages gets ``ε/T``,
+    ``b_t = T Δ_t / ε``, and adaptive basic composition gives (ε, 0)-DP
+    over all of them (section 4.1 raises Li et al.'s per-round noise the
+    same way).
+
+    **Release.** Every public attribute is part of the release; each is
+    marked *covered* above (computed from the outputs the (ε, 0) claim
+    covers) or *public* (hyperparameters, the declared classes, the learners
+    and their row counts, which the neighbouring relation keeps fixed). The
+    secret training state (the decisions of ogd, block sums, gossip buffers,
+    the trees with their noise, the generator) is held apart in
+    ``_training_state``. Publish :meth:`release` — a fitted copy with only
+    the public attributes, which predicts (also per ``learner``), pickles and
+    can be shared — never the training estimator, whose pickle carries the
+    training state needed to continue the stream (it resumes bit-identically
+    after unpickling).
 
     References
     ----------
@@ -303,6 +357,17 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     (4, 10, 64)
     >>> bool(clf.score(X, y) > 0.8)
     True
+
+    Privately: the label set is declared, and the release is what to publish.
+
+    >>> private = DecentralizedLogisticRegression(
+    ...     topology="ring", epsilon=8.0, classes=list(range(10)))
+    >>> private = private.fit(X, y, sample_group=sites)
+    >>> public = private.release()
+    >>> public.privacy_spent_
+    (8.0, 0.0)
+    >>> hasattr(public, "_training_state")
+    False
     """
 
     def __init__(
