@@ -27,7 +27,8 @@ from skfedpriv import DecentralizedLogisticRegression
 from skfedpriv.preprocessing import BoundedScaler
 
 QUICK = os.environ.get("SKFEDPRIV_QUICK") == "1"
-X, y = load_digits(n_class=4 if QUICK else 10, return_X_y=True)
+n_classes = 4 if QUICK else 10
+X, y = load_digits(n_class=n_classes, return_X_y=True)
 X = BoundedScaler(lower=0, upper=16).fit_transform(X)
 X, X_test, y, y_test = train_test_split(X, y, test_size=0.3, random_state=0)
 learners = np.arange(len(y)) % 9
@@ -36,8 +37,10 @@ learners = np.arange(len(y)) % 9
 results = {}
 for topology in ("complete", "grid", "ring"):
     for epsilon in (None, 1.0):
+        # declared label set (public); a fixed seed for a reproducible figure
         clf = DecentralizedLogisticRegression(
-            topology=topology, epsilon=epsilon, block_size=4, random_state=0
+            topology=topology, epsilon=epsilon, block_size=4,
+            classes=np.arange(n_classes), random_state=0,
         ).fit(X, y, sample_group=learners)
         own = [np.mean(clf.predict(X_test, learner=label) == y_test)
                for label in clf.learner_labels_]

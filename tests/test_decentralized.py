@@ -23,6 +23,9 @@ from skfedpriv.linear_model._decentralized import (
 from skfedpriv.privacy import PrivacyBudgetError, clip_vectors
 from skfedpriv.privacy._correlated import TreeAggregator
 
+# fixed seeds make the tests reproducible; the warning they raise is tested below
+pytestmark = pytest.mark.filterwarnings("ignore::skfedpriv.privacy.SeededNoiseWarning")
+
 
 @parametrize_with_checks([DLR(), DLR(solver="ocg", constraint="trace"), DLR(solver="ogd")])
 def test_sklearn_compatible(estimator, check):
@@ -77,7 +80,7 @@ def test_fit_equals_partial_fit_stream(solver, epsilon):
     X, y = _blobs(n=300)
     g = np.arange(len(y)) % 3
     params = dict(solver=solver, topology="ring", block_size=6, h=2.0, n_rounds=100,
-                  epsilon=epsilon, random_state=3)
+                  epsilon=epsilon, random_state=3, classes=np.unique(y))
     a = DLR(**params).fit(X, y, sample_group=g)
     b = DLR(**params)
     for lo, hi in [(0, 30), (30, 75), (75, 120), (120, 201), (201, 300)]:
@@ -182,7 +185,7 @@ def test_exceeding_n_rounds_raises_before_any_change():
         clf.partial_fit(X[80:82], y[80:82], sample_group=g[80:82])
     # fit past the horizon, and a private stream without a horizon
     with pytest.raises(PrivacyBudgetError):
-        DLR(epsilon=1.0, n_rounds=10).fit(X, y, sample_group=g)
+        DLR(epsilon=1.0, n_rounds=10, classes=[0, 1, 2]).fit(X, y, sample_group=g)
     with pytest.raises(ValueError, match="n_rounds"):
         DLR(epsilon=1.0).partial_fit(X, y, classes=np.unique(y))
     assert DLR().fit(X, y).privacy_spent_ == (math.inf, 0.0)
@@ -215,20 +218,20 @@ def test_tree_is_exact_with_noise_off():
     X, y = _blobs(n=300)
     g = np.arange(300) % 3
     clf = DLR(topology="ring", block_size=4, h=1.0, n_rounds=100)
-    clf._leaf_trace = []
+    clf._trace_leaves = True
     clf.fit(X, y, sample_group=g)
-    leaves = np.array([leaf for leaf, _ in clf._leaf_trace])
-    released = np.array([z for _, z in clf._leaf_trace])
+    leaves = np.array([leaf for leaf, _ in clf._training_state.leaf_trace])
+    released = np.array([z for _, z in clf._training_state.leaf_trace])
     assert len(leaves) == 100 // 4 - 1
     np.testing.assert_allclose(released, np.cumsum(leaves, axis=0), atol=1e-10)
-    tree = clf._state["tree"]
+    tree = clf._training_state.tree
     assert tree.horizon == 24
     bound = math.floor(math.log2(tree.horizon)) + 1
     assert all(tree.nodes_in_prefix(t) <= bound for t in range(1, tree.horizon + 1))
     # the final decision is eq. 6 applied to the exact prefix sum
-    z = clf._state["z"] - 1
+    z = clf._training_state.z - 1
     eta = 2 * clf.h_
-    np.testing.assert_allclose(clf._state["W"], project(-released[-1] / eta, "l2", 10.0))
+    np.testing.assert_allclose(clf._training_state.W, project(-released[-1] / eta, "l2", 10.0))
     assert z == 25
 
 
@@ -238,13 +241,13 @@ def test_tree_noise_variance_matches_nodes_used():
     residuals = []
     for seed in range(12):
         clf = DLR(topology="complete", block_size=2, h=1.0, n_rounds=50, epsilon=5.0,
-                  random_state=seed)
-        clf._leaf_trace = []
+                  random_state=seed, classes=[0, 1, 2])
+        clf._trace_leaves = True
         clf.fit(X, y, sample_group=g)
-        leaves = np.array([leaf for leaf, _ in clf._leaf_trace])
-        released = np.array([z for _, z in clf._leaf_trace])
+        leaves = np.array([leaf for leaf, _ in clf._training_state.leaf_trace])
+        released = np.array([z for _, z in clf._training_state.leaf_trace])
         noise = released - np.cumsum(leaves, axis=0)
-        tree = clf._state["tree"]
+        tree = clf._training_state.tree
         for t in range(1, len(leaves) + 1):
             residuals.append(noise[t - 1].ravel() / math.sqrt(tree.nodes_in_prefix(t)))
     b = clf.noise_scale_
@@ -262,9 +265,9 @@ def test_replacing_one_row_moves_each_leaf_within_sensitivity(solver, topology):
     params = dict(solver=solver, topology=topology, block_size=4, h=0.5, clip_norm=G,
                   n_rounds=rounds)
     base = DLR(**params)
-    base._leaf_trace = []
+    base._trace_leaves = True
     base.fit(X, y, sample_group=g)
-    leaves = np.array([leaf for leaf, _ in base._leaf_trace])
+    leaves = np.array([leaf for leaf, _ in base._training_state.leaf_trace])
     D = 3 * (3 + 1)
     M = gossip_polynomial(base.mixing_matrix_, base.gossip_steps_, base.theta_)
     assert base.leaf_sensitivity_ == pytest.approx(2 * G * math.sqrt(D) * np.abs(M).sum(0).max())
@@ -275,9 +278,9 @@ def test_replacing_one_row_moves_each_leaf_within_sensitivity(solver, topology):
         Xn[row] = rng.normal(size=3) * rng.choice([0.1, 10, 1000])
         yn[row] = rng.integers(3)
         other = DLR(**params)
-        other._leaf_trace = []
+        other._trace_leaves = True
         other.fit(Xn, yn, sample_group=g)
-        leaves2 = np.array([leaf for leaf, _ in other._leaf_trace])
+        leaves2 = np.array([leaf for leaf, _ in other._training_state.leaf_trace])
         j, tau = g[row], row // n  # learner and (0-based) round of the row
         block = tau // 4 + 1  # 1-based block; its leaf is leaf number `block`
         if block > len(leaves):
@@ -293,7 +296,7 @@ def test_replacing_one_row_moves_each_leaf_within_sensitivity(solver, topology):
 def test_noise_scale_calibration_and_theorem_3_6():
     X, y = _blobs(n=900, p=4)
     g = np.arange(900) % 9
-    clf = DLR(epsilon=2.0, random_state=0).fit(X, y, sample_group=g)  # eq. 7 block size
+    clf = DLR(epsilon=2.0, random_state=0, classes=[0, 1, 2]).fit(X, y, sample_group=g)  # eq. 7 L
     T, D, G = 100, 3 * 5, 1.0
     n_leaves = T // clf.block_size_ - 1
     levels = TreeAggregator(n_leaves).max_nodes_per_input
@@ -379,7 +382,7 @@ def test_shared_budget_counts_every_private_fit_and_refuses_overspend():
     y = (X[:, 0] > 0).astype(int)
     groups = np.arange(120) % 3
     budget = PrivacyBudget(epsilon=2.5)
-    est = Public(epsilon=1.0, random_state=0, budget=budget)
+    est = Public(epsilon=1.0, random_state=0, budget=budget, classes=[0, 1])
     assert clone(est).budget is budget
     est.fit(X, y, sample_group=groups)
     clone(est).fit(X, y, sample_group=groups)

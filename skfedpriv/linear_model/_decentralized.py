@@ -26,10 +26,12 @@ from ..privacy import (
     check_privacy_params,
     clip_vectors,
     laplace_scale,
+    warn_if_seeded,
 )
 from ..privacy._correlated import TreeAggregator
 from ._base import (
     FederatedClassifierMixin,
+    TrainingState,
     _restore_feature_attributes_on_error,
     scores_to_labels,
 )
@@ -140,10 +142,13 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
       (eq. 9), started from the current decision: linear steps only (for the
       trace-norm ball, one top singular pair per iteration).
     * ``'ogd'`` (PD-OGD of Li et al. 2018, the baseline of section 4.1): every
-      round each learner broadcasts its decision plus Laplace noise, averages
-      its neighbours' noisy decisions with ``P`` and takes a projected
-      gradient step; the noise is raised to make it (ε, 0)-DP over all ``T``
-      rounds as section 4.1 does (see Notes).
+      round each learner averages its neighbours' messages with ``P`` and
+      takes a projected gradient step; its next message is its new decision
+      plus its own, independent Laplace noise. Only messages leave a learner,
+      and the released models are the messages of the next round (the
+      un-noised decisions stay in the training state). The noise is raised
+      to make all messages (ε, 0)-DP over all ``T`` rounds as section 4.1
+      does (see Notes).
 
     Parameters
     ----------
@@ -166,7 +171,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         ``R`` (or ``τ`` for the trace-norm ball, section 4.1 uses 10).
     epsilon : float or None, default=None
         Privacy budget ε of the whole run (all ``n_rounds`` rounds). ``None``
-        adds no noise (non-private).
+        adds no noise (non-private). With ``epsilon`` set the label set must
+        be declared (``classes``).
     clip_norm : float, default=1.0
         ``G``: every per-example gradient of the logistic loss is clipped to
         Frobenius norm ``G`` (section 4.1), which makes the Lipschitz bound of
@@ -189,51 +195,72 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         Append a constant feature 1 (its weights are part of ``W`` and of the
         constraint).
     random_state : int, numpy Generator or None, default=None
-        Noise source; ``None`` draws fresh OS entropy.
+        Noise source; ``None`` draws fresh OS entropy. Whoever knows a fixed
+        seed can remove the noise: a private stream started with an integer
+        seed emits :class:`~skfedpriv.privacy.SeededNoiseWarning` (seeds are
+        for tests and reproducible experiments).
     budget : PrivacyBudget or None, default=None
         A budget shared with other estimators (it survives ``clone``): each
         private ``fit`` and the first ``partial_fit`` of a run spend
-        ``(epsilon, 0)`` from it (the guarantee of all ``n_rounds`` rounds)
-        before any state changes, and raise
-        :class:`~skfedpriv.PrivacyBudgetError` if it would overspend.
+        ``(epsilon, 0)`` from it once, as a pure-ε ``'laplace'`` spend (the
+        guarantee of all ``n_rounds`` rounds), before any state changes, and
+        raise :class:`~skfedpriv.PrivacyBudgetError` if it would overspend.
+    classes : array-like of shape (n_classes,) or None, default=None
+        The label set, declared. Required with ``epsilon`` (or pass
+        ``classes`` to the first ``partial_fit``): read from the data, a row
+        with a new label would change ``classes_`` and the shape of
+        ``coef_``. Rows with labels outside it are refused before any state
+        changes. Without ``epsilon``, ``None`` lets ``fit`` infer the labels
+        as scikit-learn does.
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
+        Public: the declared label set (inferred only without ``epsilon``).
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
-        From the average of the learners' current decisions (for two classes
-        ``W[1] - W[0]``).
+        Covered: the average of ``learner_coef_``.
     intercept_ : ndarray of shape (1,) or (n_classes,)
+        Covered: the average of ``learner_intercept_``.
     learner_labels_ : ndarray of shape (n_learners,)
-        The ``sample_group`` labels of the learners, in mixing-matrix order.
+        Public: the ``sample_group`` labels of the learners, in mixing-matrix
+        order.
     learner_coef_ : ndarray of shape (n_learners, n_outputs, n_features)
-        Every learner's own current decision, same convention as ``coef_``.
+        Covered: every learner's own model (for two classes ``W[1] - W[0]``):
+        its current decision (ftgl, ocg) or its next message, the decision
+        plus its own Laplace noise (ogd).
     learner_intercept_ : ndarray of shape (n_learners, n_outputs)
+        Covered, as ``learner_coef_``.
     mixing_matrix_ : ndarray of shape (n_learners, n_learners)
+        Public (topology and number of learners).
     spectral_gap_ : float
-        ``ρ = 1 - σ₂(P)``.
+        Public: ``ρ = 1 - σ₂(P)``.
     theta_ : float
-        Gossip momentum of eq. 7.
+        Public: gossip momentum of eq. 7.
     n_rounds_ : int or None
-        ``T`` in force (None: unlimited, non-private stream).
+        Public: ``T`` in force (None: unlimited, non-private stream).
     block_size_ : int
+        Public.
     gossip_steps_ : int
-        Gossip steps per block (``L`` for ftgl, ``min(L', L)`` for ocg, 1 for
-        ogd).
+        Public: gossip steps per block (``L`` for ftgl, ``min(L', L)`` for
+        ocg, 1 for ogd).
     h_ : float
+        Public.
     leaf_sensitivity_ : float
-        L1 sensitivity of one node position of all learners' trees together
-        (see Notes); ``nan`` for ogd.
+        Public: L1 sensitivity of one node position of all learners' trees
+        together (see Notes); ``nan`` for ogd.
     noise_scale_ : float
-        Laplace scale ``b`` per coordinate of every tree node (ftgl, ocg) or
-        ``T`` times the largest per-round scale (ogd); 0 when non-private.
+        Public: Laplace scale ``b`` per coordinate of every tree node (ftgl,
+        ocg) or the largest per-message scale ``b_1`` (ogd, see Notes); 0 when
+        non-private.
     n_rounds_seen_ : int
-        Rounds processed so far.
+        Public: rounds processed so far.
     privacy_spent_ : tuple of (float, float)
-        ``(epsilon, 0.0)`` once a private round has run; ``(0.0, 0.0)`` before
-        and ``(inf, 0.0)`` when non-private (no guarantee).
+        Public: ``(epsilon, 0.0)`` once a private round has run; ``(0.0,
+        0.0)`` before and ``(inf, 0.0)`` when non-private (no guarantee).
     n_features_in_ : int
+        Public.
     feature_names_in_ : ndarray of shape (n_features_in_,)
+        Public.
 
     Notes
     -----
@@ -272,11 +299,40 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     scale ``6√D (G + αR)(2 + log₂T)/ε`` of Theorem 3.6; unlike the paper's
     bound it stays valid for any ``block_size``.
 
-    **Privacy (ogd).** Per round, Li et al. (2018) bound the L1 change of a
-    learner's next decision by ``2√D η_t G``; calibrating each round to
-    ``ε/T`` (basic composition over ``T`` rounds, as section 4.1 does) gives
-    noise of scale ``2√D η_t G T / ε``. This baseline inherits Li et al.'s
-    one-step sensitivity analysis, which is not re-derived here.
+    **Privacy (ogd).** Neighbouring inputs as above. Protected output: every
+    message of every learner over all ``T`` rounds, hence everything
+    computed from them: ``learner_coef_`` and ``learner_intercept_`` are the
+    messages the learners send in round ``T + 1`` (or in the next round, in
+    the middle of a stream), ``coef_`` their average. Against everyone who
+    sees messages or the release, neighbours on the graph included. Not
+    covered and never released: the un-noised decisions ``W_i`` a learner
+    plays (in the training state). Releasing them would break the claim: on
+    a complete graph all learners mix the same messages, so the difference
+    of two learners' decisions is noise-free and reveals a label.
+
+    Learner ``i``'s message after round ``t`` is
+    ``m_i = Π_K(Σ_k P_ik m_k - η_t g_i) + Lap(b_t)``, the noise drawn
+    independently per learner and coordinate; the first messages are the
+    data-independent ``W_i(1) = 0``. Given all earlier messages, a replaced
+    row of learner ``j`` changes only ``m_j``, through ``g_j = clip(∇f) +
+    αW_j`` (clipping and ``W_j, W_j' ∈ K``): by at most
+    ``Δ_t = 2√D η_t (G + αR)`` in L1, the projection being non-expansive.
+    Each of the ``T`` data-dependent rounds of messages gets ``ε/T``,
+    ``b_t = T Δ_t / ε``, and adaptive basic composition gives (ε, 0)-DP
+    over all of them (section 4.1 raises Li et al.'s per-round noise the
+    same way).
+
+    **Release.** Every public attribute is part of the release; each is
+    marked *covered* above (computed from the outputs the (ε, 0) claim
+    covers) or *public* (hyperparameters, the declared classes, the learners
+    and their row counts, which the neighbouring relation keeps fixed). The
+    secret training state (the decisions of ogd, block sums, gossip buffers,
+    the trees with their noise, the generator) is held apart in
+    ``_training_state``. Publish :meth:`release` — a fitted copy with only
+    the public attributes, which predicts (also per ``learner``), pickles and
+    can be shared — never the training estimator, whose pickle carries the
+    training state needed to continue the stream (it resumes bit-identically
+    after unpickling).
 
     References
     ----------
@@ -301,6 +357,17 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     (4, 10, 64)
     >>> bool(clf.score(X, y) > 0.8)
     True
+
+    Privately: the label set is declared, and the release is what to publish.
+
+    >>> private = DecentralizedLogisticRegression(
+    ...     topology="ring", epsilon=8.0, classes=list(range(10)))
+    >>> private = private.fit(X, y, sample_group=sites)
+    >>> public = private.release()
+    >>> public.privacy_spent_
+    (8.0, 0.0)
+    >>> hasattr(public, "_training_state")
+    False
     """
 
     def __init__(
@@ -318,6 +385,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         fit_intercept=True,
         random_state=None,
         budget=None,
+        classes=None,
     ):
         self.topology = topology
         self.solver = solver
@@ -332,6 +400,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         self.fit_intercept = fit_intercept
         self.random_state = random_state
         self.budget = budget
+        self.classes = classes
 
     # ------------------------------------------------------------------
     # public API
@@ -339,6 +408,11 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
 
     def fit(self, X, y, sample_group=None):
         """Stream the data once, from a fresh state.
+
+        With ``epsilon`` set the label set must be declared through the
+        ``classes`` hyperparameter (it is public; read from the data it would
+        reveal a row's label), and the call spends ``(epsilon, 0)`` from
+        ``budget`` before any state changes.
 
         Parameters
         ----------
@@ -373,7 +447,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             Learner of each row; the batch runs one round per row of its
             busiest learner.
         classes : array-like of shape (n_classes,), default=None
-            All classes of the stream; required on the first call.
+            All classes of the stream; required on the first call unless the
+            ``classes`` hyperparameter is set (then it must agree with it).
 
         Returns
         -------
@@ -382,12 +457,17 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         Raises
         ------
         PrivacyBudgetError
-            If the batch would go past ``n_rounds``; nothing changes.
+            If the batch would go past ``n_rounds``, or the first call would
+            overspend ``budget``; nothing changes.
+        ReleasedModelError
+            On a release (see :meth:`release`), which holds no training state.
         ValueError
-            For invalid input; nothing changes.
+            For invalid input, or labels outside the declared classes;
+            nothing changes.
         """
+        self._check_can_continue()
         params = self._check_params()
-        first = not hasattr(self, "_state")
+        first = not hasattr(self, "_training_state")
         if first and params["epsilon"] is not None and params["n_rounds"] is None:
             raise ValueError(
                 "A private partial_fit stream needs its horizon: set n_rounds "
@@ -507,13 +587,13 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
 
     def _check_same_params(self, params):
         # hyperparameters that size the state may not change mid-stream
-        st = self._state
-        if isinstance(self.topology, str) or isinstance(st["topology"], str):
-            same_topology = isinstance(self.topology, str) and self.topology == st["topology"]
+        st = self._training_state
+        if isinstance(self.topology, str) or isinstance(st.topology, str):
+            same_topology = isinstance(self.topology, str) and self.topology == st.topology
         else:
-            same_topology = np.array_equal(np.asarray(self.topology), st["topology"])
-        if params != st["params"] or self.solver != st["solver"] or not same_topology or (
-            self.constraint != st["constraint"] or bool(self.fit_intercept) != st["fit_intercept"]
+            same_topology = np.array_equal(np.asarray(self.topology), st.topology)
+        if params != st.params or self.solver != st.solver or not same_topology or (
+            self.constraint != st.constraint or bool(self.fit_intercept) != st.fit_intercept
         ):
             raise ValueError(
                 "Hyperparameters changed since the stream started; call fit "
@@ -545,7 +625,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             counts[learner_of_label[k]] = len(r)
         n_rounds = int(counts.max()) if counts.size else 0
         if not first:
-            limit = self._state["horizon"]
+            limit = self._training_state.horizon
             if limit is not None and self.n_rounds_seen_ + n_rounds > limit:
                 raise PrivacyBudgetError(
                     f"This batch needs {n_rounds} rounds but only "
@@ -578,12 +658,15 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------
 
     def _init_state(self, params, batch, classes, plan):
-        if params["epsilon"] is not None and self.budget is not None:
-            # one spend per run: its (epsilon, 0) covers all n_rounds rounds
-            self.budget.spend(
-                params["epsilon"], 0.0,
-                note=f"DecentralizedLogisticRegression(solver={self.solver!r}) on a new run",
-            )
+        if params["epsilon"] is not None:
+            warn_if_seeded(self.random_state, "DecentralizedLogisticRegression")
+            if self.budget is not None:
+                # one spend per run: its pure (epsilon, 0) covers all n_rounds rounds
+                self.budget.spend(
+                    params["epsilon"], 0.0,
+                    note=f"DecentralizedLogisticRegression(solver={self.solver!r}) on a new run",
+                    mechanism="laplace",
+                )
         n = len(plan["learner_labels"])
         p1 = batch.X.shape[1] + int(bool(self.fit_intercept))
         q = len(classes)
@@ -637,11 +720,11 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             if n_leaves is not None:
                 tree = TreeAggregator(n_leaves, shape=(n, q, p1), noise=noise)
         elif eps is not None:
-            # PD-OGD: largest per-round scale, at eta_1 (reported only)
-            scale = T * 2.0 * math.sqrt(D) * self._ogd_step(1, G, R, alpha) * G / eps
+            # PD-OGD: the largest per-message scale, that of round 1's update (reported only)
+            scale = self._ogd_noise_scale(1, T, D, G, R, alpha, eps)
 
         zeros = np.zeros((n, q, p1))
-        self._state = {
+        self._training_state = TrainingState(**{
             "params": params,
             "solver": self.solver,
             "topology": self.topology if isinstance(self.topology, str)
@@ -662,10 +745,13 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             "gossip": None,  # (H^k, H^{k-1}) of the previous block's sums
             "zhat": zeros.copy(),
             "zhat_prev": zeros.copy(),
+            "sent": zeros.copy(),  # ogd: the messages of the next round (released)
             "z": 1,
             "k": 0,
             "n_leaves": 0,
-        }
+            "leaf_trace": [] if getattr(self, "_trace_leaves", False) else None,
+            "loss_trace": [] if getattr(self, "_trace_learner", None) is not None else None,
+        })
         self.classes_ = classes
         self.learner_labels_ = plan["learner_labels"]
         self.mixing_matrix_ = plan["P"]
@@ -688,19 +774,43 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             return 1.0 / (alpha * t)
         return R / (G * math.sqrt(t))
 
+    @classmethod
+    def _ogd_noise_scale(cls, t, T, D, G, R, alpha, eps):
+        """Laplace scale of the messages computed by PD-OGD's round ``t``.
+
+        Given all earlier messages, a replaced row of learner ``j`` changes
+        only learner ``j``'s update ``Π_K(Σ_k P_jk m_k - η_t g_j)``, through
+        its gradient ``g_j = clip(∇f) + αW_j``: by at most ``2(G + αR)`` in
+        Frobenius norm (clipping, and ``W_j, W_j' ∈ K``), hence by
+        ``Δ_t = 2√D η_t (G + αR)`` in L1 (the projection is non-expansive).
+        ``ε/T`` per message: ``b_t = T Δ_t / ε``.
+        """
+        eta = cls._ogd_step(t, G + alpha * R, R, alpha)
+        return T * 2.0 * math.sqrt(D) * eta * (G + alpha * R) / eps
+
     def _publish(self):
-        W = self._state["W"]
-        p = W.shape[2] - int(bool(self._state["fit_intercept"]))
+        st = self._training_state
+        # ogd releases the messages of the next round, ftgl/ocg the decisions
+        W = st.sent if st.solver == "ogd" else st.W
+        p = W.shape[2] - int(bool(st.fit_intercept))
         if W.shape[1] == 2:
             V = (W[:, 1] - W[:, 0])[:, None, :]
         else:
             V = W
         self.learner_coef_ = V[:, :, :p].copy()
         self.learner_intercept_ = (
-            V[:, :, p].copy() if self._state["fit_intercept"] else np.zeros(V.shape[:2])
+            V[:, :, p].copy() if st.fit_intercept else np.zeros(V.shape[:2])
         )
         self.coef_ = self.learner_coef_.mean(axis=0)
         self.intercept_ = self.learner_intercept_.mean(axis=0)
+
+    @property
+    def _loss_trace(self):
+        """The benchmark loss trace (see ``_trace_losses``), kept in the training state."""
+        trace = getattr(getattr(self, "_training_state", None), "loss_trace", None)
+        if trace is None:
+            raise AttributeError("_loss_trace")
+        return trace
 
     def _view(self, learner):
         if learner is None:
@@ -720,12 +830,12 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
 
     def _arrays(self, batch, plan):
         """Rows of the batch as (n_learners, n_rounds, p1) with a mask."""
-        st = self._state
+        st = self._training_state
         n = len(self.learner_labels_)
         R = plan["n_rounds"]
-        p1 = st["W"].shape[2]
+        p1 = st.W.shape[2]
         X = batch.X
-        if st["fit_intercept"]:
+        if st.fit_intercept:
             X = np.hstack([X, np.ones((X.shape[0], 1))])
         y = np.searchsorted(self.classes_, batch.y)
         Xr = np.zeros((n, R, p1))
@@ -741,109 +851,117 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     def _run(self, batch, plan):
         if plan["n_rounds"] == 0:
             return
+        st = self._training_state
         Xr, yr, mask = self._arrays(batch, plan)
-        if self._state["solver"] == "ogd":
+        if st.solver == "ogd":
             self._run_ogd(Xr, yr, mask)
         else:
             self._run_blocks(Xr, yr, mask)
-        if self._state["params"]["epsilon"] is not None:
-            self.privacy_spent_ = (self._state["params"]["epsilon"], 0.0)
+        if st.params["epsilon"] is not None:
+            self.privacy_spent_ = (st.params["epsilon"], 0.0)
         self._publish()
 
     def _trace_losses(self, Xs, ys, mask, W):
-        """Optional instrumentation for benchmarks: per-round summed loss of one learner's model."""
+        """Optional instrumentation for benchmarks: per-round summed loss of one learner's model.
+
+        Set ``_trace_learner`` before the stream starts; the trace (raw,
+        un-noised losses of the data) is kept in the training state.
+        """
+        st = self._training_state
         i = getattr(self, "_trace_learner", None)
-        if i is None:
+        if i is None or st.loss_trace is None:
             return
         Wi = np.broadcast_to(W[i], W.shape)
         losses = logistic_losses(Wi, Xs, ys)
-        if self._state["params"]["alpha"] > 0:
-            losses = losses + 0.5 * self._state["params"]["alpha"] * np.sum(W[i] ** 2)
+        if st.params["alpha"] > 0:
+            losses = losses + 0.5 * st.params["alpha"] * np.sum(W[i] ** 2)
         per_round = np.where(mask, losses, 0.0).sum(axis=0)
-        if not hasattr(self, "_loss_trace"):
-            self._loss_trace = []
-        self._loss_trace.append((per_round, mask.sum(axis=0)))
+        st.loss_trace.append((per_round, mask.sum(axis=0)))
 
     def _run_blocks(self, Xr, yr, mask):
-        st = self._state
-        p = st["params"]
-        L, R = st["L"], Xr.shape[1]
+        st = self._training_state
+        p = st.params
+        L, R = st.L, Xr.shape[1]
         start = 0
         while start < R:
-            m = min(L - st["k"], R - start)
+            m = min(L - st.k, R - start)
             seg = slice(start, start + m)
             # lines 8-11: play x_i(z) for m rounds, sum the clipped gradients
-            self._trace_losses(Xr[:, seg], yr[:, seg], mask[:, seg], st["W"])
-            st["d"] = st["d"] + clipped_gradient_sum(
-                st["W"], Xr[:, seg], yr[:, seg], mask[:, seg], p["clip_norm"]
+            self._trace_losses(Xr[:, seg], yr[:, seg], mask[:, seg], st.W)
+            st.d = st.d + clipped_gradient_sum(
+                st.W, Xr[:, seg], yr[:, seg], mask[:, seg], p["clip_norm"]
             )
             # line 11 (Alg. 1) / line 12 (Alg. 3): one gossip step per round, at most `steps`
-            if st["gossip"] is not None:
-                todo = max(0, min(st["k"] + m, st["steps"]) - min(st["k"], st["steps"]))
+            if st.gossip is not None:
+                todo = max(0, min(st.k + m, st.steps) - min(st.k, st.steps))
                 if todo:
-                    st["gossip"] = accelerated_gossip(st["P"], *st["gossip"], todo, st["theta"])
-            st["k"] += m
+                    st.gossip = accelerated_gossip(st.P, *st.gossip, todo, st.theta)
+            st.k += m
             self.n_rounds_seen_ += m
             start += m
-            if st["k"] == L:
+            if st.k == L:
                 self._end_block()
 
     def _end_block(self):
-        st = self._state
-        p = st["params"]
-        z, L = st["z"], st["L"]
+        st = self._training_state
+        p = st.params
+        z, L = st.z, st.L
         if z >= 2:
             # line 14 (Alg. 1) / 15 (Alg. 3): leaf w_i(z-1) = d_i^L(z-1) -> PrivateSum
-            leaf = st["gossip"][0]
-            zhat_prev = st["zhat"]
-            if st["tree"] is not None:
-                st["zhat"] = st["tree"].add(leaf)
+            leaf = st.gossip[0]
+            zhat_prev = st.zhat
+            if st.tree is not None:
+                st.zhat = st.tree.add(leaf)
             else:  # non-private stream without horizon: exact prefix sums
-                st["zhat"] = st["zhat"] + leaf
-            st["n_leaves"] += 1
-            trace = getattr(self, "_leaf_trace", None)
-            if trace is not None:  # test instrumentation: (leaf, released prefix sum)
-                trace.append((leaf.copy(), st["zhat"].copy()))
+                st.zhat = st.zhat + leaf
+            st.n_leaves += 1
+            if st.leaf_trace is not None:  # test instrumentation: (leaf, released prefix sum)
+                st.leaf_trace.append((leaf.copy(), st.zhat.copy()))
         else:
-            zhat_prev = st["zhat"]
-        alpha, h = p["alpha"], st["h"]
-        if st["solver"] == "ftgl":
+            zhat_prev = st.zhat
+        alpha, h = p["alpha"], st.h
+        if st.solver == "ftgl":
             # eq. 6: x_i(z+1) = argmin <ẑ_i(z), x> + (α(z-1)L + 2h)/2 ‖x‖²
             eta = alpha * (z - 1) * L + 2 * h
-            st["W"] = regularized_leader(st["zhat"], eta, st["constraint"], p["radius"])
+            st.W = regularized_leader(st.zhat, eta, st.constraint, p["radius"])
         elif z >= 2:
             # Alg. 3 line 16: x_i(z+1) = CG(K, L, F_{z,i}, x_i(z)), F_{z,i} of eq. 9
             eta = alpha * (z - 2) * L + 2 * h
-            st["W"] = conditional_gradient(
-                st["W"], zhat_prev, eta, L, st["constraint"], p["radius"]
-            )
+            st.W = conditional_gradient(st.W, zhat_prev, eta, L, st.constraint, p["radius"])
         # line 13 (Alg. 1): d_i^0(z) = d_i^{-1}(z) = d_i(z)
-        st["gossip"] = (st["d"], st["d"])
-        st["d"] = np.zeros_like(st["d"])
-        st["z"] = z + 1
-        st["k"] = 0
+        st.gossip = (st.d, st.d)
+        st.d = np.zeros_like(st.d)
+        st.z = z + 1
+        st.k = 0
 
     def _run_ogd(self, Xr, yr, mask):
-        st = self._state
-        p = st["params"]
+        # Li et al. (2018): every round each learner mixes its neighbours'
+        # noisy messages m_k and takes a projected gradient step; its next
+        # message is its new decision plus its own independent Laplace noise.
+        # Only the messages leave a learner (and are released): the decision
+        # W_i itself, un-noised, stays in the training state.
+        st = self._training_state
+        p = st.params
         G, Rad, alpha, eps = p["clip_norm"], p["radius"], p["alpha"], p["epsilon"]
-        T = st["horizon"]
-        P, rng, W = st["P"], st["rng"], st["W"]
-        sqrtD = math.sqrt(st["D"])
+        T, D = st.horizon, st.D
+        P, rng, W, sent = st.P, st.rng, st.W, st.sent
         for r in range(Xr.shape[1]):
             t = self.n_rounds_seen_ + 1
             seg = slice(r, r + 1)
             self._trace_losses(Xr[:, seg], yr[:, seg], mask[:, seg], W)
             grad = clipped_gradient_sum(W, Xr[:, seg], yr[:, seg], mask[:, seg], G) + alpha * W
             eta = self._ogd_step(t, G + alpha * Rad, Rad, alpha)
-            sent = W
-            if eps is not None:  # Li et al. (2018), noise raised to eps/T per round
-                b = T * 2.0 * sqrtD * eta * G / eps
-                sent = W + rng.laplace(0.0, b, size=W.shape)
             mixed = (P @ sent.reshape(W.shape[0], -1)).reshape(W.shape)
-            W = project(mixed - eta * grad, st["constraint"], Rad)
+            W = project(mixed - eta * grad, st.constraint, Rad)
+            sent = W
+            if eps is not None:  # eps/T per message (basic composition over T rounds)
+                b = self._ogd_noise_scale(t, T, D, G, Rad, alpha, eps)
+                sent = W + rng.laplace(0.0, b, size=W.shape)
             self.n_rounds_seen_ = t
-        st["W"] = W
+        st.W, st.sent = W, sent
+
+    def _is_private(self):
+        return self.epsilon is not None
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
