@@ -39,6 +39,12 @@ from ._conditional_gradient import (
     project,
     regularized_leader,
 )
+from ._decentralized_defaults import (
+    default_block_size,
+    default_h,
+    default_radius,
+    prefix_noise_norm,
+)
 
 SOLVERS = ("ftgl", "ocg", "ogd")
 
@@ -309,7 +315,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         solver="ftgl",
         block_size=None,
         constraint="l2",
-        radius=10.0,
+        radius=None,
         epsilon=None,
         clip_norm=1.0,
         alpha=0.0,
@@ -497,7 +503,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             raise ValueError(f"fit_intercept must be a bool, got {self.fit_intercept!r}.")
         return {
             "epsilon": epsilon,
-            "radius": _check_real(self.radius, "radius", low=0.0, strict=True),
+            "radius": _check_real(self.radius, "radius", low=0.0, strict=True, allow_none=True),
             "clip_norm": _check_real(self.clip_norm, "clip_norm", low=0.0, strict=True),
             "alpha": _check_real(self.alpha, "alpha", low=0.0),
             "h": _check_real(self.h, "h", low=0.0, strict=True, allow_none=True),
@@ -596,34 +602,30 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         T_design = T if T is not None else max(plan["n_rounds"], 1)
         rho = 1.0 - plan["sigma2"]
         theta = gossip_theta(plan["sigma2"])
-        G, R, alpha = params["clip_norm"], params["radius"], params["alpha"]
-        log2T = math.log2(T_design)
+        G, alpha = params["clip_norm"], params["alpha"]
+        R = params["radius"]
+        if R is None:
+            R = default_radius(self.constraint, q, p1)
+        eps = params["epsilon"]
 
         L = params["block_size"]
         if self.solver == "ftgl":
-            if L is None:
-                L = gossip_steps(n, T_design, rho)  # eq. 7
+            if L is None:  # eq. 7, longer under privacy
+                L = default_block_size(gossip_steps(n, T_design, rho), T_design, D, G, eps)
             steps = L
-            h = params["h"]
-            if h is None:  # Corollaries 3.7 / 3.8
-                h = alpha * L if alpha > 0 else G * math.sqrt(14 * L * T_design * (2 + log2T)) / R
         elif self.solver == "ocg":
-            if L is None:  # Corollaries 3.10 / 3.11
+            if L is None:  # Corollaries 3.10 / 3.11, longer under privacy
                 if alpha > 0:
                     lnT = max(math.log(T_design), 1.0)
                     L = math.ceil(T_design ** (2 / 3) * lnT ** (-2 / 3))
                 else:
                     L = math.ceil(math.sqrt(T_design))
-                L = max(int(L), 1)
+                L = default_block_size(max(int(L), 1), T_design, D, G, eps)
             steps = min(gossip_steps(n, T_design, rho), L)  # L' of eq. 10, at most L
-            h = params["h"]
-            if h is None:
-                h = alpha * L if alpha > 0 else G * math.sqrt(15 * L * T_design) / R
         else:
-            L, steps, h = 1, 1, (params["h"] if params["h"] is not None else float("nan"))
+            L, steps = 1, 1
 
         rng = as_generator(self.random_state)
-        eps = params["epsilon"]
         tree, scale, sens = None, 0.0, float("nan")
         if self.solver in ("ftgl", "ocg"):
             M = gossip_polynomial(plan["P"], steps, theta)
@@ -636,9 +638,17 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
                 noise = functools.partial(rng.laplace, 0.0, scale)
             if n_leaves is not None:
                 tree = TreeAggregator(n_leaves, shape=(n, q, p1), noise=noise)
-        elif eps is not None:
-            # PD-OGD: largest per-round scale, at eta_1 (reported only)
-            scale = T * 2.0 * math.sqrt(D) * self._ogd_step(1, G, R, alpha) * G / eps
+            h = params["h"]
+            if h is None:
+                noise_norm = prefix_noise_norm(
+                    max(T_design // L - 1, 1), D, sens, eps
+                )
+                h = default_h(L, G, R, alpha, noise_norm)
+        else:
+            h = params["h"] if params["h"] is not None else float("nan")
+            if eps is not None:
+                # PD-OGD: largest per-round scale, at eta_1 (reported only)
+                scale = T * 2.0 * math.sqrt(D) * self._ogd_step(1, G, R, alpha) * G / eps
 
         zeros = np.zeros((n, q, p1))
         self._state = {
@@ -672,6 +682,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         self.spectral_gap_ = rho
         self.theta_ = theta
         self.n_rounds_ = horizon
+        self.radius_ = R
         self.block_size_ = L
         self.gossip_steps_ = steps
         self.h_ = h
@@ -810,12 +821,12 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         if st["solver"] == "ftgl":
             # eq. 6: x_i(z+1) = argmin <ẑ_i(z), x> + (α(z-1)L + 2h)/2 ‖x‖²
             eta = alpha * (z - 1) * L + 2 * h
-            st["W"] = regularized_leader(st["zhat"], eta, st["constraint"], p["radius"])
+            st["W"] = regularized_leader(st["zhat"], eta, st["constraint"], self.radius_)
         elif z >= 2:
             # Alg. 3 line 16: x_i(z+1) = CG(K, L, F_{z,i}, x_i(z)), F_{z,i} of eq. 9
             eta = alpha * (z - 2) * L + 2 * h
             st["W"] = conditional_gradient(
-                st["W"], zhat_prev, eta, L, st["constraint"], p["radius"]
+                st["W"], zhat_prev, eta, L, st["constraint"], self.radius_
             )
         # line 13 (Alg. 1): d_i^0(z) = d_i^{-1}(z) = d_i(z)
         st["gossip"] = (st["d"], st["d"])
@@ -826,7 +837,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     def _run_ogd(self, Xr, yr, mask):
         st = self._state
         p = st["params"]
-        G, Rad, alpha, eps = p["clip_norm"], p["radius"], p["alpha"], p["epsilon"]
+        G, Rad, alpha, eps = p["clip_norm"], self.radius_, p["alpha"], p["epsilon"]
         T = st["horizon"]
         P, rng, W = st["P"], st["rng"], st["W"]
         sqrtD = math.sqrt(st["D"])
