@@ -161,15 +161,26 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         (Assumption 3.4); its rows follow the sorted ``sample_group`` labels.
     solver : {'ftgl', 'ocg', 'ogd'}, default='ftgl'
     block_size : int or None, default=None
-        ``L``. ``None``: for ``'ftgl'`` eq. 7,
-        ``L = ⌈4 ln(n T √(14n)) / √ρ⌉``; for ``'ocg'`` ``L = ⌈√T⌉`` when
+        ``L``. ``None``: without privacy the paper's — for ``'ftgl'`` eq. 7,
+        ``L₀ = ⌈4 ln(n T √(14n)) / √ρ⌉``; for ``'ocg'`` ``L₀ = ⌈√T⌉`` when
         ``alpha = 0`` (Corollary 3.10) and ``⌈T^{2/3} / ln^{2/3} T⌉``
-        otherwise (Corollary 3.11). Unused by ``'ogd'``.
+        otherwise (Corollary 3.11). With ``epsilon`` set, a longer block
+        (never shorter than ``L₀``) chosen from ``T``, ``ε``, ``clip_norm``
+        and ``D`` only: the sensitivity does not depend on ``L``, so fewer
+        tree leaves mean fewer levels and less noise, traded against the two
+        blocks played before the first leaf (see
+        :func:`~skfedpriv.linear_model._decentralized_defaults.default_block_size`).
+        Unused by ``'ogd'``.
     constraint : {'l2', 'trace'}, default='l2'
         ``K``: the Frobenius ball or the trace-norm ball (section 4.1) of
         radius ``radius``.
-    radius : float, default=10.0
-        ``R`` (or ``τ`` for the trace-norm ball, section 4.1 uses 10).
+    radius : float or None, default=None
+        ``R`` (or ``τ`` for the trace-norm ball; section 4.1 uses 10).
+        ``None``: ``2√D`` for ``'l2'`` and ``2√D √min(n_classes, n_params)``
+        for ``'trace'`` (``D = n_classes × n_params``, ``n_params =
+        n_features + fit_intercept``): weights of order 2, sized for features
+        of unit scale (standardize, or scale to [-1, 1], first). It depends on
+        the shape only, never on the data.
     epsilon : float or None, default=None
         Privacy budget ε of the whole run (all ``n_rounds`` rounds). ``None``
         adds no noise (non-private).
@@ -180,10 +191,14 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     alpha : float, default=0.0
         Strong convexity ``α`` (the ridge ``(α/2)‖W‖²`` added to each loss).
     h : float or None, default=None
-        Regularization ``h > 0`` of eqs. 6 and 9. ``None``: Corollary 3.7
-        ``h = G √(14 L T (2 + log₂T)) / R`` (ftgl, ``α = 0``), Corollary 3.10
-        ``h = G √(15 L T) / R`` (ocg, ``α = 0``), and ``h = αL`` when
-        ``α > 0`` (Corollaries 3.8, 3.11).
+        Regularization ``h > 0`` of eqs. 6 and 9. ``None``: ``h = αL`` when
+        ``α > 0`` (Corollaries 3.8, 3.11); otherwise
+        ``h = 8 (G L₀ + 1.5 E‖N‖) / R`` with ``E‖N‖`` the typical norm of
+        the tree noise of one prefix sum (0 without privacy), computed from
+        the calibration before any data (see
+        :func:`~skfedpriv.linear_model._decentralized_defaults.default_h`;
+        Corollaries 3.7 / 3.10's ``h`` is 10^2-10^4 times too large on UCI
+        letter).
     n_rounds : int or None, default=None
         ``T``, the horizon the trees, the noise and the defaults are sized
         for; going past it raises :class:`PrivacyBudgetError`. ``None``: a
@@ -222,6 +237,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         Gossip momentum of eq. 7.
     n_rounds_ : int or None
         ``T`` in force (None: unlimited, non-private stream).
+    radius_ : float
+        ``R`` in force (``radius`` or its default; data-independent).
     block_size_ : int
     gossip_steps_ : int
         Gossip steps per block (``L`` for ftgl, ``min(L', L)`` for ocg, 1 for
@@ -610,20 +627,25 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
 
         L = params["block_size"]
         if self.solver == "ftgl":
-            if L is None:  # eq. 7, longer under privacy
-                L = default_block_size(gossip_steps(n, T_design, rho), T_design, D, G, eps)
+            L0 = gossip_steps(n, T_design, rho)  # eq. 7
+        elif self.solver == "ocg":  # Corollaries 3.10 / 3.11
+            if alpha > 0:
+                lnT = max(math.log(T_design), 1.0)
+                L0 = max(math.ceil(T_design ** (2 / 3) * lnT ** (-2 / 3)), 1)
+            else:
+                L0 = max(math.ceil(math.sqrt(T_design)), 1)
+        else:
+            L0 = 1
+        if self.solver == "ogd":
+            L = 1
+        elif L is None:  # the paper's, longer under privacy
+            L = default_block_size(L0, T_design, D, G, eps)
+        if self.solver == "ftgl":
             steps = L
         elif self.solver == "ocg":
-            if L is None:  # Corollaries 3.10 / 3.11, longer under privacy
-                if alpha > 0:
-                    lnT = max(math.log(T_design), 1.0)
-                    L = math.ceil(T_design ** (2 / 3) * lnT ** (-2 / 3))
-                else:
-                    L = math.ceil(math.sqrt(T_design))
-                L = default_block_size(max(int(L), 1), T_design, D, G, eps)
             steps = min(gossip_steps(n, T_design, rho), L)  # L' of eq. 10, at most L
         else:
-            L, steps = 1, 1
+            steps = 1
 
         rng = as_generator(self.random_state)
         tree, scale, sens = None, 0.0, float("nan")
@@ -643,7 +665,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
                 noise_norm = prefix_noise_norm(
                     max(T_design // L - 1, 1), D, sens, eps
                 )
-                h = default_h(L, G, R, alpha, noise_norm)
+                h = default_h(min(L0, L), G, R, alpha, noise_norm, block_size=L)
         else:
             h = params["h"] if params["h"] is not None else float("nan")
             if eps is not None:

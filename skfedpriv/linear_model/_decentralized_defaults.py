@@ -37,12 +37,12 @@ __all__ = [
     "prefix_noise_norm",
 ]
 
-# Weight of the noise-to-signal ratio against the optimization error 1/B of
-# B = T/L blocks in the block-size criterion (see default_block_size).
+# Weight of the noise-to-signal ratio against the delay 2/B of B = T/L blocks
+# in the block-size criterion (see default_block_size).
 NOISE_WEIGHT = 5.0
-# h = H_SCALE (L G + E‖noise‖) / R: the largest move of a decision per block,
-# L G / (2h), and the noise in a decision, E‖noise‖ / (2h), are R / (2 H_SCALE).
+# h = H_SCALE (typical block sum + E‖noise‖) / R (see default_h).
 H_SCALE = 8.0
+NOISE_H = 1.5
 # radius = RADIUS_PER_WEIGHT √D (Frobenius ball): weights of order 2 on
 # features of unit scale (standardized, or scaled to [-1, 1]).
 RADIUS_PER_WEIGHT = 2.0
@@ -119,12 +119,14 @@ def default_block_size(base_block_size, n_rounds, n_params_total, clip_norm, eps
     PD-OCG). With noise, ``L`` (at least the paper's) minimizes over the
     number of blocks ``B = T // L``
 
-        ``J(B) = NOISE_WEIGHT × r(B) + 1 / B``,
+        ``J(B) = NOISE_WEIGHT × r(B) + 2 / B``,
 
     ``r(B) = prefix_noise_norm(B - 1) / (T G)`` the noise of the final prefix
     sum relative to the largest possible sum of ``T`` clipped gradients (the
-    sensitivity taken at its eq. 7 value ``2G√D``), and ``1/B`` the error of
-    ``B`` dual-averaging updates. The sensitivity does not depend on ``L``
+    sensitivity taken at its eq. 7 value ``2G√D``), and ``2/B`` the share of
+    rounds played before the first leaf reaches the tree (the sums of block
+    ``z`` are gossiped during block ``z + 1``, so blocks 1 and 2 play the zero
+    decision). The sensitivity does not depend on ``L``
     (Theorem 3.6), so fewer, longer blocks cut the tree levels and the noise.
 
     Parameters
@@ -154,37 +156,47 @@ def default_block_size(base_block_size, n_rounds, n_params_total, clip_norm, eps
         L = T // B
         blocks = T // L
         r = prefix_noise_norm(max(blocks - 1, 1), D, sens, epsilon) / (T * G)
-        J = NOISE_WEIGHT * r + 1.0 / blocks
+        J = NOISE_WEIGHT * r + 2.0 / blocks
         if best is None or J < best[0] - 1e-12:
             best = (J, L)
     return max(best[1], L0)
 
 
-def default_h(block_size, clip_norm, radius, alpha, noise_norm):
+def default_h(base_block_size, clip_norm, radius, alpha, noise_norm, block_size=None):
     """Regularization ``h`` of eqs. 6 and 9.
 
     ``α > 0``: ``h = αL`` (Corollaries 3.8, 3.11). ``α = 0``:
-    ``h = H_SCALE (L G + noise_norm) / R``, so that neither one block of
-    clipped gradients (at most ``L G``) nor the typical tree noise moves a
-    decision ``-ẑ/(2h)`` by more than ``R / (2 H_SCALE)``: a decision crosses
-    the ball in about ``H_SCALE`` blocks of aligned gradients and the noise
-    stays a fraction of the ball. Corollaries 3.7 / 3.10 instead take
-    ``h ∝ G √(L T) / R``, which balances the non-private terms of the regret
-    bound only and, with letter's constants, is 10^3-10^4 times the best ``h``.
+
+        ``h = H_SCALE (G L₀ + NOISE_H × noise_norm) / R``,
+
+    ``L₀`` the paper's (non-private) block size of the solver: neither one
+    such block of clipped gradients (at most ``L₀ G``) nor the typical tree
+    noise moves a decision ``-ẑ/(2h)`` by more than about ``R / (2 H_SCALE)``,
+    so the noise stays a fraction of the ball. The longer private blocks of
+    :func:`default_block_size` do not raise ``h``: their gradients are summed
+    over many examples that point in different directions, and a larger
+    ``h`` would leave too few blocks to reach a useful decision (measured on
+    letter). Corollaries 3.7 / 3.10 instead take
+    ``h ∝ G √(L T (2 + log₂T)) / R``, which balances only the non-private
+    terms of the worst-case regret bounds and, with letter's constants, is
+    10^2-10^4 times the best ``h``.
 
     Parameters
     ----------
-    block_size : int
+    base_block_size : int
+        ``L₀``.
     clip_norm : float
     radius : float
     alpha : float
     noise_norm : float
         :func:`prefix_noise_norm` of the run (0 without privacy).
+    block_size : int or None, default=None
+        The block size in force; used only when ``α > 0`` (``h = αL``).
 
     Returns
     -------
     h : float
     """
     if alpha > 0:
-        return alpha * block_size
-    return H_SCALE * (block_size * clip_norm + noise_norm) / radius
+        return alpha * (block_size if block_size is not None else base_block_size)
+    return H_SCALE * (clip_norm * base_block_size + NOISE_H * noise_norm) / radius
