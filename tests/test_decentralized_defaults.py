@@ -49,27 +49,28 @@ def test_prefix_noise_norm_matches_simulated_tree_noise():
     assert prefix_noise_norm(H, D, sens, None) == 0.0
 
 
-def _brute_force_block(L0, T, D, G, eps):
+def _brute_force_block(L0, T, D, G, eps, delay=2):
     best = None
     for L in range(L0, T // 2 + 1):  # every block size, not only T // B
         B = T // L
         levels = int(max(B - 1, 1)).bit_length()
         b = levels * 2 * G * math.sqrt(D) / eps
-        J = 5.0 * math.sqrt(D * levels) * b / (T * G) + 2.0 / B
+        J = 5.0 * math.sqrt(D * levels) * b / (T * G) + delay / B
         if best is None or J < best[0] - 1e-12:
             best = (J, L)
     return best
 
 
 @pytest.mark.parametrize("T, eps", [(1666, 2.5), (15000, 2.5), (15000, 10.0), (45000, 5.0)])
-def test_default_block_size_minimizes_its_criterion(T, eps):
+@pytest.mark.parametrize("delay", [2, 3])
+def test_default_block_size_minimizes_its_criterion(T, eps, delay):
     L0, D, G = 57, 442, 1.0
-    L = default_block_size(L0, T, D, G, eps)
-    J_best, _ = _brute_force_block(L0, T, D, G, eps)
+    L = default_block_size(L0, T, D, G, eps, delay_blocks=delay)
+    J_best, _ = _brute_force_block(L0, T, D, G, eps, delay)
     B = T // L
     levels = int(max(B - 1, 1)).bit_length()
     b = levels * 2 * G * math.sqrt(D) / eps
-    J = 5.0 * math.sqrt(D * levels) * b / (T * G) + 2.0 / B
+    J = 5.0 * math.sqrt(D * levels) * b / (T * G) + delay / B
     assert J == pytest.approx(J_best)
     assert L >= L0
 

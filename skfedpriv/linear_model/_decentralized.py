@@ -639,7 +639,9 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         if self.solver == "ogd":
             L = 1
         elif L is None:  # the paper's, longer under privacy
-            L = default_block_size(L0, T_design, D, G, eps)
+            L = default_block_size(
+                L0, T_design, D, G, eps, delay_blocks=3 if self.solver == "ocg" else 2
+            )
         if self.solver == "ftgl":
             steps = L
         elif self.solver == "ocg":

@@ -111,7 +111,8 @@ def prefix_noise_norm(n_leaves, n_params_total, sensitivity, epsilon):
     return math.sqrt(n_params_total * levels) * b
 
 
-def default_block_size(base_block_size, n_rounds, n_params_total, clip_norm, epsilon):
+def default_block_size(base_block_size, n_rounds, n_params_total, clip_norm, epsilon,
+                       delay_blocks=2):
     """Block size ``L``: the paper's without privacy, longer with it.
 
     Without noise the paper's block size is kept (eq. 7 for PD-FTGL: enough
@@ -119,14 +120,16 @@ def default_block_size(base_block_size, n_rounds, n_params_total, clip_norm, eps
     PD-OCG). With noise, ``L`` (at least the paper's) minimizes over the
     number of blocks ``B = T // L``
 
-        ``J(B) = NOISE_WEIGHT × r(B) + 2 / B``,
+        ``J(B) = NOISE_WEIGHT × r(B) + delay_blocks / B``,
 
     ``r(B) = prefix_noise_norm(B - 1) / (T G)`` the noise of the final prefix
     sum relative to the largest possible sum of ``T`` clipped gradients (the
-    sensitivity taken at its eq. 7 value ``2G√D``), and ``2/B`` the share of
-    rounds played before the first leaf reaches the tree (the sums of block
-    ``z`` are gossiped during block ``z + 1``, so blocks 1 and 2 play the zero
-    decision). The sensitivity does not depend on ``L``
+    sensitivity taken at its eq. 7 value ``2G√D``), and ``delay_blocks / B``
+    the share of rounds played at the zero decision before the first leaf
+    shapes one: the sums of block ``z`` are gossiped during block ``z + 1``,
+    so PD-FTGL plays zero in blocks 1 and 2 (``delay_blocks=2``), and PD-OCG,
+    whose CG at the end of block ``z`` uses ``ẑ(z - 1)`` (eq. 9), in blocks
+    1 to 3 (``delay_blocks=3``). The sensitivity does not depend on ``L``
     (Theorem 3.6), so fewer, longer blocks cut the tree levels and the noise.
 
     Parameters
@@ -140,6 +143,8 @@ def default_block_size(base_block_size, n_rounds, n_params_total, clip_norm, eps
     clip_norm : float
         ``G``.
     epsilon : float or None
+    delay_blocks : int, default=2
+        Blocks played at the zero decision (2 for PD-FTGL, 3 for PD-OCG).
 
     Returns
     -------
@@ -156,7 +161,7 @@ def default_block_size(base_block_size, n_rounds, n_params_total, clip_norm, eps
         L = T // B
         blocks = T // L
         r = prefix_noise_norm(max(blocks - 1, 1), D, sens, epsilon) / (T * G)
-        J = NOISE_WEIGHT * r + 2.0 / blocks
+        J = NOISE_WEIGHT * r + delay_blocks / blocks
         if best is None or J < best[0] - 1e-12:
             best = (J, L)
     return max(best[1], L0)
