@@ -134,7 +134,7 @@ def test_audit_has_power_when_the_noise_is_cut(monkeypatch):
 
 def test_ogd_release_is_next_round_messages_with_independent_noise():
     """PD-OGD releases m_i = W_i + Lap(b_T) per learner, the messages round T+1 would send."""
-    est = DLR(solver="ogd", topology="complete", epsilon=1.0, fit_intercept=False,
+    est = DLR(solver="ogd", topology="complete", epsilon=1.0, fit_intercept=False, radius=10.0,
               classes=[0, 1], random_state=0).fit(_X[:10], _Y[:10], sample_group=_G[:10])
     st = est._training_state
     noise = st.sent - st.W

@@ -41,6 +41,12 @@ from ._conditional_gradient import (
     project,
     regularized_leader,
 )
+from ._decentralized_defaults import (
+    default_block_size,
+    default_h,
+    default_radius,
+    prefix_noise_norm,
+)
 
 SOLVERS = ("ftgl", "ocg", "ogd")
 
@@ -160,15 +166,26 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         (Assumption 3.4); its rows follow the sorted ``sample_group`` labels.
     solver : {'ftgl', 'ocg', 'ogd'}, default='ftgl'
     block_size : int or None, default=None
-        ``L``. ``None``: for ``'ftgl'`` eq. 7,
-        ``L = ⌈4 ln(n T √(14n)) / √ρ⌉``; for ``'ocg'`` ``L = ⌈√T⌉`` when
+        ``L``. ``None``: without privacy the paper's — for ``'ftgl'`` eq. 7,
+        ``L₀ = ⌈4 ln(n T √(14n)) / √ρ⌉``; for ``'ocg'`` ``L₀ = ⌈√T⌉`` when
         ``alpha = 0`` (Corollary 3.10) and ``⌈T^{2/3} / ln^{2/3} T⌉``
-        otherwise (Corollary 3.11). Unused by ``'ogd'``.
+        otherwise (Corollary 3.11). With ``epsilon`` set, a longer block
+        (never shorter than ``L₀``) chosen from ``T``, ``ε``, ``clip_norm``
+        and ``D`` only: the sensitivity does not depend on ``L``, so fewer
+        tree leaves mean fewer levels and less noise, traded against the two
+        blocks played before the first leaf (see
+        :func:`~skfedpriv.linear_model._decentralized_defaults.default_block_size`).
+        Unused by ``'ogd'``.
     constraint : {'l2', 'trace'}, default='l2'
         ``K``: the Frobenius ball or the trace-norm ball (section 4.1) of
         radius ``radius``.
-    radius : float, default=10.0
-        ``R`` (or ``τ`` for the trace-norm ball, section 4.1 uses 10).
+    radius : float or None, default=None
+        ``R`` (or ``τ`` for the trace-norm ball; section 4.1 uses 10).
+        ``None``: ``2√D`` for ``'l2'`` and ``2√D √min(n_classes, n_params)``
+        for ``'trace'`` (``D = n_classes × n_params``, ``n_params =
+        n_features + fit_intercept``): weights of order 2, sized for features
+        of unit scale (standardize, or scale to [-1, 1], first). It depends on
+        the shape only, never on the data.
     epsilon : float or None, default=None
         Privacy budget ε of the whole run (all ``n_rounds`` rounds). ``None``
         adds no noise (non-private). With ``epsilon`` set the label set must
@@ -180,10 +197,14 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     alpha : float, default=0.0
         Strong convexity ``α`` (the ridge ``(α/2)‖W‖²`` added to each loss).
     h : float or None, default=None
-        Regularization ``h > 0`` of eqs. 6 and 9. ``None``: Corollary 3.7
-        ``h = G √(14 L T (2 + log₂T)) / R`` (ftgl, ``α = 0``), Corollary 3.10
-        ``h = G √(15 L T) / R`` (ocg, ``α = 0``), and ``h = αL`` when
-        ``α > 0`` (Corollaries 3.8, 3.11).
+        Regularization ``h > 0`` of eqs. 6 and 9. ``None``: ``h = αL`` when
+        ``α > 0`` (Corollaries 3.8, 3.11); otherwise
+        ``h = 8 (G L₀ + 1.5 E‖N‖) / R`` with ``E‖N‖`` the typical norm of
+        the tree noise of one prefix sum (0 without privacy), computed from
+        the calibration before any data (see
+        :func:`~skfedpriv.linear_model._decentralized_defaults.default_h`;
+        Corollaries 3.7 / 3.10's ``h`` is 10^2-10^4 times too large on UCI
+        letter).
     n_rounds : int or None, default=None
         ``T``, the horizon the trees, the noise and the defaults are sized
         for; going past it raises :class:`PrivacyBudgetError`. ``None``: a
@@ -238,6 +259,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         Public: gossip momentum of eq. 7.
     n_rounds_ : int or None
         Public: ``T`` in force (None: unlimited, non-private stream).
+    radius_ : float
+        Public: ``R`` in force (``radius`` or its default; data-independent).
     block_size_ : int
         Public.
     gossip_steps_ : int
@@ -376,7 +399,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         solver="ftgl",
         block_size=None,
         constraint="l2",
-        radius=10.0,
+        radius=None,
         epsilon=None,
         clip_norm=1.0,
         alpha=0.0,
@@ -577,7 +600,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             raise ValueError(f"fit_intercept must be a bool, got {self.fit_intercept!r}.")
         return {
             "epsilon": epsilon,
-            "radius": _check_real(self.radius, "radius", low=0.0, strict=True),
+            "radius": _check_real(self.radius, "radius", low=0.0, strict=True, allow_none=True),
             "clip_norm": _check_real(self.clip_norm, "clip_norm", low=0.0, strict=True),
             "alpha": _check_real(self.alpha, "alpha", low=0.0),
             "h": _check_real(self.h, "h", low=0.0, strict=True, allow_none=True),
@@ -679,34 +702,37 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         T_design = T if T is not None else max(plan["n_rounds"], 1)
         rho = 1.0 - plan["sigma2"]
         theta = gossip_theta(plan["sigma2"])
-        G, R, alpha = params["clip_norm"], params["radius"], params["alpha"]
-        log2T = math.log2(T_design)
+        G, alpha = params["clip_norm"], params["alpha"]
+        R = params["radius"]
+        if R is None:
+            R = default_radius(self.constraint, q, p1)
+        eps = params["epsilon"]
 
         L = params["block_size"]
         if self.solver == "ftgl":
-            if L is None:
-                L = gossip_steps(n, T_design, rho)  # eq. 7
-            steps = L
-            h = params["h"]
-            if h is None:  # Corollaries 3.7 / 3.8
-                h = alpha * L if alpha > 0 else G * math.sqrt(14 * L * T_design * (2 + log2T)) / R
-        elif self.solver == "ocg":
-            if L is None:  # Corollaries 3.10 / 3.11
-                if alpha > 0:
-                    lnT = max(math.log(T_design), 1.0)
-                    L = math.ceil(T_design ** (2 / 3) * lnT ** (-2 / 3))
-                else:
-                    L = math.ceil(math.sqrt(T_design))
-                L = max(int(L), 1)
-            steps = min(gossip_steps(n, T_design, rho), L)  # L' of eq. 10, at most L
-            h = params["h"]
-            if h is None:
-                h = alpha * L if alpha > 0 else G * math.sqrt(15 * L * T_design) / R
+            L0 = gossip_steps(n, T_design, rho)  # eq. 7
+        elif self.solver == "ocg":  # Corollaries 3.10 / 3.11
+            if alpha > 0:
+                lnT = max(math.log(T_design), 1.0)
+                L0 = max(math.ceil(T_design ** (2 / 3) * lnT ** (-2 / 3)), 1)
+            else:
+                L0 = max(math.ceil(math.sqrt(T_design)), 1)
         else:
-            L, steps, h = 1, 1, (params["h"] if params["h"] is not None else float("nan"))
+            L0 = 1
+        if self.solver == "ogd":
+            L = 1
+        elif L is None:  # the paper's, longer under privacy
+            L = default_block_size(
+                L0, T_design, D, G, eps, delay_blocks=3 if self.solver == "ocg" else 2
+            )
+        if self.solver == "ftgl":
+            steps = L
+        elif self.solver == "ocg":
+            steps = min(gossip_steps(n, T_design, rho), L)  # L' of eq. 10, at most L
+        else:
+            steps = 1
 
         rng = as_generator(self.random_state)
-        eps = params["epsilon"]
         tree, scale, sens = None, 0.0, float("nan")
         if self.solver in ("ftgl", "ocg"):
             M = gossip_polynomial(plan["P"], steps, theta)
@@ -719,9 +745,17 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
                 noise = functools.partial(rng.laplace, 0.0, scale)
             if n_leaves is not None:
                 tree = TreeAggregator(n_leaves, shape=(n, q, p1), noise=noise)
-        elif eps is not None:
-            # PD-OGD: the largest per-message scale, that of round 1's update (reported only)
-            scale = self._ogd_noise_scale(1, T, D, G, R, alpha, eps)
+            h = params["h"]
+            if h is None:
+                noise_norm = prefix_noise_norm(
+                    max(T_design // L - 1, 1), D, sens, eps
+                )
+                h = default_h(min(L0, L), G, R, alpha, noise_norm, block_size=L)
+        else:
+            h = params["h"] if params["h"] is not None else float("nan")
+            if eps is not None:
+                # PD-OGD: the largest per-message scale, that of round 1's update (reported only)
+                scale = self._ogd_noise_scale(1, T, D, G, R, alpha, eps)
 
         zeros = np.zeros((n, q, p1))
         self._training_state = TrainingState(**{
@@ -758,6 +792,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         self.spectral_gap_ = rho
         self.theta_ = theta
         self.n_rounds_ = horizon
+        self.radius_ = R
         self.block_size_ = L
         self.gossip_steps_ = steps
         self.h_ = h
@@ -923,11 +958,11 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         if st.solver == "ftgl":
             # eq. 6: x_i(z+1) = argmin <ẑ_i(z), x> + (α(z-1)L + 2h)/2 ‖x‖²
             eta = alpha * (z - 1) * L + 2 * h
-            st.W = regularized_leader(st.zhat, eta, st.constraint, p["radius"])
+            st.W = regularized_leader(st.zhat, eta, st.constraint, self.radius_)
         elif z >= 2:
             # Alg. 3 line 16: x_i(z+1) = CG(K, L, F_{z,i}, x_i(z)), F_{z,i} of eq. 9
             eta = alpha * (z - 2) * L + 2 * h
-            st.W = conditional_gradient(st.W, zhat_prev, eta, L, st.constraint, p["radius"])
+            st.W = conditional_gradient(st.W, zhat_prev, eta, L, st.constraint, self.radius_)
         # line 13 (Alg. 1): d_i^0(z) = d_i^{-1}(z) = d_i(z)
         st.gossip = (st.d, st.d)
         st.d = np.zeros_like(st.d)
@@ -942,7 +977,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         # W_i itself, un-noised, stays in the training state.
         st = self._training_state
         p = st.params
-        G, Rad, alpha, eps = p["clip_norm"], p["radius"], p["alpha"], p["epsilon"]
+        G, Rad, alpha, eps = p["clip_norm"], self.radius_, p["alpha"], p["epsilon"]
         T, D = st.horizon, st.D
         P, rng, W, sent = st.P, st.rng, st.W, st.sent
         for r in range(Xr.shape[1]):
