@@ -30,9 +30,10 @@ print(round(clf.score(scaled, y), 3))
 
 from skfedpriv import PrivacyBudget
 
-budget = PrivacyBudget(epsilon=3.0, delta=1e-5)      # shared, survives clone
+budget = PrivacyBudget(epsilon=3.0, delta=1e-5)      # shared by clones; path=... shares it across processes
 private = DWDClassifier(mechanism="local-gaussian", epsilon=1.0, delta=1e-6,
-                        clip_norm=6.0, budget=budget)
+                        clip_norm=6.0, budget=budget, classes=[0, 1])
 for batch in np.array_split(np.arange(len(y)), 4):
-    private.partial_fit(scaled[batch], y[batch], sample_group=sites[batch], classes=[0, 1])
+    private.partial_fit(scaled[batch], y[batch], sample_group=sites[batch])
 print(private.privacy_spent_, budget.spent)
+published = private.release()   # share this, not `private` (it holds the noise state)
