@@ -176,7 +176,8 @@ def make_server_app(make_estimator, *, n_sites=None, classes=None, timeout=120.0
         Seconds to wait for the sites to connect, and for each reply.
 
     Run config keys: ``n-sites``, ``n-batches``, ``model-path`` (where the
-    fitted estimator is pickled; optional). DWD: batch 0 is ``fit`` (with
+    fitted estimator's :meth:`release` is pickled; optional: the training
+    state never leaves the server process). DWD: batch 0 is ``fit`` (with
     ``classes``: ``partial_fit``), batches ``1 .. n-batches - 1`` are
     ``partial_fit`` (default ``n-batches`` 1). Logistic: batches
     ``0 .. n_rounds - 1`` are the rounds of ``fit``; ``n-batches`` is
@@ -207,7 +208,9 @@ def make_server_app(make_estimator, *, n_sites=None, classes=None, timeout=120.0
         if path:
             tmp = f"{path}.tmp{os.getpid()}"
             with open(tmp, "wb") as fh:
-                pickle.dump(estimator, fh)
+                # the release only: the training state (noise streams, raw
+                # curvature) never leaves the server process
+                pickle.dump(estimator.release(), fh)
             os.replace(tmp, path)
 
     return app
