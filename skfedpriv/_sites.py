@@ -13,6 +13,8 @@ tasks to the cluster itself: the rows stay on the workers for every round
 of the batch instead of travelling with each round's tasks.
 """
 
+import numbers
+
 import numpy as np
 from joblib import Parallel, delayed
 from joblib.parallel import get_active_backend
@@ -20,6 +22,23 @@ from joblib.parallel import get_active_backend
 # joblib's local backends: with one job they run in-process anyway, so a plain
 # loop does the same work without joblib's per-call dispatch cost.
 _LOCAL_BACKENDS = {"SequentialBackend", "LokyBackend", "ThreadingBackend", "MultiprocessingBackend"}
+
+
+def _refuse_mixed_label_types(groups):
+    """Raise if site labels mix strings with numbers (3 and '3')."""
+    values = groups.ravel().tolist()
+    is_text = np.fromiter((isinstance(v, (str, bytes)) for v in values), dtype=bool,
+                          count=len(values))
+    is_number = np.fromiter((isinstance(v, numbers.Number) for v in values), dtype=bool,
+                            count=len(values))
+    if is_text.any() and is_number.any():
+        text = values[int(np.argmax(is_text))]
+        other = values[int(np.argmax(is_number))]
+        raise ValueError(
+            "sample_group mixes string and number site labels (for example "
+            f"{other!r} and {text!r}): numpy would silently merge 3 and '3' into "
+            "one site, or keep them as two; give every site label the same type."
+        )
 
 
 def check_sample_group(sample_group, n_samples):
@@ -45,6 +64,8 @@ def check_sample_group(sample_group, n_samples):
         return np.array([0]), np.zeros(n_samples, dtype=np.intp)
     if hasattr(sample_group, "to_numpy"):
         sample_group = sample_group.to_numpy()
+    if not isinstance(sample_group, np.ndarray) or sample_group.dtype == object:
+        _refuse_mixed_label_types(np.asarray(sample_group, dtype=object))
     groups = np.asarray(sample_group)
     if groups.ndim == 2 and groups.shape[1] == 1:
         groups = groups.ravel()
