@@ -364,3 +364,16 @@ def test_loss_and_derivative_in_one_pass_match_separate(q):
     loss, derivative = gendwd_loss_and_derivative(u, q)
     np.testing.assert_allclose(loss, gendwd_loss(u, q), rtol=1e-14)
     np.testing.assert_allclose(derivative, gendwd_derivative(u, q), rtol=1e-14)
+
+
+def test_fit_intercept_changed_mid_stream_is_refused_before_any_state():
+    X, y, _ = _standardized_cancer()
+    clf = DWDClassifier().partial_fit(X[:200], y[:200], classes=[0, 1])
+    before = clf.coef_.copy(), clf.n_batches_
+    clf.set_params(fit_intercept=False)
+    with pytest.raises(ValueError, match="changed in the middle of a stream"):
+        clf.partial_fit(X[200:], y[200:])
+    np.testing.assert_array_equal(clf.coef_, before[0])
+    assert clf.n_batches_ == before[1]
+    clf.fit(X, y)  # fit starts a new stream with the new layout
+    assert clf.intercept_.tolist() == [0.0]

@@ -462,7 +462,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         was = self._training_state.stream_privacy
         if was != self._privacy_signature():
             raise ValueError(
-                "The privacy hyperparameters changed in the middle of a stream "
+                "The stream's hyperparameters changed in the middle of a stream "
                 f"(was {was}, now {self._privacy_signature()}); the accumulated "
                 "curvature and the guarantee belong to the stream's settings. "
                 "Call fit, or start a new estimator."
@@ -624,9 +624,10 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         )
 
     def _privacy_signature(self):
-        """The settings a stream's guarantee and accumulated state depend on."""
+        """The settings a stream's guarantee and accumulated state depend on
+        (without a mechanism: the parameter layout, ``fit_intercept``)."""
         if self.mechanism is None:
-            return (None,)
+            return (None, bool(self.fit_intercept))
         return (self.mechanism, self.epsilon, self.delta, self.clip_norm, self.rho,
                 self.step_radius, self.calibration, self.online_steps, self.q,
                 self.alpha, self.fit_intercept)
