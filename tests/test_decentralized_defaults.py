@@ -51,7 +51,8 @@ def test_prefix_noise_norm_matches_simulated_tree_noise():
 
 def _brute_force_block(L0, T, D, G, eps, delay=2):
     best = None
-    for L in range(L0, T // 2 + 1):  # every block size, not only T // B
+    # every block size, not only T // B, that leaves two blocks playing a learned decision
+    for L in range(L0, T // (delay + 2) + 1):
         B = T // L
         levels = int(max(B - 1, 1)).bit_length()
         b = levels * 2 * G * math.sqrt(D) / eps
@@ -79,8 +80,10 @@ def test_default_block_size_keeps_the_paper_without_privacy_and_grows_with_noise
     assert default_block_size(57, 15000, 442, 1.0, None) == 57
     sizes = [default_block_size(57, 150000, 442, 1.0, eps) for eps in (10.0, 5.0, 2.5)]
     assert sizes == sorted(sizes) and sizes[0] > 57  # less budget, longer blocks
-    # shorter than two paper blocks: nothing to trade
-    assert default_block_size(57, 100, 442, 1.0, 1.0) == 57
+    # too short for the paper's block: T // (delay + 2), two learning blocks
+    assert default_block_size(57, 100, 442, 1.0, 1.0) == 100 // 4
+    assert default_block_size(57, 100, 442, 1.0, None, delay_blocks=3) == 100 // 5
+    assert default_block_size(57, 3, 442, 1.0, None) == 1
 
 
 def test_default_h_closed_form():
@@ -133,3 +136,20 @@ def test_defaults_learn_digits_without_privacy(solver):
     g = np.arange(len(y)) % 4
     clf = DLR(solver=solver, topology="ring").fit(X, y, sample_group=g)
     assert clf.score(X, y) > 0.85
+
+
+@pytest.mark.parametrize("solver, delay", [("ftgl", 2), ("ocg", 3)])
+def test_short_runs_keep_two_learning_blocks(solver, delay):
+    # 1000 rows over 50 learners: 20 rounds, below the paper's block (41 for
+    # ftgl): the default block leaves two blocks that play a learned decision
+    X, y = make_blobs(n_samples=1000, n_features=5, centers=2, random_state=0)
+    g = np.arange(1000) % 50
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no zero-model warning with the default
+        clf = DLR(solver=solver).fit(X, y, sample_group=g)
+    assert 20 // clf.block_size_ >= delay + 2
+    assert np.abs(clf.coef_).max() > 0
+    assert clf.score(X, y) > 0.8
+    # a user block that leaves only zero-decision blocks is warned about
+    with pytest.warns(UserWarning, match="play the zero decision"):
+        DLR(solver=solver, block_size=10).fit(X, y, sample_group=g)

@@ -3,6 +3,7 @@
 import functools
 import math
 import numbers
+import warnings
 
 import numpy as np
 from scipy.special import expit, log_softmax, softmax
@@ -175,6 +176,9 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         tree leaves mean fewer levels and less noise, traded against the two
         blocks played before the first leaf (see
         :func:`~skfedpriv.linear_model._decentralized_defaults.default_block_size`).
+        Either way at most ``T // (d + 2)``, ``d`` the blocks that play the
+        zero decision (2 for ftgl, 3 for ocg), so that at least two blocks
+        play a learned one; a given ``block_size`` that leaves none warns.
         Unused by ``'ogd'``.
     constraint : {'l2', 'trace'}, default='l2'
         ``K``: the Frobenius ball or the trace-norm ball (section 4.1) of
@@ -725,6 +729,17 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             L = default_block_size(
                 L0, T_design, D, G, eps, delay_blocks=3 if self.solver == "ocg" else 2
             )
+        if self.solver in ("ftgl", "ocg"):
+            delay = 3 if self.solver == "ocg" else 2
+            if T_design // L <= delay:
+                warnings.warn(
+                    f"{T_design} rounds make {T_design // L} block(s) of {L} rounds, and "
+                    f"the first {delay} blocks of {self.solver!r} play the zero "
+                    "decision: the model will stay at zero. Use a smaller "
+                    "block_size, more rows per learner, or fewer learners.",
+                    UserWarning,
+                    stacklevel=4,
+                )
         if self.solver == "ftgl":
             steps = L
         elif self.solver == "ocg":

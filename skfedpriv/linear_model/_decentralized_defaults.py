@@ -149,15 +149,21 @@ def default_block_size(base_block_size, n_rounds, n_params_total, clip_norm, eps
     Returns
     -------
     block_size : int
+        At most ``T // (delay_blocks + 2)`` when the paper's block would leave
+        fewer than two blocks that play a learned decision.
     """
     L0 = max(int(base_block_size), 1)
     T = max(int(n_rounds), 1)
-    if epsilon is None or T < 2 * L0:
+    if T < (delay_blocks + 2) * L0:
+        # too few rounds for the paper's block: the first delay_blocks blocks
+        # play the zero decision, so keep two blocks that play a learned one
+        return min(L0, max(T // (delay_blocks + 2), 1))
+    if epsilon is None:
         return L0
     D, G = n_params_total, clip_norm
     sens = 2.0 * G * math.sqrt(D)
     best = None
-    for B in range(2, T // L0 + 1):
+    for B in range(delay_blocks + 2, T // L0 + 1):  # at least two learning blocks
         L = T // B
         blocks = T // L
         r = prefix_noise_norm(max(blocks - 1, 1), D, sens, epsilon) / (T * G)
