@@ -37,6 +37,7 @@ from ..linear_model._dwd_private import (
 from ..linear_model._dwd_solver import augmented_gram, site_summary
 from ..linear_model._logistic import LogisticRegression
 from ..privacy import check_privacy_params, gaussian_noise, symmetric_gaussian_noise
+from ..privacy._budget import write_transaction
 
 PROTOCOL_VERSION = 1
 
@@ -76,8 +77,7 @@ class SiteLedgerFile:
         """Run ``body(conn)`` in one write transaction, after checking the calibration."""
         conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with write_transaction(conn):
                 for statement in self._SCHEMA:
                     conn.execute(statement)
                 row = conn.execute("SELECT calibration FROM skfedpriv_site WHERE site = ?",
@@ -89,12 +89,7 @@ class SiteLedgerFile:
                         f"site {site}: the ledger file {self.path!r} was kept under the "
                         f"calibration {row[0]}, not {calibration}; refusing."
                     )
-                result = body(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return result
+                return body(conn)
         finally:
             conn.close()
 

@@ -43,6 +43,7 @@ from ._conditional_gradient import (
     regularized_leader,
 )
 from ._decentralized_defaults import (
+    ZERO_DECISION_BLOCKS,
     default_block_size,
     default_h,
     default_radius,
@@ -727,10 +728,10 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             L = 1
         elif L is None:  # the paper's, longer under privacy
             L = default_block_size(
-                L0, T_design, D, G, eps, delay_blocks=3 if self.solver == "ocg" else 2
+                L0, T_design, D, G, eps, delay_blocks=ZERO_DECISION_BLOCKS[self.solver]
             )
-        if self.solver in ("ftgl", "ocg"):
-            delay = 3 if self.solver == "ocg" else 2
+        if self.solver in ZERO_DECISION_BLOCKS:
+            delay = ZERO_DECISION_BLOCKS[self.solver]
             if T_design // L <= delay:
                 warnings.warn(
                     f"{T_design} rounds make {T_design // L} block(s) of {L} rounds, and "

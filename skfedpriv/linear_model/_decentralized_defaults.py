@@ -111,6 +111,11 @@ def prefix_noise_norm(n_leaves, n_params_total, sensitivity, epsilon):
     return math.sqrt(n_params_total * levels) * b
 
 
+#: Blocks a solver plays at the zero decision before the first leaf shapes
+#: one (see :func:`default_block_size`).
+ZERO_DECISION_BLOCKS = {"ftgl": 2, "ocg": 3}
+
+
 def default_block_size(base_block_size, n_rounds, n_params_total, clip_norm, epsilon,
                        delay_blocks=2):
     """Block size ``L``: the paper's without privacy, longer with it.

@@ -9,6 +9,7 @@ restored from a pickle after the original is gone, refuses every operation
 instead of becoming a silent independent copy.
 """
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -43,6 +44,21 @@ _SCHEMA = (
     " pid INTEGER NOT NULL, time REAL NOT NULL)",
 )
 _FIELDS = ("note", "mechanism", "epsilon", "delta", "rho", "sigma", "sensitivity")
+
+
+@contextlib.contextmanager
+def write_transaction(conn):
+    """One SQLite write transaction on ``conn`` (opened with
+    ``isolation_level=None``): ``BEGIN IMMEDIATE`` takes the write lock
+    before anything is read, so concurrent processes check and charge one at
+    a time; ``COMMIT`` at the end, ``ROLLBACK`` if the body raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 class PrivacyBudgetError(RuntimeError):
@@ -291,8 +307,7 @@ class PrivacyBudget:
         conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT, isolation_level=None,
                                check_same_thread=False)
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with write_transaction(conn):
                 for statement in _SCHEMA:
                     conn.execute(statement)
                 row = conn.execute("SELECT epsilon, delta FROM skfedpriv_budget").fetchone()
@@ -306,10 +321,6 @@ class PrivacyBudget:
                         f"{row[0]!r}, delta={row[1]!r}), not (epsilon={self.epsilon!r}, "
                         f"delta={self.delta!r}); open it with PrivacyBudget.from_file."
                     )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
         except BaseException:
             conn.close()
             raise
@@ -438,8 +449,7 @@ class PrivacyBudget:
     def _charge_file(self, entry):
         """One transaction: read the ledger, compose, insert or refuse."""
         conn = self._connection()
-        conn.execute("BEGIN IMMEDIATE")  # takes the write lock before reading
-        try:
+        with write_transaction(conn):
             msg = self._refusal(self._read_entries(conn), entry)
             if msg is None:
                 conn.execute(
@@ -447,8 +457,4 @@ class PrivacyBudget:
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     tuple(getattr(entry, f) for f in _FIELDS) + (os.getpid(), time.time()),
                 )
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
         return msg
