@@ -1,8 +1,17 @@
-"""Margin losses, vectorized: value, first derivative, curvature.
+"""The losses of every estimator, and the one parameter layout they share.
 
-Only the generalized distance-weighted discrimination (genDWD) loss lives here
-for now; every function works elementwise on arrays of margins
-``u = y * (x_bar @ theta)`` of any shape.
+Every estimator and protocol takes its loss from here: genDWD (value, first
+derivative, curvature bound and smoothed curvature, elementwise on margins
+``u = y * (x_bar @ theta)``), the one-vs-rest logistic loss and the
+multinomial (softmax) loss.
+
+One parameter layout serves all of them: a model's parameter vector is
+``theta = (b, w)``, the intercept **first**, matched by the augmented row
+``x_bar = (1, x)`` of the DWD paper (:func:`add_intercept_column`); the ridge
+penalty leaves the intercept out (:func:`penalty_mask`); and
+:func:`split_intercept` turns the parameters back into ``coef_`` and
+``intercept_``. The parameter axis is the last axis of ``theta`` (a
+``(n_models, n_params)`` or ``(n_learners, n_models, n_params)`` array).
 
 References
 ----------
@@ -14,6 +23,37 @@ References
 """
 
 import numpy as np
+
+
+# -- the parameter layout ------------------------------------------------------
+
+def add_intercept_column(X, fit_intercept):
+    """Rows ``x_bar = (1, x)`` (intercept first), or ``X`` unchanged."""
+    if not fit_intercept:
+        return X
+    return np.hstack([np.ones((X.shape[0], 1), dtype=X.dtype), X])
+
+
+def penalty_mask(n_params, fit_intercept):
+    """1 for each penalized parameter, 0 for the intercept (the first one)."""
+    mask = np.ones(n_params)
+    if fit_intercept:
+        mask[0] = 0.0
+    return mask
+
+
+def split_intercept(theta, fit_intercept):
+    """``(coef, intercept)`` of parameters whose last axis is ``(b, w)``.
+
+    Without an intercept the intercept is zeros of the leading shape.
+    """
+    theta = np.asarray(theta)
+    if fit_intercept:
+        return theta[..., 1:].copy(), theta[..., 0].copy()
+    return theta.copy(), np.zeros(theta.shape[:-1])
+
+
+# -- genDWD ----------------------------------------------------------------------
 
 # Half-width of the window around the kink u0 = q/(q+1) in which the paper's
 # smoothed second derivative (eq. 8) ramps linearly from 0 to V''(u0 + w).
@@ -110,3 +150,11 @@ def gendwd_smoothed_curvature(u, q, width=SMOOTHING_WIDTH):
     top = bound * (u0 / right_edge) ** (q + 2.0)
     ramp = top * (u - (u0 - width)) / (2.0 * width)
     return np.where(u >= right_edge, exact, np.where(u > u0 - width, ramp, 0.0))
+
+
+# -- logistic (one-vs-rest) ------------------------------------------------------
+# (LogisticRegression's per-model binary logistic loss goes here.)
+
+
+# -- multinomial (softmax) -------------------------------------------------------
+# (DecentralizedLogisticRegression's softmax loss goes here.)

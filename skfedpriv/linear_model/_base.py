@@ -16,6 +16,7 @@ from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets, unique_labels
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._param_validation import validate_parameters
 from .._sites import check_sample_group
 
 _FEATURE_ATTRIBUTES = ("n_features_in_", "feature_names_in_")
@@ -120,9 +121,75 @@ class FederatedClassifierMixin(ClassifierMixin):
     #: data-independent or noised quantity.
     _release_private_attributes = ()
 
+    #: ``__init__`` parameter -> accepted constraints; see
+    #: :mod:`skfedpriv._param_validation`. Every estimator declares all of its
+    #: parameters, privacy ones included (checked whether or not used).
+    _parameter_constraints = {}
+
     def _is_private(self):
-        """Whether a privacy mechanism is switched on (estimators override)."""
+        """Whether a privacy mechanism is switched on."""
         return getattr(self, "mechanism", None) is not None
+
+    # -- one stream pattern: validate, compute, then commit -----------------
+
+    def _validate_params(self):
+        """Check every hyperparameter, then the rules that tie several together.
+
+        Returns the dict the update reads its settings from (what
+        :meth:`_check_param_combinations` returns). Nothing is stored.
+        """
+        params = self.get_params(deep=False)
+        validate_parameters(self._parameter_constraints, params, type(self).__name__)
+        return self._check_param_combinations(params)
+
+    def _check_param_combinations(self, params):
+        """Cross-parameter rules (estimators override); raise
+        :class:`~skfedpriv._param_validation.InvalidParameterError`. Returns
+        the settings the update uses (by default ``params`` unchanged)."""
+        return params
+
+    def _fit_batch(self, X, y, sample_group, sample_weight=None, classes=None, *,
+                   new_stream):
+        """The one code path of ``fit`` (``new_stream=True``) and ``partial_fit``.
+
+        Validate the hyperparameters and the batch, compute the update
+        (:meth:`_update`, which writes nothing on the estimator), then
+        :meth:`_commit` it. A call that raises changes nothing (the only
+        writes before the commit, ``n_features_in_`` and
+        ``feature_names_in_``, are undone).
+        """
+        settings = self._validate_params()
+        if not new_stream:
+            self._check_can_continue()
+        first = new_stream or not hasattr(self, "_training_state")
+        with _restore_feature_attributes_on_error(self):
+            batch, classes = self._validate_batch(
+                X, y, sample_group, sample_weight, reset=first, classes=classes,
+                infer_classes=new_stream,
+            )
+            release, training_state = self._update(batch, classes, settings, first=first)
+        self._commit(release, training_state)
+        return self
+
+    def _update(self, batch, classes, settings, *, first):
+        """One batch of the algorithm; returns ``(release, training_state)``:
+        the public fitted attributes (dict) and the secret
+        :class:`TrainingState`. Must not write on the estimator."""
+        raise NotImplementedError
+
+    def _commit(self, release, training_state):
+        """Write one update: the public attributes of ``release`` (dict name ->
+        value) and the secret ``training_state``. Public fitted attributes of
+        an earlier stream that ``release`` lacks are removed, so a stream
+        never shows another stream's numbers."""
+        for name in list(vars(self)):
+            stale = (name.endswith("_") and not name.startswith("_")
+                     and name not in release and name not in _FEATURE_ATTRIBUTES)
+            if stale:
+                delattr(self, name)
+        for name, value in release.items():
+            setattr(self, name, value)
+        self._training_state = training_state
 
     def release(self):
         """Return the release: a fitted copy holding only published attributes.
