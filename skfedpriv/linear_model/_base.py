@@ -243,27 +243,27 @@ class FederatedClassifierMixin(ClassifierMixin):
         otherwise (``partial_fit``) they come from ``classes`` on the first
         call and must match ``classes_`` afterwards.
         Returns the :class:`Batch` and the classes the estimator will hold.
-        Nothing fitted is modified unless the whole batch is valid (the only
-        writes are ``n_features_in_``/``feature_names_in_`` when ``reset``,
-        and those are undone on error).
+        Nothing fitted is modified except ``n_features_in_`` and
+        ``feature_names_in_`` when ``reset``: callers run it inside
+        :func:`_restore_feature_attributes_on_error` (as :meth:`_fit_batch`
+        does), which undoes those writes if anything later fails.
         """
-        with _restore_feature_attributes_on_error(self):
-            if not (reset or infer_classes) and _is_validated_batch(self, X, y):
-                pass  # a later batch that is already what validate_data returns
-            else:
-                X, y = validate_data(
-                    self, X, y, reset=reset, dtype=np.float64, y_numeric=False
-                )
-            if infer_classes or reset:
-                # later batches are checked against classes_ below, which
-                # rejects continuous targets as well
-                check_classification_targets(y)
-            site_labels, site_codes = check_sample_group(sample_group, X.shape[0])
-            weights = check_sample_weight(sample_weight, X.shape[0])
-            classes = self._declared_classes(classes, first_call=reset or infer_classes)
-            if infer_classes and classes is None:
-                classes = unique_labels(y)
-            batch_classes = self._resolve_classes(y, classes, first_call=reset)
+        if not (reset or infer_classes) and _is_validated_batch(self, X, y):
+            pass  # a later batch that is already what validate_data returns
+        else:
+            X, y = validate_data(
+                self, X, y, reset=reset, dtype=np.float64, y_numeric=False
+            )
+        if infer_classes or reset:
+            # later batches are checked against classes_ below, which
+            # rejects continuous targets as well
+            check_classification_targets(y)
+        site_labels, site_codes = check_sample_group(sample_group, X.shape[0])
+        weights = check_sample_weight(sample_weight, X.shape[0])
+        classes = self._declared_classes(classes, first_call=reset or infer_classes)
+        if infer_classes and classes is None:
+            classes = unique_labels(y)
+        batch_classes = self._resolve_classes(y, classes, first_call=reset)
         return Batch(X, y, site_labels, site_codes, weights), batch_classes
 
     def _declared_classes(self, classes, *, first_call):
