@@ -22,32 +22,51 @@ guarantee.
 """
 
 
+import numbers
+
 import numpy as np
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import validate_data
+
+from ._param_validation import (
+    InvalidParameterError,
+    Interval,
+    Registry,
+    validate_parameters,
+)
 from .linear_model._base import _restore_feature_attributes_on_error
-from .privacy._accounting import _check_positive_finite
 
 __all__ = ["BoundedScaler", "RowNormClipper"]
 
-_NORMS = ("l2", "l1", "max")
 
-
-def _row_norms(X, norm):
-    if norm == "l1":
-        return np.abs(X).sum(axis=1)
-    if norm == "max":
-        return np.abs(X).max(axis=1, initial=0.0)
+def _l2_norms(X):
     # rescale by the row maximum so squares of huge entries cannot overflow
     peak = np.abs(X).max(axis=1, initial=0.0)
     safe = np.where(peak > 0, peak, 1.0)
     return peak * np.sqrt(np.einsum("ij,ij->i", X / safe[:, None], X / safe[:, None]))
 
 
+_NORMS = Registry("norm", {
+    "l2": _l2_norms,
+    "l1": lambda X: np.abs(X).sum(axis=1),
+    "max": lambda X: np.abs(X).max(axis=1, initial=0.0),
+})
+
+
 class _DataIndependentTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     """``fit`` validates only; the map is fixed by the hyperparameters."""
 
+    _parameter_constraints = {}
+
     def _check_params(self, n_features):
+        """Check the hyperparameters (declared constraints, then the rules
+        that depend on the number of features); return what transform uses."""
+        validate_parameters(
+            self._parameter_constraints, self.get_params(deep=False), type(self).__name__
+        )
+        return self._settings(n_features)
+
+    def _settings(self, n_features):
         raise NotImplementedError
 
     def fit(self, X, y=None):
@@ -129,10 +148,13 @@ class RowNormClipper(_DataIndependentTransformer):
         self.max_norm = max_norm
         self.norm = norm
 
-    def _check_params(self, n_features=None):
-        if self.norm not in _NORMS:
-            raise ValueError(f"norm must be one of {_NORMS}, got {self.norm!r}.")
-        return _check_positive_finite(self.max_norm, "max_norm")
+    _parameter_constraints = {
+        "max_norm": [Interval(numbers.Real, 0, None, closed="neither")],
+        "norm": [_NORMS],
+    }
+
+    def _settings(self, n_features):
+        return float(self.max_norm)
 
     def transform(self, X):
         """Scale each row of ``X`` into the ball.
@@ -147,9 +169,9 @@ class RowNormClipper(_DataIndependentTransformer):
         X_clipped : ndarray of shape (n_samples, n_features)
             Every row has norm ``<= max_norm``.
         """
-        max_norm = self._check_params()
         X = validate_data(self, X, reset=False, dtype=np.float64, copy=True)
-        norms = _row_norms(X, self.norm)
+        max_norm = self._check_params(X.shape[1])
+        norms = _NORMS[self.norm](X)
         over = norms > max_norm
         X[over] *= (max_norm / norms[over])[:, None]
         return X
@@ -231,31 +253,35 @@ class BoundedScaler(_DataIndependentTransformer):
         self.upper = upper
         self.clip = clip
 
-    def _check_params(self, n_features):
+    _parameter_constraints = {
+        "lower": [Interval(numbers.Real, None, None), "array-like"],
+        "upper": [Interval(numbers.Real, None, None), "array-like"],
+        "clip": ["boolean"],
+    }
+
+    def _settings(self, n_features):
         """Validated ``(lower, width)`` broadcast to ``n_features``."""
-        if not isinstance(self.clip, (bool, np.bool_)):
-            raise ValueError(f"clip must be a bool, got {self.clip!r}.")
         bounds = []
         for name in ("lower", "upper"):
             value = getattr(self, name)
             try:
                 array = np.asarray(value, dtype=np.float64)
             except (TypeError, ValueError):
-                raise TypeError(
+                raise InvalidParameterError(
                     f"{name} must be a real number or an array of them, got {value!r}."
                 ) from None
             if array.ndim > 1 or (array.ndim == 1 and array.shape[0] != n_features):
-                raise ValueError(
+                raise InvalidParameterError(
                     f"{name} must be a scalar or have shape ({n_features},) (one "
                     f"bound per feature), got shape {array.shape}."
                 )
             if not np.all(np.isfinite(array)):
-                raise ValueError(f"{name} must be finite, got {value!r}.")
+                raise InvalidParameterError(f"{name} must be finite, got {value!r}.")
             bounds.append(np.broadcast_to(array, (n_features,)))
         lower, upper = bounds
         if not np.all(upper > lower):
             bad = np.flatnonzero(~(upper > lower))
-            raise ValueError(
+            raise InvalidParameterError(
                 f"upper must be > lower for every feature; not for feature(s) {bad.tolist()}."
             )
         return lower, upper - lower
