@@ -27,9 +27,10 @@ Usage::
     # full size with the h multiplier picked at medium size (one run per config):
     python benchmarks/bench_decentralized.py --h-from benchmarks/results/decentralized_medium_hgrid.csv
 
-Writes ``benchmarks/results/decentralized[_quick|_medium].csv`` (one row per
-configuration, its best h), ``..._hgrid.csv`` (every h multiplier tried),
-``..._curves.csv`` (AL(t) at checkpoints) and a PNG of the curves.
+Writes ``decentralized[_quick|_medium].csv`` (one row per configuration,
+its best h), ``..._hgrid.csv`` (every h multiplier tried), ``..._curves.csv``
+(AL(t) at checkpoints) and a PNG of the curves into ``--output-dir``
+(default ``benchmarks/results``), and prints their paths.
 """
 
 import argparse
@@ -47,8 +48,7 @@ from sklearn.metrics import log_loss
 from skfedpriv._progress import progress
 from skfedpriv.linear_model._decentralized import DecentralizedLogisticRegression
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = os.path.join(HERE, "results")
+from _output import add_output_dir, output_dir, wrote
 
 
 def load_letter():
@@ -150,7 +150,9 @@ def main():
     ap.add_argument("--solvers", default="ftgl,ocg,ogd", help="comma list (filter)")
     ap.add_argument("--epsilons", default="none,2.5,5,10", help="eps experiment's list")
     ap.add_argument("--suffix", default=None, help="output file suffix (default from --size)")
+    add_output_dir(ap)
     args = ap.parse_args()
+    results = output_dir(args.output_dir)
     size = "quick" if args.quick else args.size
     suffix = args.suffix if args.suffix is not None else ("" if size == "full" else "_" + size)
     if args.plot_only:
@@ -164,7 +166,7 @@ def main():
             if runs != path and os.path.exists(runs):
                 with open(runs) as f:
                     rows += list(csv.DictReader(f))
-        plot(curves, os.path.join(RESULTS, f"decentralized{suffix}.png"), rows)
+        plot(curves, results / f"decentralized{suffix}.png", rows)
         return
     X, y = load_letter()
     clip = 1.0
@@ -196,7 +198,6 @@ def main():
     configs = [c for c in configs if c[4] in solvers]
     rows, curves, hrows = [], [], []
     sgd_cache = {}
-    os.makedirs(RESULTS, exist_ok=True)
     for exp, n, topo, eps, solver in progress(configs, label="configurations"):
         copies = {"quick": n, "medium": 3 * n, "full": 10 * n}[size]
         idx, groups, rounds = make_stream(X, y, n, copies)
@@ -257,19 +258,22 @@ def main():
         for c in checkpoints:
             curves.append(dict(experiment=exp, n=n, topology=topo, epsilon=row["epsilon"], solver=solver,
                                t=int(c + 1), avg_loss=float(al[c])))
-        with open(os.path.join(RESULTS, f"decentralized{suffix}.csv"), "w", newline="") as f:
+        with open(results / f"decentralized{suffix}.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
-        with open(os.path.join(RESULTS, f"decentralized{suffix}_hgrid.csv"), "w", newline="") as f:
+        with open(results / f"decentralized{suffix}_hgrid.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(hrows[0]))
             w.writeheader()
             w.writerows(hrows)
-        with open(os.path.join(RESULTS, f"decentralized{suffix}_curves.csv"), "w", newline="") as f:
+        with open(results / f"decentralized{suffix}_curves.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(curves[0]))
             w.writeheader()
             w.writerows(curves)
-    plot(curves, os.path.join(RESULTS, f"decentralized{suffix}.png"), rows)
+    if rows:
+        for name in ("", "_hgrid", "_curves"):
+            wrote(results / f"decentralized{suffix}{name}.csv")
+    plot(curves, results / f"decentralized{suffix}.png", rows)
 
 
 def plot(curves, path, rows=()):
@@ -330,7 +334,7 @@ def plot(curves, path, rows=()):
         ax.legend(fontsize=6, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    print("wrote", path)
+    wrote(path)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ environment::
     venv-dpl/bin/pip install --no-deps -e .
     venv-dpl/bin/python benchmarks/bench_diffprivlib.py [--quick]
 
-Writes results/dwd_epsilon_diffprivlib.csv, which bench_dwd_epsilon.py
-merges into its table and plot. ``data_norm`` is set to the same
+Writes dwd_epsilon_diffprivlib.csv into ``--output-dir`` (default
+``benchmarks/results``), which bench_dwd_epsilon.py run with the same
+folder merges into its table and plot. ``data_norm`` is set to the same
 data-independent clip bound as our estimators use (minus the intercept's 1),
 so diffprivlib does not read it from the data.
 """
@@ -20,13 +21,14 @@ import warnings
 
 import numpy as np
 
-from bench_dwd_epsilon import RESULTS, TASKS, sweep_design
+from _output import wrote
+from bench_dwd_epsilon import TASKS, sweep_design
 
 
 def main():
     from diffprivlib.models import LogisticRegression
 
-    reps, epsilons, tag = sweep_design(__doc__)
+    reps, epsilons, tag, results = sweep_design(__doc__)
     rows = []
     for task_name, task in TASKS:
         for rep in range(reps):
@@ -40,12 +42,11 @@ def main():
                     acc = clf.fit(X, y).score(Xt, yt)
                 rows.append(dict(task=task_name, method="diffprivlib LogisticRegression (central, pooled)",
                                  epsilon=eps, rep=rep, accuracy=acc))
-    RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / f"dwd_epsilon_diffprivlib{tag}.csv", "w", newline="") as fh:
+    with open(results / f"dwd_epsilon_diffprivlib{tag}.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    print(f"wrote {len(rows)} rows")
+    wrote(results / f"dwd_epsilon_diffprivlib{tag}.csv")
 
 
 if __name__ == "__main__":

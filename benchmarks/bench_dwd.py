@@ -11,12 +11,12 @@ batch's XᵀDX, and offline ``fit`` at n = 100 000, p = 50 beside LinearSVC.
     python benchmarks/bench_dwd.py            # full (minutes)
     python benchmarks/bench_dwd.py --quick    # seconds
 
-Writes ``benchmarks/results/dwd.csv``, ``.md`` and ``.png`` (``dwd_quick.*`` with ``--quick``).
+Writes ``dwd.csv``, ``.md`` and ``.png`` (``dwd_quick.*`` with ``--quick``)
+into ``--output-dir`` (default ``benchmarks/results``) and prints their paths.
 """
 
 import argparse
 import os
-import pathlib
 import platform
 import time
 import warnings
@@ -30,7 +30,8 @@ from skfedpriv import DWDClassifier
 from skfedpriv._progress import progress
 from skfedpriv.datasets import gaussian_bayes_accuracy, make_federated_gaussians
 
-RESULTS = pathlib.Path(__file__).parent / "results"
+from _output import add_output_dir, output_dir, wrote
+
 
 # name, n_sites M, batches b, p, mu, mu_range, sigma_range, ratio
 SETTINGS = [
@@ -151,7 +152,9 @@ def main():
     parser.add_argument("--repetitions", type=int, default=None)
     parser.add_argument("--timing-only", action="store_true",
                         help="only the throughput and the n=100 000 fit (run on an idle machine)")
+    add_output_dir(parser)
     args = parser.parse_args()
+    results = output_dir(args.output_dir)
     if args.timing_only:
         ours, numpy_only = throughput()
         big = large_fit()
@@ -159,9 +162,9 @@ def main():
                 f"forming XᵀDX alone: {numpy_only * 1e3:.1f} ms; ratio {numpy_only / ours:.2f}.\n"
                 "Offline fit on n=100000 rows, p=50: "
                 + ", ".join(f"{k} {v:.3f} s" for k, v in big.items()) + ".\n")
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "dwd_timing.md").write_text(text)
+        (results / "dwd_timing.md").write_text(text)
         print(text)
+        wrote(results / "dwd_timing.md")
         return
     quick = args.quick or os.environ.get("SKFEDPRIV_QUICK") == "1"
     tag = "_quick" if quick else ""  # quick runs never replace the full results
@@ -172,13 +175,13 @@ def main():
     for setting in settings:
         rows += run_setting(setting, n_per_batch, reps, seed=0)
         print(f"done: {setting[0]}", flush=True)
-    RESULTS.mkdir(exist_ok=True)
     import csv
 
-    with open(RESULTS / f"dwd{tag}.csv", "w", newline="") as fh:
+    with open(results / f"dwd{tag}.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    wrote(results / f"dwd{tag}.csv")
 
     lines = [
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
@@ -212,9 +215,10 @@ def main():
     lines += ["", "Offline fit on n={} rows, p=50: ".format(20_000 if quick else 100_000)
               + ", ".join(f"{k} {v:.3f} s" for k, v in big.items()) + "."]
     text = "\n".join(lines) + "\n"
-    (RESULTS / f"dwd{tag}.md").write_text(text)
+    (results / f"dwd{tag}.md").write_text(text)
     print(text)
-    plot(rows, keys, RESULTS / f"dwd{tag}.png")
+    wrote(results / f"dwd{tag}.md")
+    plot(rows, keys, results / f"dwd{tag}.png")
 
 
 def plot(rows, keys, path):
@@ -245,6 +249,7 @@ def plot(rows, keys, path):
     ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.28))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    wrote(path)
 
 
 if __name__ == "__main__":

@@ -7,13 +7,14 @@ in 0.05..10: 'laplace' and 'gaussian' (Algorithm 2, one release per batch,
 per-release guarantee) and 'local-gaussian' (guarantee over the whole
 stream, against the server), beside the non-private stream. diffprivlib's
 central ε-DP LogisticRegression on pooled rows is added from
-``results/dwd_epsilon_diffprivlib.csv`` when that file exists (it needs
+``dwd_epsilon_diffprivlib.csv`` of the output folder when that file exists (it needs
 scikit-learn <= 1.7 and runs in its own environment:
 ``bench_diffprivlib.py``).
 
     python benchmarks/bench_dwd_epsilon.py [--quick]
 
-Writes results/dwd_epsilon.csv, .md and .png (``*_quick`` files with ``--quick``).
+Writes dwd_epsilon.csv, .md and .png (``*_quick`` files with ``--quick``)
+into ``--output-dir`` (default ``benchmarks/results``) and prints their paths.
 
 Breast cancer is standardized with statistics of the training rows; that
 step reads the data and is outside every guarantee (see docs).
@@ -22,7 +23,6 @@ step reads the data and is outside every guarantee (see docs).
 import argparse
 import csv
 import os
-import pathlib
 import warnings
 
 import numpy as np
@@ -32,7 +32,8 @@ from skfedpriv import DWDClassifier
 from skfedpriv._progress import progress
 from skfedpriv.datasets import load_breast_cancer_sites, make_federated_gaussians
 
-RESULTS = pathlib.Path(__file__).parent / "results"
+from _output import add_output_dir, output_dir, wrote
+
 EPSILONS = [0.05, 0.1, 0.2, 0.5, 0.8, 1.0, 2.0, 5.0, 10.0]
 
 
@@ -65,18 +66,21 @@ TASKS = (("gaussian T1", gaussian_task), ("breast cancer", cancer_task))
 
 
 def sweep_design(description):
-    """Repetitions and ε grid from the command line (``--quick``), shared with
-    bench_diffprivlib.py so both sweeps run on the same splits."""
+    """Repetitions, ε grid, file tag and output folder from the command line
+    (``--quick``, ``--output-dir``), shared with bench_diffprivlib.py so both
+    sweeps run on the same splits."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true")
+    add_output_dir(parser)
     args = parser.parse_args()
     quick = args.quick or os.environ.get("SKFEDPRIV_QUICK") == "1"
+    results = output_dir(args.output_dir)
     # quick runs write *_quick files, so they never replace the full results
-    return (2, [0.1, 1.0, 10.0], "_quick") if quick else (10, EPSILONS, "")
+    return (2, [0.1, 1.0, 10.0], "_quick", results) if quick else (10, EPSILONS, "", results)
 
 
 def main():
-    reps, epsilons, tag = sweep_design(__doc__)
+    reps, epsilons, tag, results = sweep_design(__doc__)
     rows = []
     for task_name, task in TASKS:
         for rep in progress(range(reps), label=task_name):
@@ -96,12 +100,12 @@ def main():
                             acc = float("nan")
                     rows.append(dict(task=task_name, method=mech, epsilon=eps, rep=rep, accuracy=acc))
         print("done", task_name, flush=True)
-    RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / f"dwd_epsilon{tag}.csv", "w", newline="") as fh:
+    with open(results / f"dwd_epsilon{tag}.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    extra = RESULTS / f"dwd_epsilon_diffprivlib{tag}.csv"
+    wrote(results / f"dwd_epsilon{tag}.csv")
+    extra = results / f"dwd_epsilon_diffprivlib{tag}.csv"
     if extra.exists():
         with open(extra) as fh:
             rows += [dict(r, accuracy=float(r["accuracy"])) for r in csv.DictReader(fh)]
@@ -112,8 +116,9 @@ def main():
     for (task, method, eps), accs in summary.items():
         lines.append(f"| {task} | {method} | {eps} | {np.nanmean(accs):.3f} ± {np.nanstd(accs):.3f} |")
     text = "\n".join(lines) + "\n"
-    (RESULTS / f"dwd_epsilon{tag}.md").write_text(text)
+    (results / f"dwd_epsilon{tag}.md").write_text(text)
     print(text)
+    wrote(results / f"dwd_epsilon{tag}.md")
     try:
         import matplotlib
 
@@ -136,7 +141,8 @@ def main():
         ax.set_title(task)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(RESULTS / f"dwd_epsilon{tag}.png", dpi=110)
+    fig.savefig(results / f"dwd_epsilon{tag}.png", dpi=110)
+    wrote(results / f"dwd_epsilon{tag}.png")
 
 
 if __name__ == "__main__":

@@ -21,12 +21,12 @@ alternate the methods (a shared machine slows both alike).
     python -m skfedpriv bench dwd-speed            # full (minutes)
     python -m skfedpriv bench dwd-speed --quick    # smaller sizes
 
-Writes ``benchmarks/results/dwd_speed.md`` (``dwd_speed_quick.md``).
+Writes ``dwd_speed.md`` (``dwd_speed_quick.md``) into ``--output-dir``
+(default ``benchmarks/results``) and prints its path.
 """
 
 import argparse
 import os
-import pathlib
 import platform
 import time
 import tracemalloc
@@ -42,7 +42,7 @@ from skfedpriv.datasets import make_federated_gaussians
 from skfedpriv._losses import gendwd_smoothed_curvature
 from skfedpriv.linear_model._dwd_solver import augmented_gram, site_summary
 
-RESULTS = pathlib.Path(__file__).parent / "results"
+from _output import add_output_dir, output_dir, wrote
 
 
 def _data(n, p, seed=0, n_sites=10):
@@ -231,7 +231,9 @@ def main():
     parser.add_argument("--qs", default="0.5,1,4", help="genDWD exponents of the offline table")
     parser.add_argument("--max-p", type=int, default=None,
                         help="offline sizes with at most this many features")
+    add_output_dir(parser)
     args = parser.parse_args()
+    results = output_dir(args.output_dir)
     parts = set(args.parts.split(","))
     qs = tuple(float(q) for q in args.qs.split(","))
     quick = args.quick or os.environ.get("SKFEDPRIV_QUICK") == "1"
@@ -296,11 +298,11 @@ def main():
         lines += [f"| {r['method']} | {r['seconds']:.3f} | {r['accuracy']:.3f} |"
                   for r in logistic]
     text = "\n".join(lines) + "\n"
-    RESULTS.mkdir(exist_ok=True)
     suffix = "_quick" if quick else ("" if parts == {"offline", "private", "partial", "logistic"}
                                      else "_" + "_".join(sorted(parts)))
-    (RESULTS / f"dwd_speed{suffix}.md").write_text(text)
+    (results / f"dwd_speed{suffix}.md").write_text(text)
     print(text)
+    wrote(results / f"dwd_speed{suffix}.md")
 
 
 if __name__ == "__main__":

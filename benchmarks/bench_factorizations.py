@@ -6,10 +6,13 @@ squared column norm of C), ||B||_F^2, the mean error sens^2 ||B||_F^2 / R and
 its ratio to the optimal factorization, plus the time to stream all R rounds
 of noise for 10 learners x 100 coordinates.
 
-Run:  python benchmarks/bench_factorizations.py
-Writes benchmarks/results/factorizations.csv and prints a markdown table.
+Run:  python benchmarks/bench_factorizations.py [--quick] [--output-dir DIR]
+Writes factorizations.csv (factorizations_quick.csv with --quick, R = 100
+only) into --output-dir (default benchmarks/results), prints a markdown
+table and the file's path.
 """
 
+import argparse
 import csv
 import os
 import sys
@@ -21,6 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from skfedpriv.privacy._correlated import make_factorization  # noqa: E402
+
+from _output import add_output_dir, output_dir, wrote  # noqa: E402
 
 ROUNDS = (100, 1000, 2000)
 NAMES = ("independent", "tree", "honaker", "toeplitz", "blt", "optimal")
@@ -43,9 +48,11 @@ def stream_time(factorization):
 
 
 def main():
-    import sys
-
-    quick = "--quick" in sys.argv[1:] or os.environ.get("SKFEDPRIV_QUICK") == "1"
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="R = 100 only (seconds)")
+    add_output_dir(parser)
+    args = parser.parse_args()
+    quick = args.quick or os.environ.get("SKFEDPRIV_QUICK") == "1"
     rows = []
     for n_rounds in ((100,) if quick else ROUNDS):
         built = {name: build(name, n_rounds) for name in NAMES}
@@ -67,9 +74,8 @@ def main():
             print(".", end="", flush=True)
     print()
 
-    out_dir = os.path.join(HERE, "results")
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, "factorizations_quick.csv" if quick else "factorizations.csv")
+    path = output_dir(args.output_dir) / (
+        "factorizations_quick.csv" if quick else "factorizations.csv")
     with open(path, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -80,7 +86,8 @@ def main():
     print("|" + "---|" * len(header))
     for row in rows:
         print("| " + " | ".join(str(row[k]) for k in header) + " |")
-    print(f"\nwritten: {os.path.relpath(path)}")
+    print()
+    wrote(path)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,11 @@ IV.8), the time to compute each factorization at R (caches off), and the
 time of a full non-private fit against scikit-learn's
 ``SGDClassifier.partial_fit`` over the same stream.
 
-Run:  python benchmarks/bench_logistic.py [--reps 10] [--rounds 1000]
-Writes benchmarks/results/logistic_curves.csv, logistic_summary.csv,
-logistic.png and prints markdown tables (logistic.md is written by hand
-from them).
+Run:  python benchmarks/bench_logistic.py [--reps 10] [--rounds 1000] [--quick]
+Writes logistic_sigma.csv, logistic_curves.csv, logistic_summary.csv and
+logistic.png (``*_quick`` with --quick) into --output-dir (default
+benchmarks/results), prints markdown tables and the files' paths
+(logistic.md is written by hand from them).
 """
 
 import argparse
@@ -48,7 +49,8 @@ from skfedpriv.linear_model._logistic import LogisticRegression  # noqa: E402
 from skfedpriv.privacy import gaussian_sigma  # noqa: E402
 from skfedpriv.privacy._correlated import make_factorization  # noqa: E402
 
-RESULTS = os.path.join(HERE, "results")
+from _output import add_output_dir, output_dir, wrote  # noqa: E402
+
 D, N_LEARNERS, TAU = 100, 20, 5
 ALPHA_HET, BETA_HET = 0.1, 0.1
 BUDGETS = ((0.5, 1e-3), (2.0, 1e-3))
@@ -165,11 +167,12 @@ def main():
     parser.add_argument("--tag", default="")
     parser.add_argument("--quick", action="store_true",
                         help="2 repetitions, 100 rounds, results tagged _quick")
+    add_output_dir(parser)
     args = parser.parse_args()
     if args.quick:
         args.reps, args.rounds, args.tag = 2, 100, args.tag or "_quick"
     R = args.rounds
-    os.makedirs(RESULTS, exist_ok=True)
+    results = output_dir(args.output_dir)
     tag = args.tag
 
     print(f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
@@ -198,10 +201,11 @@ def main():
                                    build_seconds=build, sensitivity_C=fact.sensitivity,
                                    sigma_analytic=a, sigma_zcdp=z, ratio=z / a))
         print("| " + " | ".join(cells) + " |")
-    with open(os.path.join(RESULTS, f"logistic_sigma{tag}.csv"), "w", newline="") as fh:
+    with open(results / f"logistic_sigma{tag}.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(sigma_rows[0]))
         w.writeheader()
         w.writerows(sigma_rows)
+    wrote(results / f"logistic_sigma{tag}.csv")
 
     # accuracy / loss curves
     rows = []
@@ -220,10 +224,11 @@ def main():
                                          round=rnd, accuracy=acc, loss=loss))
         print(f"  repetition {rep + 1}/{args.reps} done "
               f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
-    with open(os.path.join(RESULTS, f"logistic_curves{tag}.csv"), "w", newline="") as fh:
+    with open(results / f"logistic_curves{tag}.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    wrote(results / f"logistic_curves{tag}.csv")
 
     # summary: final round and mean over the last 20% of rounds
     summary = []
@@ -245,10 +250,11 @@ def main():
             print(f"| ({eps}, {delta}) | {label} | {100 * s['acc_mean']:.2f} "
                   f"({100 * s['acc_sd']:.2f}) | {s['loss_mean']:.4f} ({s['loss_sd']:.4f}) | "
                   f"{100 * s['late_acc_mean']:.2f} |")
-    with open(os.path.join(RESULTS, f"logistic_summary{tag}.csv"), "w", newline="") as fh:
+    with open(results / f"logistic_summary{tag}.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(summary[0]))
         w.writeheader()
         w.writerows(summary)
+    wrote(results / f"logistic_summary{tag}.csv")
 
     # timing
     times = timing(synthetic(R, seed=999), R)
@@ -258,10 +264,10 @@ def main():
     for k, v in times.items():
         print(f"| {k} | {v:.3f} | {v / ref:.2f} |")
 
-    plot(rows, R, tag)
+    plot(rows, results / f"logistic{tag}.png")
 
 
-def plot(rows, R, tag):
+def plot(rows, path):
     try:
         import matplotlib
 
@@ -288,7 +294,8 @@ def plot(rows, R, tag):
     axes[1, 1].set_yscale("log")
     axes[0, 0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(RESULTS, f"logistic{tag}.png"), dpi=110)
+    fig.savefig(path, dpi=110)
+    wrote(path)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The README's short tour: a Pipeline, GridSearchCV with sites, a stream, a private stream."""
+"""The README's short tour: a Pipeline, GridSearchCV with sites, a stream, a private stream,
+the search again with metadata routing (tests/test_cli.py checks this file is the README's code)."""
 
 import numpy as np
 from sklearn.model_selection import GridSearchCV, GroupKFold
@@ -37,3 +38,9 @@ for batch in np.array_split(np.arange(len(y)), 4):
     private.partial_fit(scaled[batch], y[batch], sample_group=sites[batch])
 print(private.privacy_spent_, budget.spent)
 published = private.release()   # share this, not `private` (it holds the noise state)
+
+import sklearn
+
+with sklearn.config_context(enable_metadata_routing=True):
+    search.fit(X, y, groups=sites, sample_group=sites)
+print(search.best_params_, round(search.best_score_, 3))

