@@ -4,9 +4,28 @@ Every script takes ``--output-dir`` (default: ``benchmarks/results`` beside
 the scripts) and prints the absolute path of every file it writes.
 """
 
+import argparse
 import pathlib
+import re
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+
+
+def plain_text(doc):
+    """A docstring as plain help text: no ``literal`` quotes or :role:`x` markup."""
+    doc = re.sub(r":[a-z:]+:`~?([^`]+)`", r"\1", doc or "")
+    return doc.replace("``", "").strip()
+
+
+def benchmark_parser(doc, quick_help="small sizes (seconds to minutes), *_quick files"):
+    """The parser every benchmark script starts from: its docstring as plain
+    description (line breaks kept), ``--quick`` and ``--output-dir``."""
+    parser = argparse.ArgumentParser(
+        description=plain_text(doc), formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    add_output_dir(parser)
+    return parser
 
 
 def add_output_dir(parser):

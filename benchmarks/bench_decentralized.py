@@ -33,7 +33,6 @@ its best h), ``..._hgrid.csv`` (every h multiplier tried), ``..._curves.csv``
 (default ``benchmarks/results``), and prints their paths.
 """
 
-import argparse
 import csv
 import os
 import time
@@ -48,7 +47,7 @@ from sklearn.metrics import log_loss
 from skfedpriv._progress import progress
 from skfedpriv.linear_model._decentralized import DecentralizedLogisticRegression
 
-from _output import add_output_dir, output_dir, wrote
+from _output import benchmark_parser, output_dir, wrote
 
 
 def load_letter():
@@ -123,8 +122,7 @@ def train_loss(clf, X, y):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="same as --size quick")
+    ap = benchmark_parser(__doc__, quick_help="same as --size quick")
     ap.add_argument("--size", choices=("quick", "medium", "full"), default="full",
                     help="quick: n copies of the data (T = 15 000); medium: 3n copies "
                          "(T = 45 000); full: 10n copies (T = 150 000, the paper's)")
@@ -150,7 +148,6 @@ def main():
     ap.add_argument("--solvers", default="ftgl,ocg,ogd", help="comma list (filter)")
     ap.add_argument("--epsilons", default="none,2.5,5,10", help="eps experiment's list")
     ap.add_argument("--suffix", default=None, help="output file suffix (default from --size)")
-    add_output_dir(ap)
     args = ap.parse_args()
     results = output_dir(args.output_dir)
     size = "quick" if args.quick else args.size

@@ -15,7 +15,6 @@ Writes ``dwd.csv``, ``.md`` and ``.png`` (``dwd_quick.*`` with ``--quick``)
 into ``--output-dir`` (default ``benchmarks/results``) and prints their paths.
 """
 
-import argparse
 import os
 import platform
 import time
@@ -30,7 +29,7 @@ from skfedpriv import DWDClassifier
 from skfedpriv._progress import progress
 from skfedpriv.datasets import gaussian_bayes_accuracy, make_federated_gaussians
 
-from _output import add_output_dir, output_dir, wrote
+from _output import benchmark_parser, output_dir, wrote
 
 
 # name, n_sites M, batches b, p, mu, mu_range, sigma_range, ratio
@@ -147,12 +146,10 @@ def large_fit(n=100_000, p=50, seed=0):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--repetitions", type=int, default=None)
     parser.add_argument("--timing-only", action="store_true",
                         help="only the throughput and the n=100 000 fit (run on an idle machine)")
-    add_output_dir(parser)
     args = parser.parse_args()
     results = output_dir(args.output_dir)
     if args.timing_only:

@@ -20,7 +20,6 @@ Breast cancer is standardized with statistics of the training rows; that
 step reads the data and is outside every guarantee (see docs).
 """
 
-import argparse
 import csv
 import os
 import warnings
@@ -32,7 +31,7 @@ from skfedpriv import DWDClassifier
 from skfedpriv._progress import progress
 from skfedpriv.datasets import load_breast_cancer_sites, make_federated_gaussians
 
-from _output import add_output_dir, output_dir, wrote
+from _output import benchmark_parser, output_dir, wrote
 
 EPSILONS = [0.05, 0.1, 0.2, 0.5, 0.8, 1.0, 2.0, 5.0, 10.0]
 
@@ -69,9 +68,7 @@ def sweep_design(description):
     """Repetitions, ε grid, file tag and output folder from the command line
     (``--quick``, ``--output-dir``), shared with bench_diffprivlib.py so both
     sweeps run on the same splits."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--quick", action="store_true")
-    add_output_dir(parser)
+    parser = benchmark_parser(description)
     args = parser.parse_args()
     quick = args.quick or os.environ.get("SKFEDPRIV_QUICK") == "1"
     results = output_dir(args.output_dir)

@@ -25,7 +25,6 @@ Writes ``dwd_speed.md`` (``dwd_speed_quick.md``) into ``--output-dir``
 (default ``benchmarks/results``) and prints its path.
 """
 
-import argparse
 import os
 import platform
 import time
@@ -42,7 +41,7 @@ from skfedpriv.datasets import make_federated_gaussians
 from skfedpriv._losses import gendwd_smoothed_curvature
 from skfedpriv.linear_model._dwd_solver import augmented_gram, site_summary
 
-from _output import add_output_dir, output_dir, wrote
+from _output import benchmark_parser, output_dir, wrote
 
 
 def _data(n, p, seed=0, n_sites=10):
@@ -223,15 +222,13 @@ def logistic_rows(n, p, reps):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--repetitions", type=int, default=None)
     parser.add_argument("--parts", default="offline,private,partial,logistic",
                         help="comma-separated subset of offline,private,partial,logistic")
     parser.add_argument("--qs", default="0.5,1,4", help="genDWD exponents of the offline table")
     parser.add_argument("--max-p", type=int, default=None,
                         help="offline sizes with at most this many features")
-    add_output_dir(parser)
     args = parser.parse_args()
     results = output_dir(args.output_dir)
     parts = set(args.parts.split(","))

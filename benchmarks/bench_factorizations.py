@@ -12,7 +12,6 @@ only) into --output-dir (default benchmarks/results), prints a markdown
 table and the file's path.
 """
 
-import argparse
 import csv
 import os
 import sys
@@ -25,7 +24,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from skfedpriv.privacy._correlated import make_factorization  # noqa: E402
 
-from _output import add_output_dir, output_dir, wrote  # noqa: E402
+from _output import benchmark_parser, output_dir, wrote  # noqa: E402
 
 ROUNDS = (100, 1000, 2000)
 NAMES = ("independent", "tree", "honaker", "toeplitz", "blt", "optimal")
@@ -48,9 +47,7 @@ def stream_time(factorization):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="R = 100 only (seconds)")
-    add_output_dir(parser)
+    parser = benchmark_parser(__doc__, quick_help="R = 100 only (seconds)")
     args = parser.parse_args()
     quick = args.quick or os.environ.get("SKFEDPRIV_QUICK") == "1"
     rows = []

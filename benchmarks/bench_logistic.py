@@ -30,7 +30,6 @@ benchmarks/results), prints markdown tables and the files' paths
 (logistic.md is written by hand from them).
 """
 
-import argparse
 import csv
 import os
 import platform
@@ -49,7 +48,7 @@ from skfedpriv.linear_model._logistic import LogisticRegression  # noqa: E402
 from skfedpriv.privacy import gaussian_sigma  # noqa: E402
 from skfedpriv.privacy._correlated import make_factorization  # noqa: E402
 
-from _output import add_output_dir, output_dir, wrote  # noqa: E402
+from _output import benchmark_parser, output_dir, wrote  # noqa: E402
 
 D, N_LEARNERS, TAU = 100, 20, 5
 ALPHA_HET, BETA_HET = 0.1, 0.1
@@ -161,13 +160,10 @@ def timing(data, n_rounds):
 
 
 def main():
-    parser = argparse.ArgumentParser()
+    parser = benchmark_parser(__doc__, quick_help="2 repetitions, 100 rounds, results tagged _quick")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=1000)
     parser.add_argument("--tag", default="")
-    parser.add_argument("--quick", action="store_true",
-                        help="2 repetitions, 100 rounds, results tagged _quick")
-    add_output_dir(parser)
     args = parser.parse_args()
     if args.quick:
         args.reps, args.rounds, args.tag = 2, 100, args.tag or "_quick"

@@ -98,14 +98,16 @@ def test_bench_help_describes_every_benchmark(capsys):
 
 
 @pytest.mark.parametrize("name", sorted(BENCHMARKS))
-def test_every_benchmark_script_takes_an_output_dir(name, capsys, monkeypatch):
+def test_every_benchmark_script_has_plain_help_and_an_output_dir(name, capsys, monkeypatch):
     script = ROOT / "benchmarks" / BENCHMARKS[name].script
     monkeypatch.setattr(sys, "argv", [str(script), "--help"])
     monkeypatch.syspath_prepend(str(script.parent))
     with pytest.raises(SystemExit) as exit_:
         runpy.run_path(str(script), run_name="__main__")
     assert exit_.value.code == 0
-    assert "--output-dir" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "--output-dir" in text and "--quick" in text
+    assert not RST.search(text), RST.search(text).group()
 
 
 def test_quick_benchmark_says_where_it_wrote(tmp_path, capsys):
