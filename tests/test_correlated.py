@@ -9,8 +9,8 @@ import pickle
 import numpy as np
 import pytest
 
-from skfedpriv.privacy import _correlated
-from skfedpriv.privacy._correlated import (
+from skfedpriv.privacy import _factorizations, _tree
+from skfedpriv.privacy import (
     FACTORIZATIONS,
     BinaryTreeFactorization,
     BLTFactorization,
@@ -247,7 +247,7 @@ def test_stream_past_horizon_changes_nothing(name):
 
 
 def test_horizon_error_is_a_budget_error():
-    from skfedpriv.privacy._accounting import PrivacyBudgetError
+    from skfedpriv.privacy import PrivacyBudgetError
 
     assert issubclass(HorizonExceededError, PrivacyBudgetError)
     assert issubclass(HorizonExceededError, RuntimeError)
@@ -374,8 +374,9 @@ def test_bad_arguments():
         get("tree", 4).noise_stream(0, -1.0)
 
 
-def test_docstring_examples():
-    result = doctest.testmod(_correlated, optionflags=doctest.NORMALIZE_WHITESPACE)
+@pytest.mark.parametrize("module", [_factorizations, _tree])
+def test_docstring_examples(module):
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
 
 
