@@ -26,7 +26,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import validate_data
 from .linear_model._base import _restore_feature_attributes_on_error
-from .privacy._accounting import _check_positive_finite
+from .privacy._calibration import _check_positive_finite
 
 __all__ = ["BoundedScaler", "RowNormClipper"]
 

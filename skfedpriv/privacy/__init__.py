@@ -1,8 +1,9 @@
 """Privacy core of skfedpriv: calibration, accounting, noise and clipping.
 
-* :mod:`._accounting` — parameter validation, Laplace/Gaussian calibration,
-  the exact Gaussian privacy profile, zCDP conversions, the
-  :class:`PrivacyLedger`.
+* :mod:`._calibration` — parameter validation, Laplace/Gaussian
+  calibration, the exact Gaussian privacy profile, zCDP conversions.
+* :mod:`._ledger` — the :class:`PrivacyLedger` of spends, its entries and
+  composition rules, and :class:`PrivacyBudgetError`.
 * :mod:`._budget` — the shared :class:`PrivacyBudget` (in memory or in an
   SQLite file), which admits a spend iff the composed ledger fits.
 * :mod:`._mechanisms` — vectorized Laplace, Gaussian and symmetric-matrix
@@ -17,9 +18,8 @@
   :mod:`._horizon` holds the error raised past a declared horizon.
 """
 
-from ._accounting import (
-    LedgerEntry,
-    PrivacyLedger,
+from ._budget import PrivacyBudget, write_transaction
+from ._calibration import (
     check_privacy_params,
     gaussian_delta,
     gaussian_epsilon,
@@ -29,7 +29,6 @@ from ._accounting import (
     zcdp_rho,
     zcdp_to_dp,
 )
-from ._budget import PrivacyBudget, PrivacyBudgetError, write_transaction
 from ._clipping import clip_rows, clip_vectors
 from ._factorizations import (
     FACTORIZATIONS,
@@ -39,6 +38,7 @@ from ._factorizations import (
     make_factorization,
 )
 from ._horizon import HorizonExceededError
+from ._ledger import LedgerEntry, PrivacyBudgetError, PrivacyLedger
 from ._mechanisms import (
     SeededNoiseWarning,
     as_generator,

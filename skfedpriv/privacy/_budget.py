@@ -17,9 +17,10 @@ import time
 import uuid
 import weakref
 
-from ._accounting import LedgerEntry, PrivacyLedger, check_privacy_params
+from ._calibration import check_privacy_params
+from ._ledger import LedgerEntry, PrivacyBudgetError, PrivacyLedger
 
-__all__ = ["PrivacyBudget", "PrivacyBudgetError"]
+__all__ = ["PrivacyBudget", "write_transaction"]
 
 # Relative tolerance when comparing composed spends with a budget, so that
 # e.g. ten spends of 0.1 fit into a budget of 1.0.
@@ -59,16 +60,6 @@ def write_transaction(conn):
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
-
-
-class PrivacyBudgetError(RuntimeError):
-    """Raised when a spend would exceed a privacy budget, or the budget cannot be charged.
-
-    The spend that raises is not recorded: the budget and its ledger are left
-    exactly as they were before the call. Also raised by every operation of
-    an in-memory budget that was copied into another process (see
-    :class:`PrivacyBudget`).
-    """
 
 
 def _compose(entries):

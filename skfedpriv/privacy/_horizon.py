@@ -8,7 +8,7 @@ it raises :class:`HorizonExceededError` and changes nothing.
 
 import numbers
 
-from ._budget import PrivacyBudgetError
+from ._ledger import PrivacyBudgetError
 
 __all__ = ["HorizonExceededError"]
 

@@ -3,7 +3,7 @@
 All noise is drawn, vectorized, from a :class:`numpy.random.Generator`
 obtained with :func:`as_generator` from the caller's ``random_state``. The
 functions here only draw noise of a given scale; the scale comes from the
-calibration functions of :mod:`skfedpriv.privacy._accounting`
+calibration functions of :mod:`skfedpriv.privacy._calibration`
 (:func:`laplace_scale`, :func:`gaussian_sigma`) and the sensitivity from
 clipping (:mod:`skfedpriv.privacy._clipping`).
 
