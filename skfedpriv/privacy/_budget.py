@@ -166,13 +166,8 @@ class PrivacyBudget:
     Composed totals are compared with the budget with a relative tolerance
     of 1e-9, so that e.g. ten spends of 0.1 fit into ε = 1.
 
-    References
-    ----------
-    .. [1] C. Dwork and A. Roth, "The Algorithmic Foundations of Differential
-       Privacy", 2014, Theorem 3.16 (basic composition).
-    .. [2] J. Dong, A. Roth and W. J. Su, "Gaussian Differential Privacy",
-       J. R. Stat. Soc. B 84(1), 2022, Corollary 3.3 (composition of
-       Gaussian mechanisms).
+    The composition rules, and the theorems they rest on, are those of
+    :class:`PrivacyLedger`.
 
     Examples
     --------
@@ -370,9 +365,9 @@ class PrivacyBudget:
 
     @staticmethod
     def _entry(epsilon, delta, note, mechanism, sigma, sensitivity, rho):
-        epsilon, delta = check_privacy_params(epsilon, delta)
         return PrivacyLedger.make_entry(note, mechanism, epsilon, delta, sigma=sigma,
-                                        sensitivity=sensitivity, rho=rho)
+                                        sensitivity=sensitivity, rho=rho,
+                                        require_epsilon=True)
 
     def check(self, epsilon, delta=0.0, note="", *, mechanism="approx", sigma=None,
               sensitivity=None, rho=None):

@@ -50,6 +50,12 @@ def _check_positive_finite(value, name):
     return value
 
 
+def _check_gaussian(sigma, sensitivity):
+    """Validate the noise σ and L2 sensitivity Δ of a Gaussian release."""
+    return (_check_positive_finite(sigma, "sigma"),
+            _check_positive_finite(sensitivity, "sensitivity"))
+
+
 def _check_delta(delta, name="delta", *, positive=False):
     delta = _check_real(delta, name)
     if positive:
@@ -202,8 +208,7 @@ def gaussian_delta(sigma, epsilon, sensitivity):
     >>> round(gaussian_delta(1.0, 0.0, 1.0), 6)   # 2Φ(1/2) − 1
     0.382925
     """
-    sigma = _check_positive_finite(sigma, "sigma")
-    sensitivity = _check_positive_finite(sensitivity, "sensitivity")
+    sigma, sensitivity = _check_gaussian(sigma, sensitivity)
     epsilon = _check_real(epsilon, "epsilon")
     if not (math.isfinite(epsilon) and epsilon >= 0):
         raise ValueError(f"epsilon must be finite and >= 0, got {epsilon!r}.")
@@ -260,11 +265,9 @@ def gaussian_epsilon(sigma, delta, sensitivity):
     -------
     epsilon : float
 
-    References
-    ----------
-    .. [1] B. Balle and Y.-X. Wang, "Improving the Gaussian Mechanism for
-       Differential Privacy: Analytical Calibration and Optimal Denoising",
-       ICML 2018, Theorem 8.
+    See Also
+    --------
+    gaussian_delta : the exact profile it inverts, with its reference.
 
     Examples
     --------
@@ -273,8 +276,7 @@ def gaussian_epsilon(sigma, delta, sensitivity):
     >>> round(gaussian_epsilon(s, 1e-5, 1.0), 8)
     1.0
     """
-    sigma = _check_positive_finite(sigma, "sigma")
-    sensitivity = _check_positive_finite(sensitivity, "sensitivity")
+    sigma, sensitivity = _check_gaussian(sigma, sensitivity)
     delta = _check_delta(delta, positive=True)
     return _epsilon_for_mu(sensitivity / sigma, delta)
 
@@ -287,10 +289,8 @@ def gaussian_sigma(epsilon, delta, sensitivity, method="analytic"):
 
     Parameters
     ----------
-    epsilon : float
-        Target ε, finite and > 0.
-    delta : float
-        Target δ, ``0 < delta < 1``.
+    epsilon, delta : float
+        The target guarantee: ε finite and > 0, ``0 < delta < 1``.
     sensitivity : float
         L2 sensitivity Δ of the released quantity, finite and > 0.
     method : {"analytic", "classic", "zcdp"}, default="analytic"
@@ -407,8 +407,7 @@ def gaussian_zcdp(sigma, sensitivity):
     >>> gaussian_zcdp(2.0, 1.0)
     0.125
     """
-    sigma = _check_positive_finite(sigma, "sigma")
-    sensitivity = _check_positive_finite(sensitivity, "sensitivity")
+    sigma, sensitivity = _check_gaussian(sigma, sensitivity)
     return sensitivity**2 / (2.0 * sigma**2)
 
 
@@ -417,10 +416,8 @@ def zcdp_rho(epsilon, delta):
 
     Parameters
     ----------
-    epsilon : float
-        Target ε, finite and > 0.
-    delta : float
-        Target δ, ``0 < delta < 1``.
+    epsilon, delta : float
+        The target guarantee: ε finite and > 0, ``0 < delta < 1``.
 
     Returns
     -------
@@ -470,8 +467,9 @@ def zcdp_to_dp(rho, delta):
     clipped at 0. The second term is Proposition 12 / Corollary 13 of [1]_
     applied to the Rényi curve ``τ(α) = αρ`` of ρ-zCDP; every α > 1 gives a
     valid bound, so the numerical minimisation over α only affects
-    tightness, never validity. The first term is the simple bound of [2]_
-    (Prop. 1.3), which the second never exceeds.
+    tightness, never validity. The first term is the simple bound that
+    :func:`zcdp_rho` inverts (Bun and Steinke, Prop. 1.3), which the second
+    never exceeds.
 
     Parameters
     ----------
@@ -489,9 +487,6 @@ def zcdp_to_dp(rho, delta):
     ----------
     .. [1] C. L. Canonne, G. Kamath and T. Steinke, "The Discrete Gaussian for
        Differential Privacy", NeurIPS 2020, Proposition 12 and Corollary 13.
-    .. [2] M. Bun and T. Steinke, "Concentrated Differential Privacy:
-       Simplifications, Extensions, and Lower Bounds", TCC 2016,
-       Proposition 1.3.
 
     Examples
     --------

@@ -220,16 +220,11 @@ class ToeplitzFactorization(PrefixSumFactorization):
         Parameters
         ----------
         n_rounds : int
-            Number of rounds ``R``.
+            Number of rounds ``R``; the bound grows like ``ln R / pi``.
 
         Returns
         -------
         bound : float
-
-        References
-        ----------
-        Zhang, Zhu, Fay, Johansson, "Locally differentially private online
-        federated learning with correlated noise", eq. (8).
         """
         return 1.0 + np.log(4.0 * n_rounds / 5.0) / np.pi
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ._calibration import (
     _check_delta,
+    _check_gaussian,
     _check_positive_finite,
     _epsilon_for_mu,
     check_privacy_params,
@@ -134,10 +135,12 @@ class PrivacyLedger:
 
     @staticmethod
     def make_entry(note, mechanism, epsilon=None, delta=0.0, *, sigma=None,
-                   sensitivity=None, rho=None):
+                   sensitivity=None, rho=None, require_epsilon=False):
         """Validate a spend and build its :class:`LedgerEntry` (not recorded).
 
-        See :meth:`record` for the parameters.
+        See :meth:`record` for the parameters. With ``require_epsilon=True``
+        (a budget's spends) ``epsilon`` must be given for every mechanism;
+        otherwise Gaussian and zCDP spends may leave it to the exact value.
         """
         if not isinstance(note, str):
             raise TypeError(f"note must be a str, got {type(note).__name__}.")
@@ -153,11 +156,10 @@ class PrivacyLedger:
         if mechanism == "gaussian":
             if sigma is None or sensitivity is None:
                 raise ValueError("'gaussian' spends need sigma and sensitivity.")
-            sigma = _check_positive_finite(sigma, "sigma")
-            sensitivity = _check_positive_finite(sensitivity, "sensitivity")
+            sigma, sensitivity = _check_gaussian(sigma, sensitivity)
             delta = _check_delta(delta, positive=True)
             exact = _epsilon_for_mu(sensitivity / sigma, delta)
-            epsilon = _checked_claim(epsilon, exact, mechanism)
+            epsilon = _checked_claim(epsilon, exact, mechanism, require_epsilon)
             return LedgerEntry(note, mechanism, epsilon, delta,
                                rho=gaussian_zcdp(sigma, sensitivity),
                                sigma=sigma, sensitivity=sensitivity)
@@ -171,7 +173,8 @@ class PrivacyLedger:
                 )
             rho = _check_positive_finite(rho, "rho")
             delta = _check_delta(delta, positive=True)
-            epsilon = _checked_claim(epsilon, zcdp_to_dp(rho, delta), mechanism)
+            epsilon = _checked_claim(epsilon, zcdp_to_dp(rho, delta), mechanism,
+                                     require_epsilon)
             return LedgerEntry(note, mechanism, epsilon, delta, rho=rho)
         if mechanism == "approx":
             if sigma is not None or rho is not None or sensitivity is not None:
@@ -270,9 +273,10 @@ class PrivacyLedger:
         return float(eps_basic + eps_g), float(delta_basic + delta_g)
 
 
-def _checked_claim(epsilon, exact, mechanism):
-    """Return the claimed ε, or ``exact`` if None; reject invalid claims."""
-    if epsilon is None:
+def _checked_claim(epsilon, exact, mechanism, required=False):
+    """Return the claimed ε, or ``exact`` if None and not ``required``;
+    reject invalid claims."""
+    if epsilon is None and not required:
         return float(exact)
     epsilon, _ = check_privacy_params(epsilon)
     if epsilon < exact * (1 - 1e-9):

@@ -247,7 +247,7 @@ class TreeAggregator:
         Parameters
         ----------
         t : int
-            Round, ``1 <= t <= horizon``.
+            Round, as in :meth:`nodes_in_prefix`.
 
         Returns
         -------
