@@ -1,4 +1,12 @@
-"""Tests of prefix-sum factorizations, streaming correlated noise and the tree."""
+"""Tests of prefix-sum factorizations, streaming correlated noise and the tree.
+
+The optimized factorizations (optimal, BLT) are read from the on-disk cache
+(``$SKFEDPRIV_CACHE`` or ``~/.cache/skfedpriv``, as in the rest of the
+suite), so a run does not recompute them at ``R = 1000``;
+``test_fresh_optimizations_are_optimal_and_match_the_cache`` runs both
+optimizations without the cache in every run, at ``R = 100``, and
+``test_cache_location_and_fallback`` checks the cache round trip.
+"""
 
 import doctest
 import functools
@@ -22,14 +30,6 @@ from skfedpriv.privacy import (
 )
 
 NAMES = sorted(FACTORIZATIONS)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _private_cache(tmp_path_factory):
-    """Compute optimal/BLT factors once per module in a throwaway cache."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SKFEDPRIV_CACHE", str(tmp_path_factory.mktemp("skfedpriv-cache")))
-        yield
 
 
 @functools.cache
@@ -175,6 +175,21 @@ def test_optimal_within_0_1_percent(n_rounds, target):
     assert f.sensitivity_squared == pytest.approx(1.0, abs=1e-9)
     for other in ("tree", "honaker", "toeplitz", "blt", "independent"):
         assert f.mean_squared_error <= get(other, n_rounds).mean_squared_error
+
+
+def test_fresh_optimizations_are_optimal_and_match_the_cache():
+    # both optimizations run here, without the cache, in every test run
+    opt = OptimalFactorization(100, cache=False)
+    blt = BLTFactorization(100, cache=False)
+    assert abs(opt.mean_squared_error - 4.998) <= 1e-3 * 4.998
+    assert opt.dual_bound_ <= opt.frobenius_B_squared <= opt.dual_bound_ * (1 + 1e-4)
+    assert 1.0 <= blt.mean_squared_error / opt.mean_squared_error <= 1.1
+    # the factors the other tests read from the on-disk cache are these
+    for fresh in (opt, blt):
+        cached = get(fresh.name, 100)
+        assert cached.mean_squared_error == pytest.approx(
+            fresh.mean_squared_error, rel=1e-6
+        ), "stale on-disk cache: clear $SKFEDPRIV_CACHE or ~/.cache/skfedpriv"
 
 
 @pytest.mark.parametrize("n_rounds", [100, 1000])
