@@ -1,4 +1,4 @@
-"""Time and score the prefix-sum factorizations of ``skfedpriv.privacy._correlated``.
+"""Time and score the prefix-sum factorizations of ``skfedpriv.privacy``.
 
 For every factorization and R in {100, 1000, 2000} this measures the time to
 compute it from scratch (caches disabled), its squared sensitivity (largest
@@ -22,7 +22,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from skfedpriv.privacy._correlated import make_factorization  # noqa: E402
+from skfedpriv.privacy import make_factorization  # noqa: E402
 
 from _output import benchmark_parser, output_dir, wrote  # noqa: E402
 

@@ -46,7 +46,7 @@ from sklearn.linear_model import SGDClassifier  # noqa: E402
 from skfedpriv._progress import progress  # noqa: E402
 from skfedpriv.linear_model._logistic import LogisticRegression  # noqa: E402
 from skfedpriv.privacy import gaussian_sigma  # noqa: E402
-from skfedpriv.privacy._correlated import make_factorization  # noqa: E402
+from skfedpriv.privacy import make_factorization  # noqa: E402
 
 from _output import benchmark_parser, output_dir, wrote  # noqa: E402
 

@@ -128,6 +128,12 @@ def test_refused_or_invalid_charge_changes_nothing(tmp_path, kind):
         budget.spend(float("nan"))
     with pytest.raises(ValueError):  # a claim below the exact Gaussian ε
         budget.spend(0.01, 1e-6, mechanism="gaussian", sigma=1.0, sensitivity=1.0)
+    for mechanism in ("gaussian", "zcdp"):  # a budget's spend always states its ε
+        details = dict(sigma=50.0, sensitivity=1.0) if mechanism == "gaussian" else dict(rho=1e-4)
+        with pytest.raises(TypeError, match="epsilon must be a real number"):
+            budget.check(None, 1e-7, mechanism=mechanism, **details)
+        with pytest.raises(TypeError, match="epsilon must be a real number"):
+            budget.spend(None, 1e-7, mechanism=mechanism, **details)
     assert (budget.spent, budget.ledger.entries) == before
     if digest is not None:
         assert _file_bytes(budget.path) == digest

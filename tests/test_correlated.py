@@ -1,4 +1,12 @@
-"""Tests of prefix-sum factorizations, streaming correlated noise and the tree."""
+"""Tests of prefix-sum factorizations, streaming correlated noise and the tree.
+
+The optimized factorizations (optimal, BLT) are read from the on-disk cache
+(``$SKFEDPRIV_CACHE`` or ``~/.cache/skfedpriv``, as in the rest of the
+suite), so a run does not recompute them at ``R = 1000``;
+``test_fresh_optimizations_are_optimal_and_match_the_cache`` runs both
+optimizations without the cache in every run, at ``R = 100``, and
+``test_cache_location_and_fallback`` checks the cache round trip.
+"""
 
 import doctest
 import functools
@@ -9,8 +17,8 @@ import pickle
 import numpy as np
 import pytest
 
-from skfedpriv.privacy import _correlated
-from skfedpriv.privacy._correlated import (
+from skfedpriv.privacy import _factorizations, _tree
+from skfedpriv.privacy import (
     FACTORIZATIONS,
     BinaryTreeFactorization,
     BLTFactorization,
@@ -22,14 +30,6 @@ from skfedpriv.privacy._correlated import (
 )
 
 NAMES = sorted(FACTORIZATIONS)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _private_cache(tmp_path_factory):
-    """Compute optimal/BLT factors once per module in a throwaway cache."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SKFEDPRIV_CACHE", str(tmp_path_factory.mktemp("skfedpriv-cache")))
-        yield
 
 
 @functools.cache
@@ -177,6 +177,21 @@ def test_optimal_within_0_1_percent(n_rounds, target):
         assert f.mean_squared_error <= get(other, n_rounds).mean_squared_error
 
 
+def test_fresh_optimizations_are_optimal_and_match_the_cache():
+    # both optimizations run here, without the cache, in every test run
+    opt = OptimalFactorization(100, cache=False)
+    blt = BLTFactorization(100, cache=False)
+    assert abs(opt.mean_squared_error - 4.998) <= 1e-3 * 4.998
+    assert opt.dual_bound_ <= opt.frobenius_B_squared <= opt.dual_bound_ * (1 + 1e-4)
+    assert 1.0 <= blt.mean_squared_error / opt.mean_squared_error <= 1.1
+    # the factors the other tests read from the on-disk cache are these
+    for fresh in (opt, blt):
+        cached = get(fresh.name, 100)
+        assert cached.mean_squared_error == pytest.approx(
+            fresh.mean_squared_error, rel=1e-6
+        ), "stale on-disk cache: clear $SKFEDPRIV_CACHE or ~/.cache/skfedpriv"
+
+
 @pytest.mark.parametrize("n_rounds", [100, 1000])
 def test_blt_within_1_1_of_optimal(n_rounds):
     blt, opt = get("blt", n_rounds), get("optimal", n_rounds)
@@ -247,7 +262,7 @@ def test_stream_past_horizon_changes_nothing(name):
 
 
 def test_horizon_error_is_a_budget_error():
-    from skfedpriv.privacy._accounting import PrivacyBudgetError
+    from skfedpriv.privacy import PrivacyBudgetError
 
     assert issubclass(HorizonExceededError, PrivacyBudgetError)
     assert issubclass(HorizonExceededError, RuntimeError)
@@ -374,8 +389,9 @@ def test_bad_arguments():
         get("tree", 4).noise_stream(0, -1.0)
 
 
-def test_docstring_examples():
-    result = doctest.testmod(_correlated, optionflags=doctest.NORMALIZE_WHITESPACE)
+@pytest.mark.parametrize("module", [_factorizations, _tree])
+def test_docstring_examples(module):
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
 
 

@@ -21,7 +21,7 @@ from skfedpriv.linear_model._decentralized import (
     clipped_gradient_sum,
 )
 from skfedpriv.privacy import PrivacyBudgetError, clip_vectors
-from skfedpriv.privacy._correlated import TreeAggregator
+from skfedpriv.privacy import TreeAggregator
 
 # fixed seeds make the tests reproducible; the warning they raise is tested below
 pytestmark = pytest.mark.filterwarnings("ignore::skfedpriv.privacy.SeededNoiseWarning")

@@ -16,7 +16,7 @@ from skfedpriv.linear_model._decentralized_defaults import (
     prefix_noise_norm,
     tree_levels,
 )
-from skfedpriv.privacy._correlated import TreeAggregator
+from skfedpriv.privacy import TreeAggregator
 
 
 def test_tree_levels_match_the_tree():

@@ -45,7 +45,7 @@ from skfedpriv.linear_model._base import ReleasedModelError  # noqa: E402
 from skfedpriv.linear_model._dwd_solver import site_summary  # noqa: E402
 from skfedpriv.linear_model._local_steps import local_round  # noqa: E402
 from skfedpriv.privacy import clip_rows, gaussian_sigma  # noqa: E402
-from skfedpriv.privacy._correlated import make_factorization  # noqa: E402
+from skfedpriv.privacy import make_factorization  # noqa: E402
 
 N_SITES = 3
 

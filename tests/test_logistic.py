@@ -16,7 +16,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skfedpriv.linear_model._logistic import LogisticRegression
 from skfedpriv.privacy import as_generator
-from skfedpriv.privacy._correlated import make_factorization
+from skfedpriv.privacy import make_factorization
 
 
 # the tests seed their noise on purpose

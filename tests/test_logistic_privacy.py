@@ -16,7 +16,7 @@ from scipy.optimize import minimize
 from skfedpriv.linear_model._local_steps import local_round
 from skfedpriv.linear_model._logistic import LogisticRegression
 from skfedpriv.privacy import PrivacyBudgetError, gaussian_epsilon, gaussian_sigma
-from skfedpriv.privacy._correlated import make_factorization
+from skfedpriv.privacy import make_factorization
 
 # the tests seed their noise on purpose
 pytestmark = pytest.mark.filterwarnings("ignore::skfedpriv.privacy.SeededNoiseWarning")

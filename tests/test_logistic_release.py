@@ -17,7 +17,7 @@ from skfedpriv.privacy import (
     SeededNoiseWarning,
     gaussian_epsilon,
 )
-from skfedpriv.privacy._correlated import NoiseStream, PrefixSumFactorization
+from skfedpriv.privacy import NoiseStream, PrefixSumFactorization
 
 pytestmark = pytest.mark.filterwarnings("ignore::skfedpriv.privacy.SeededNoiseWarning")
 

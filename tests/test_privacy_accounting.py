@@ -1,5 +1,5 @@
-"""Tests for skfedpriv.privacy._accounting: validation, calibration, zCDP,
-the ledger's composition rules and the shared PrivacyBudget."""
+"""Tests for skfedpriv.privacy._calibration and ._ledger: validation,
+calibration, zCDP, the ledger's composition rules and the shared PrivacyBudget."""
 
 import copy
 import math

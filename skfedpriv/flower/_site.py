@@ -37,7 +37,7 @@ from ..linear_model._dwd_private import (
 from ..linear_model._dwd_solver import augmented_gram, site_summary
 from ..linear_model._logistic import LogisticRegression
 from ..privacy import check_privacy_params, gaussian_noise, symmetric_gaussian_noise
-from ..privacy._budget import write_transaction
+from ..privacy import write_transaction
 
 PROTOCOL_VERSION = 1
 

@@ -29,7 +29,7 @@ from ..privacy import (
     laplace_scale,
     warn_if_seeded,
 )
-from ..privacy._correlated import TreeAggregator
+from ..privacy import TreeAggregator
 from ._base import (
     FederatedClassifierMixin,
     TrainingState,

@@ -22,7 +22,7 @@ from ..privacy import (
     gaussian_sigma,
     warn_if_seeded,
 )
-from ..privacy._correlated import make_factorization
+from ..privacy import make_factorization
 from ._base import FederatedClassifierMixin, TrainingState, _restore_feature_attributes_on_error
 from ._local_steps import chunk_layout, local_round
 
@@ -261,7 +261,7 @@ default=None
     **Noise state.** Tree: ``O(log R)`` arrays of the model's size per
     learner; BLT: ``n_buffers`` arrays; Toeplitz and optimal keep every past
     draw (``O(r)`` arrays per learner at round r; see
-    :mod:`skfedpriv.privacy._correlated`). The optimal and BLT factors are
+    :mod:`skfedpriv.privacy`). The optimal and BLT factors are
     computed once per R and cached on disk.
 
     References

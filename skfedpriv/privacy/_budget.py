@@ -17,9 +17,10 @@ import time
 import uuid
 import weakref
 
-from ._accounting import LedgerEntry, PrivacyLedger, check_privacy_params
+from ._calibration import check_privacy_params
+from ._ledger import LedgerEntry, PrivacyBudgetError, PrivacyLedger
 
-__all__ = ["PrivacyBudget", "PrivacyBudgetError"]
+__all__ = ["PrivacyBudget", "write_transaction"]
 
 # Relative tolerance when comparing composed spends with a budget, so that
 # e.g. ten spends of 0.1 fit into a budget of 1.0.
@@ -59,16 +60,6 @@ def write_transaction(conn):
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
-
-
-class PrivacyBudgetError(RuntimeError):
-    """Raised when a spend would exceed a privacy budget, or the budget cannot be charged.
-
-    The spend that raises is not recorded: the budget and its ledger are left
-    exactly as they were before the call. Also raised by every operation of
-    an in-memory budget that was copied into another process (see
-    :class:`PrivacyBudget`).
-    """
 
 
 def _compose(entries):
@@ -175,13 +166,8 @@ class PrivacyBudget:
     Composed totals are compared with the budget with a relative tolerance
     of 1e-9, so that e.g. ten spends of 0.1 fit into ε = 1.
 
-    References
-    ----------
-    .. [1] C. Dwork and A. Roth, "The Algorithmic Foundations of Differential
-       Privacy", 2014, Theorem 3.16 (basic composition).
-    .. [2] J. Dong, A. Roth and W. J. Su, "Gaussian Differential Privacy",
-       J. R. Stat. Soc. B 84(1), 2022, Corollary 3.3 (composition of
-       Gaussian mechanisms).
+    The composition rules, and the theorems they rest on, are those of
+    :class:`PrivacyLedger`.
 
     Examples
     --------
@@ -379,9 +365,9 @@ class PrivacyBudget:
 
     @staticmethod
     def _entry(epsilon, delta, note, mechanism, sigma, sensitivity, rho):
-        epsilon, delta = check_privacy_params(epsilon, delta)
         return PrivacyLedger.make_entry(note, mechanism, epsilon, delta, sigma=sigma,
-                                        sensitivity=sensitivity, rho=rho)
+                                        sensitivity=sensitivity, rho=rho,
+                                        require_epsilon=True)
 
     def check(self, epsilon, delta=0.0, note="", *, mechanism="approx", sigma=None,
               sensitivity=None, rho=None):

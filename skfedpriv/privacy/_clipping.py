@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from ._accounting import _check_positive_finite
+from ._calibration import _check_positive_finite
 
 __all__ = ["clip_rows", "clip_vectors"]
 

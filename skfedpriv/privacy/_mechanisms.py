@@ -3,7 +3,7 @@
 All noise is drawn, vectorized, from a :class:`numpy.random.Generator`
 obtained with :func:`as_generator` from the caller's ``random_state``. The
 functions here only draw noise of a given scale; the scale comes from the
-calibration functions of :mod:`skfedpriv.privacy._accounting`
+calibration functions of :mod:`skfedpriv.privacy._calibration`
 (:func:`laplace_scale`, :func:`gaussian_sigma`) and the sensitivity from
 clipping (:mod:`skfedpriv.privacy._clipping`).
 
@@ -125,10 +125,9 @@ def laplace_noise(scale, size=None, *, random_state=None):
         Each entry has density ``exp(-|x|/b) / (2b)``, standard deviation
         ``√2 b``.
 
-    References
-    ----------
-    .. [1] C. Dwork and A. Roth, "The Algorithmic Foundations of Differential
-       Privacy", 2014, Def. 3.3 and Thm. 3.6 (Laplace mechanism).
+    See Also
+    --------
+    laplace_scale : the scale for ε-DP, with the Laplace mechanism's reference.
 
     Examples
     --------
@@ -150,10 +149,8 @@ def gaussian_noise(sigma, size=None, *, random_state=None):
     sigma : float or array-like
         Standard deviation ``σ >= 0`` (see :func:`gaussian_sigma`). Arrays
         broadcast against ``size``. ``σ = 0`` gives zeros.
-    size : int or tuple of int, optional
-        Output shape. ``None`` returns a float if ``sigma`` is scalar.
-    random_state : None, int, Generator or RandomState, default=None
-        See :func:`as_generator`.
+    size, random_state
+        As in :func:`laplace_noise`.
 
     Returns
     -------

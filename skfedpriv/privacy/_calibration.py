@@ -1,32 +1,27 @@
-"""Privacy parameters, noise calibration and privacy accounting.
+"""Privacy parameters and noise calibration: functions of numbers only.
 
-Everything here is a function of numbers only (ε, δ, σ, Δ, ρ); no data is
-read. The sensitivity ``Δ`` passed to these functions is the caller's claim
-about the neighbouring relation it uses (in this package: one row replaced),
-and it is made true by clipping (:mod:`skfedpriv.privacy._clipping`), never by
-reading a bound from the data.
+Everything here is a function of (ε, δ, σ, Δ, ρ); no data is read. The
+sensitivity ``Δ`` passed to these functions is the caller's claim about the
+neighbouring relation it uses (in this package: one row replaced), and it is
+made true by clipping (:mod:`skfedpriv.privacy._clipping`), never by reading a
+bound from the data.
 
 Contents
 --------
 * validation: :func:`check_privacy_params`;
 * calibration: :func:`laplace_scale`, :func:`gaussian_sigma`;
 * the Gaussian privacy profile: :func:`gaussian_delta`, :func:`gaussian_epsilon`;
-* zero-concentrated DP: :func:`gaussian_zcdp`, :func:`zcdp_rho`, :func:`zcdp_to_dp`;
-* composition: :class:`PrivacyLedger` (records spends, composes them);
-* the shared budget lives in :mod:`._budget` (re-exported here).
+* zero-concentrated DP: :func:`gaussian_zcdp`, :func:`zcdp_rho`, :func:`zcdp_to_dp`.
 """
 
 import math
 import numbers
-from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import brentq, minimize_scalar
 from scipy.special import log_ndtr
 
 __all__ = [
-    "PrivacyLedger",
-    "LedgerEntry",
     "check_privacy_params",
     "gaussian_delta",
     "gaussian_epsilon",
@@ -36,10 +31,6 @@ __all__ = [
     "zcdp_rho",
     "zcdp_to_dp",
 ]
-
-# --------------------------------------------------------------------------
-# validation
-# --------------------------------------------------------------------------
 
 
 def _check_real(value, name):
@@ -57,6 +48,12 @@ def _check_positive_finite(value, name):
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be finite and > 0, got {value!r}.")
     return value
+
+
+def _check_gaussian(sigma, sensitivity):
+    """Validate the noise σ and L2 sensitivity Δ of a Gaussian release."""
+    return (_check_positive_finite(sigma, "sigma"),
+            _check_positive_finite(sensitivity, "sensitivity"))
 
 
 def _check_delta(delta, name="delta", *, positive=False):
@@ -118,11 +115,6 @@ def check_privacy_params(epsilon, delta=0.0, *, require_delta=False):
     return epsilon, delta
 
 
-# --------------------------------------------------------------------------
-# Laplace
-# --------------------------------------------------------------------------
-
-
 def laplace_scale(epsilon, sensitivity):
     """Scale ``b`` of the Laplace mechanism for ε-differential privacy.
 
@@ -153,11 +145,6 @@ def laplace_scale(epsilon, sensitivity):
     epsilon, _ = check_privacy_params(epsilon)
     sensitivity = _check_positive_finite(sensitivity, "sensitivity")
     return sensitivity / epsilon
-
-
-# --------------------------------------------------------------------------
-# Gaussian: privacy profile and calibration
-# --------------------------------------------------------------------------
 
 
 def _log_delta_mu(mu, epsilon):
@@ -221,8 +208,7 @@ def gaussian_delta(sigma, epsilon, sensitivity):
     >>> round(gaussian_delta(1.0, 0.0, 1.0), 6)   # 2Φ(1/2) − 1
     0.382925
     """
-    sigma = _check_positive_finite(sigma, "sigma")
-    sensitivity = _check_positive_finite(sensitivity, "sensitivity")
+    sigma, sensitivity = _check_gaussian(sigma, sensitivity)
     epsilon = _check_real(epsilon, "epsilon")
     if not (math.isfinite(epsilon) and epsilon >= 0):
         raise ValueError(f"epsilon must be finite and >= 0, got {epsilon!r}.")
@@ -279,11 +265,9 @@ def gaussian_epsilon(sigma, delta, sensitivity):
     -------
     epsilon : float
 
-    References
-    ----------
-    .. [1] B. Balle and Y.-X. Wang, "Improving the Gaussian Mechanism for
-       Differential Privacy: Analytical Calibration and Optimal Denoising",
-       ICML 2018, Theorem 8.
+    See Also
+    --------
+    gaussian_delta : the exact profile it inverts, with its reference.
 
     Examples
     --------
@@ -292,8 +276,7 @@ def gaussian_epsilon(sigma, delta, sensitivity):
     >>> round(gaussian_epsilon(s, 1e-5, 1.0), 8)
     1.0
     """
-    sigma = _check_positive_finite(sigma, "sigma")
-    sensitivity = _check_positive_finite(sensitivity, "sensitivity")
+    sigma, sensitivity = _check_gaussian(sigma, sensitivity)
     delta = _check_delta(delta, positive=True)
     return _epsilon_for_mu(sensitivity / sigma, delta)
 
@@ -306,10 +289,8 @@ def gaussian_sigma(epsilon, delta, sensitivity, method="analytic"):
 
     Parameters
     ----------
-    epsilon : float
-        Target ε, finite and > 0.
-    delta : float
-        Target δ, ``0 < delta < 1``.
+    epsilon, delta : float
+        The target guarantee: ε finite and > 0, ``0 < delta < 1``.
     sensitivity : float
         L2 sensitivity Δ of the released quantity, finite and > 0.
     method : {"analytic", "classic", "zcdp"}, default="analytic"
@@ -398,11 +379,6 @@ def gaussian_sigma(epsilon, delta, sensitivity, method="analytic"):
     return sigma
 
 
-# --------------------------------------------------------------------------
-# zero-concentrated DP
-# --------------------------------------------------------------------------
-
-
 def gaussian_zcdp(sigma, sensitivity):
     """zCDP parameter ρ of the Gaussian mechanism.
 
@@ -431,8 +407,7 @@ def gaussian_zcdp(sigma, sensitivity):
     >>> gaussian_zcdp(2.0, 1.0)
     0.125
     """
-    sigma = _check_positive_finite(sigma, "sigma")
-    sensitivity = _check_positive_finite(sensitivity, "sensitivity")
+    sigma, sensitivity = _check_gaussian(sigma, sensitivity)
     return sensitivity**2 / (2.0 * sigma**2)
 
 
@@ -441,10 +416,8 @@ def zcdp_rho(epsilon, delta):
 
     Parameters
     ----------
-    epsilon : float
-        Target ε, finite and > 0.
-    delta : float
-        Target δ, ``0 < delta < 1``.
+    epsilon, delta : float
+        The target guarantee: ε finite and > 0, ``0 < delta < 1``.
 
     Returns
     -------
@@ -494,8 +467,9 @@ def zcdp_to_dp(rho, delta):
     clipped at 0. The second term is Proposition 12 / Corollary 13 of [1]_
     applied to the Rényi curve ``τ(α) = αρ`` of ρ-zCDP; every α > 1 gives a
     valid bound, so the numerical minimisation over α only affects
-    tightness, never validity. The first term is the simple bound of [2]_
-    (Prop. 1.3), which the second never exceeds.
+    tightness, never validity. The first term is the simple bound that
+    :func:`zcdp_rho` inverts (Bun and Steinke, Prop. 1.3), which the second
+    never exceeds.
 
     Parameters
     ----------
@@ -513,9 +487,6 @@ def zcdp_to_dp(rho, delta):
     ----------
     .. [1] C. L. Canonne, G. Kamath and T. Steinke, "The Discrete Gaussian for
        Differential Privacy", NeurIPS 2020, Proposition 12 and Corollary 13.
-    .. [2] M. Bun and T. Steinke, "Concentrated Differential Privacy:
-       Simplifications, Extensions, and Lower Bounds", TCC 2016,
-       Proposition 1.3.
 
     Examples
     --------
@@ -554,265 +525,3 @@ def zcdp_to_dp(rho, delta):
     except (RuntimeError, ValueError, OverflowError):  # pragma: no cover
         pass
     return max(0.0, min(candidates))
-
-
-# --------------------------------------------------------------------------
-# ledger
-# --------------------------------------------------------------------------
-
-_MECHANISMS = ("laplace", "pure", "gaussian", "zcdp", "approx")
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    """One recorded privacy spend.
-
-    Attributes
-    ----------
-    note : str
-        What the spend was for (free text).
-    mechanism : {"laplace", "pure", "gaussian", "zcdp", "approx"}
-        How the spend composes, see :class:`PrivacyLedger`.
-    epsilon, delta : float
-        The (ε, δ) guarantee of this spend on its own.
-    rho : float or None
-        zCDP parameter (Gaussian and zCDP spends).
-    sigma, sensitivity : float or None
-        Noise standard deviation and L2 sensitivity (Gaussian spends).
-    """
-
-    note: str
-    mechanism: str
-    epsilon: float
-    delta: float
-    rho: float | None = None
-    sigma: float | None = None
-    sensitivity: float | None = None
-
-
-class PrivacyLedger:
-    """Record of privacy spends and their composition.
-
-    Each call to :meth:`record` appends a :class:`LedgerEntry`. The total
-    privacy loss (:meth:`total`) composes the entries by these rules:
-
-    1. ``"laplace"`` / ``"pure"`` entries (ε-DP, δ = 0): basic composition,
-       ``ε_pure = Σ ε_i``.
-    2. ``"approx"`` entries (a generic (ε, δ) claim): basic composition,
-       ``ε_approx = Σ ε_i``, ``δ_approx = Σ δ_i``.
-    3. ``"gaussian"`` and ``"zcdp"`` entries form the Gaussian group G, composed
-       at a target ``δ_G`` (by default ``Σ δ_i`` over G):
-
-       * if every entry in G is ``"gaussian"`` (σ_i, Δ_i known), the adaptive
-         composition is *exactly* one Gaussian mechanism with
-         ``μ = Δ/σ = √(Σ (Δ_i/σ_i)²) = √(2 Σ ρ_i)`` ([2]_ Cor. 3.3; for k
-         releases of the same σ and Δ this is one release with sensitivity
-         ``Δ√k``), so ``ε_G`` is the exact analytic ε of that Gaussian at
-         ``δ_G`` (:func:`gaussian_epsilon`);
-       * otherwise ``ρ = Σ ρ_i`` (zCDP composition, [3]_ Lemma 2.3) and
-         ``ε_G = zcdp_to_dp(ρ, δ_G)``;
-       * with the default ``δ_G``, ``ε_G`` is further capped by ``Σ ε_i``
-         over G (basic composition of the recorded per-entry guarantees, which
-         :meth:`record` verifies are valid).
-
-    The total is ``(ε_pure + ε_approx + ε_G, δ_approx + δ_G)`` — the sum of
-    guarantees of independent parts is valid by basic composition.
-
-    A ledger is plain data: it pickles, and a copy is independent.
-
-    Attributes
-    ----------
-    entries : tuple of LedgerEntry
-        The recorded spends, oldest first (read-only view).
-
-    References
-    ----------
-    .. [1] C. Dwork and A. Roth, "The Algorithmic Foundations of Differential
-       Privacy", 2014, Theorem 3.16 (basic composition).
-    .. [2] J. Dong, A. Roth and W. J. Su, "Gaussian Differential Privacy",
-       J. R. Stat. Soc. B 84(1), 2022, Corollary 3.3 (composition of
-       Gaussian mechanisms) and Corollary 2.13 (privacy profile).
-    .. [3] M. Bun and T. Steinke, "Concentrated Differential Privacy:
-       Simplifications, Extensions, and Lower Bounds", TCC 2016, Lemma 2.3.
-    .. [4] B. Balle and Y.-X. Wang, ICML 2018, Theorem 8.
-
-    Examples
-    --------
-    >>> from skfedpriv.privacy import PrivacyLedger, gaussian_sigma
-    >>> ledger = PrivacyLedger()
-    >>> _ = ledger.record("counts", "laplace", epsilon=0.5)
-    >>> s = gaussian_sigma(1.0, 1e-6, 1.0)
-    >>> for t in range(4):
-    ...     _ = ledger.record(f"round {t}", "gaussian", delta=1e-6,
-    ...                       sigma=s, sensitivity=1.0)
-    >>> eps, delta = ledger.total()
-    >>> eps < 0.5 + 4 * 1.0, delta
-    (True, 4e-06)
-    """
-
-    def __init__(self):
-        self._entries = []
-
-    @property
-    def entries(self):
-        return tuple(self._entries)
-
-    def __len__(self):
-        return len(self._entries)
-
-    def __repr__(self):
-        return f"PrivacyLedger(<{len(self._entries)} entries>)"
-
-    @staticmethod
-    def make_entry(note, mechanism, epsilon=None, delta=0.0, *, sigma=None,
-                   sensitivity=None, rho=None):
-        """Validate a spend and build its :class:`LedgerEntry` (not recorded).
-
-        See :meth:`record` for the parameters.
-        """
-        if not isinstance(note, str):
-            raise TypeError(f"note must be a str, got {type(note).__name__}.")
-        if mechanism in ("laplace", "pure"):
-            if sigma is not None or rho is not None:
-                raise ValueError(f"{mechanism!r} spends take no sigma or rho.")
-            epsilon, delta = check_privacy_params(epsilon, delta)
-            if delta != 0.0:
-                raise ValueError(f"{mechanism!r} spends are pure ε-DP: delta must be 0.")
-            if sensitivity is not None:
-                sensitivity = _check_positive_finite(sensitivity, "sensitivity")
-            return LedgerEntry(note, mechanism, epsilon, 0.0, sensitivity=sensitivity)
-        if mechanism == "gaussian":
-            if sigma is None or sensitivity is None:
-                raise ValueError("'gaussian' spends need sigma and sensitivity.")
-            sigma = _check_positive_finite(sigma, "sigma")
-            sensitivity = _check_positive_finite(sensitivity, "sensitivity")
-            delta = _check_delta(delta, positive=True)
-            exact = _epsilon_for_mu(sensitivity / sigma, delta)
-            epsilon = _checked_claim(epsilon, exact, mechanism)
-            return LedgerEntry(note, mechanism, epsilon, delta,
-                               rho=gaussian_zcdp(sigma, sensitivity),
-                               sigma=sigma, sensitivity=sensitivity)
-        if mechanism == "zcdp":
-            if rho is None:
-                raise ValueError("'zcdp' spends need rho.")
-            if sigma is not None or sensitivity is not None:
-                raise ValueError(
-                    "'zcdp' spends take rho only; record Gaussian releases as "
-                    "'gaussian' with sigma and sensitivity."
-                )
-            rho = _check_positive_finite(rho, "rho")
-            delta = _check_delta(delta, positive=True)
-            epsilon = _checked_claim(epsilon, zcdp_to_dp(rho, delta), mechanism)
-            return LedgerEntry(note, mechanism, epsilon, delta, rho=rho)
-        if mechanism == "approx":
-            if sigma is not None or rho is not None or sensitivity is not None:
-                raise ValueError("'approx' spends take only epsilon and delta.")
-            epsilon, delta = check_privacy_params(epsilon, delta)
-            return LedgerEntry(note, mechanism, epsilon, delta)
-        raise ValueError(f"mechanism must be one of {_MECHANISMS}, got {mechanism!r}.")
-
-    def record(self, note, mechanism, epsilon=None, delta=0.0, *, sigma=None,
-               sensitivity=None, rho=None):
-        """Validate and append one spend.
-
-        Parameters
-        ----------
-        note : str
-            What the spend is for.
-        mechanism : {"laplace", "pure", "gaussian", "zcdp", "approx"}
-            * ``"laplace"`` / ``"pure"``: an ε-DP release; needs ``epsilon``,
-              ``delta`` must be 0 (``sensitivity`` optional, informational).
-            * ``"gaussian"``: needs ``sigma``, ``sensitivity`` (L2) and
-              ``0 < delta < 1``. ``epsilon`` defaults to the exact analytic ε
-              at ``delta``; if given, it must be a valid claim (at least the
-              exact ε), otherwise ValueError.
-            * ``"zcdp"``: a ρ-zCDP release; needs ``rho`` and ``0 < delta <
-              1``; ``epsilon`` defaults to ``zcdp_to_dp(rho, delta)`` and, if
-              given, must be at least that.
-            * ``"approx"``: any (ε, δ)-DP release; needs ``epsilon``.
-        epsilon, delta : float
-            The guarantee of this spend on its own.
-        sigma, sensitivity, rho : float, optional
-            Mechanism details, see ``mechanism``.
-
-        Returns
-        -------
-        entry : LedgerEntry
-            The recorded entry.
-        """
-        entry = self.make_entry(note, mechanism, epsilon, delta, sigma=sigma,
-                                sensitivity=sensitivity, rho=rho)
-        self._entries.append(entry)
-        return entry
-
-    def _append(self, entry):
-        self._entries.append(entry)
-
-    @property
-    def rho(self):
-        """Total zCDP ρ of the Gaussian and zCDP entries (Σ ρ_i)."""
-        return float(sum(e.rho for e in self._entries
-                         if e.mechanism in ("gaussian", "zcdp")))
-
-    def total(self, delta=None):
-        """Total (ε, δ) of all recorded spends under the ledger's rules.
-
-        Parameters
-        ----------
-        delta : float, optional
-            Target δ for the Gaussian/zCDP group (``0 < delta < 1``). Defaults
-            to the sum of the δ's recorded for those entries. Ignored when the
-            ledger holds no Gaussian or zCDP entry.
-
-        Returns
-        -------
-        epsilon, delta : tuple of float
-            A valid (ε, δ)-DP guarantee for the composition of all entries
-            (``(0.0, 0.0)`` for an empty ledger).
-        """
-        eps_basic = 0.0
-        delta_basic = 0.0
-        group = []
-        for e in self._entries:
-            if e.mechanism in ("gaussian", "zcdp"):
-                group.append(e)
-            else:
-                eps_basic += e.epsilon
-                delta_basic += e.delta
-        if not group:
-            return float(eps_basic), float(delta_basic)
-
-        if delta is None:
-            delta_g = float(sum(e.delta for e in group))
-            cap = float(sum(e.epsilon for e in group))
-            if delta_g >= 1.0:
-                # The recorded δ's add to >= 1: nothing better than the sum.
-                return eps_basic + cap, delta_basic + delta_g
-        else:
-            delta_g = _check_delta(delta, positive=True)
-            cap = math.inf
-
-        if all(e.mechanism == "gaussian" for e in group):
-            mu = math.sqrt(sum((e.sensitivity / e.sigma) ** 2 for e in group))
-            eps_g = _epsilon_for_mu(mu, delta_g)
-        else:
-            eps_g = zcdp_to_dp(sum(e.rho for e in group), delta_g)
-        eps_g = min(eps_g, cap)
-        return float(eps_basic + eps_g), float(delta_basic + delta_g)
-
-
-def _checked_claim(epsilon, exact, mechanism):
-    """Return the claimed ε, or ``exact`` if None; reject invalid claims."""
-    if epsilon is None:
-        return float(exact)
-    epsilon, _ = check_privacy_params(epsilon)
-    if epsilon < exact * (1 - 1e-9):
-        raise ValueError(
-            f"epsilon={epsilon!r} is not a valid guarantee for this "
-            f"{mechanism!r} spend: it is at least {exact!r} at this delta."
-        )
-    return epsilon
-
-
-# The budget lives in ._budget; re-exported here for old imports.
-from ._budget import PrivacyBudget, PrivacyBudgetError  # noqa: E402,F401
