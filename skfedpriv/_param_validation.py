@@ -20,7 +20,8 @@ Accepted constraints:
 * ``"boolean"``: ``bool`` or ``numpy.bool_``;
 * ``"random_state"``: ``None``, a non-negative ``int``, a
   :class:`numpy.random.Generator` or :class:`numpy.random.RandomState`;
-* ``"array-like"``: a list, tuple or ndarray;
+* ``"array-like"``: a list, a tuple or anything with ``__array__`` (ndarray,
+  pandas Series, ...);
 * a class: ``isinstance(value, cls)``;
 * :class:`Interval`, :class:`Options`, :class:`Registry`.
 """
@@ -156,7 +157,8 @@ _NAMED = {
     "boolean": (lambda v: isinstance(v, (bool, np.bool_)), "a bool"),
     "random_state": (_is_random_state,
                      "None, a non-negative int, a numpy Generator or a RandomState"),
-    "array-like": (lambda v: isinstance(v, (list, tuple, np.ndarray)), "an array-like"),
+    "array-like": (lambda v: isinstance(v, (list, tuple)) or hasattr(v, "__array__"),
+                   "an array-like"),
 }
 
 
