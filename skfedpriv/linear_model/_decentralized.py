@@ -211,9 +211,25 @@ def _run_ogd(st, X, y, mask, ogd_noise_scale):
         sent = W
         if eps is not None:  # eps/T per message (basic composition over T rounds)
             b = ogd_noise_scale(t, st.horizon, st.D, G, R, alpha, eps)
-            sent = W + st.rng.laplace(0.0, b, size=W.shape)
+            sent = W + MECHANISMS[p["mechanism"]](st.rng, b)(W.shape)
         st.rounds_seen = t
     st.W, st.sent = W, sent
+
+
+class _LaplaceDraw:
+    """Picklable ``noise(size)`` of the trees: iid Laplace(0, scale) from ``rng``."""
+
+    def __init__(self, rng, scale):
+        self.rng, self.scale = rng, scale
+
+    def __call__(self, size):
+        return self.rng.laplace(0.0, self.scale, size)
+
+
+#: The privacy mechanisms (the allowed values of ``mechanism``), each mapped
+#: to its noise: ``noise = MECHANISMS[name](rng, scale)``, ``noise(size)``
+#: an array of iid draws (picklable, for the trees).
+MECHANISMS = Registry("mechanism", {"laplace": _LaplaceDraw})
 
 
 def _ftgl_base_block(n_learners, n_rounds, spectral_gap, alpha):
@@ -366,7 +382,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         ``L``. ``None``: without privacy the paper's — for ``'ftgl'`` eq. 7,
         ``L₀ = ⌈4 ln(n T √(14n)) / √ρ⌉``; for ``'ocg'`` ``L₀ = ⌈√T⌉`` when
         ``alpha = 0`` (Corollary 3.10) and ``⌈T^{2/3} / ln^{2/3} T⌉``
-        otherwise (Corollary 3.11). With ``epsilon`` set, a longer block
+        otherwise (Corollary 3.11). Under a mechanism, a longer block
         (never shorter than ``L₀``) chosen from ``T``, ``ε``, ``clip_norm``
         and ``D`` only: the sensitivity does not depend on ``L``, so fewer
         tree leaves mean fewer levels and less noise, traded against the two
@@ -386,13 +402,19 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         n_features + fit_intercept``): weights of order 2, sized for features
         of unit scale (standardize, or scale to [-1, 1], first). It depends on
         the shape only, never on the data.
-    epsilon : float or None, default=None
-        Privacy budget ε of the whole run (all ``n_rounds`` rounds). ``None``
-        adds no noise (non-private). With ``epsilon`` set the label set must
-        be declared (``classes``).
+    mechanism : {'laplace'} or None, default=None
+        Privacy mechanism. ``None`` adds no noise (non-private, no
+        guarantee). ``'laplace'``: Laplace noise in the trees (ftgl, ocg) or
+        in every message (ogd), calibrated for (``epsilon``, 0)-DP over all
+        ``n_rounds`` rounds (see Notes); the label set must then be declared
+        (``classes``).
+    epsilon : float, default=1.0
+        Privacy budget ε of the whole run (all ``n_rounds`` rounds) under the
+        mechanism. Validated, unused, without a mechanism.
     clip_norm : float, default=1.0
-        ``G``: every per-example gradient of the logistic loss is clipped to
-        Frobenius norm ``G`` (section 4.1), which makes the Lipschitz bound of
+        Bound on the Euclidean norm of each per-example gradient: every
+        per-example gradient of the logistic loss is clipped to Frobenius
+        norm ``G`` (section 4.1), which makes the Lipschitz bound of
         Assumption 3.2 true and bounds the sensitivity.
     alpha : float, default=0.0
         Strong convexity ``α`` (the ridge ``(α/2)‖W‖²`` added to each loss).
@@ -427,17 +449,17 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         guarantee of all ``n_rounds`` rounds), before any state changes, and
         raise :class:`~skfedpriv.PrivacyBudgetError` if it would overspend.
     classes : array-like of shape (n_classes,) or None, default=None
-        The label set, declared. Required with ``epsilon`` (or pass
+        The label set, declared. Required with a mechanism (or pass
         ``classes`` to the first ``partial_fit``): read from the data, a row
         with a new label would change ``classes_`` and the shape of
         ``coef_``. Rows with labels outside it are refused before any state
-        changes. Without ``epsilon``, ``None`` lets ``fit`` infer the labels
+        changes. Without a mechanism, ``None`` lets ``fit`` infer the labels
         as scikit-learn does.
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
-        Public: the declared label set (inferred only without ``epsilon``).
+        Public: the declared label set (inferred only without a mechanism).
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
         Covered: the average of ``learner_coef_``.
     intercept_ : ndarray of shape (1,) or (n_classes,)
@@ -473,13 +495,14 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         together (see Notes); ``nan`` for ogd.
     noise_scale_ : float
         Public: Laplace scale ``b`` per coordinate of every tree node (ftgl,
-        ocg) or the largest per-message scale ``b_1`` (ogd, see Notes); 0 when
-        non-private.
+        ocg) or the largest per-message scale ``b_1`` (ogd, see Notes); 0
+        without a mechanism.
     n_rounds_seen_ : int
         Public: rounds processed so far.
     privacy_spent_ : tuple of (float, float)
         Public: ``(epsilon, 0.0)`` once a private round has run; ``(0.0,
-        0.0)`` before and ``(inf, 0.0)`` when non-private (no guarantee).
+        0.0)`` before; ``(inf, 0.0)`` without a mechanism (no finite
+        guarantee).
     n_features_in_ : int
         Public.
     feature_names_in_ : ndarray of shape (n_features_in_,)
@@ -584,7 +607,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     Privately: the label set is declared, and the release is what to publish.
 
     >>> private = DecentralizedLogisticRegression(
-    ...     topology="ring", epsilon=8.0, classes=list(range(10)))
+    ...     topology="ring", mechanism="laplace", epsilon=8.0, classes=list(range(10)))
     >>> private = private.fit(X, y, sample_group=sites)
     >>> public = private.release()
     >>> public.privacy_spent_
@@ -599,7 +622,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         "block_size": [Interval(Integral, 1, None), None],
         "constraint": [CONSTRAINTS],
         "radius": [Interval(Real, 0, None, closed="neither"), None],
-        "epsilon": [Interval(Real, 0, None, closed="neither"), None],
+        "mechanism": [MECHANISMS, None],
+        "epsilon": [Interval(Real, 0, None, closed="neither")],
         "clip_norm": [Interval(Real, 0, None, closed="neither")],
         "alpha": [Interval(Real, 0, None)],
         "h": [Interval(Real, 0, None, closed="neither"), None],
@@ -617,7 +641,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         block_size=None,
         constraint="l2",
         radius=None,
-        epsilon=None,
+        mechanism=None,
+        epsilon=1.0,
         clip_norm=1.0,
         alpha=0.0,
         h=None,
@@ -632,6 +657,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         self.block_size = block_size
         self.constraint = constraint
         self.radius = radius
+        self.mechanism = mechanism
         self.epsilon = epsilon
         self.clip_norm = clip_norm
         self.alpha = alpha
@@ -649,7 +675,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     def fit(self, X, y, sample_group=None):
         """Stream the data once, from a fresh state.
 
-        With ``epsilon`` set the label set must be declared through the
+        Under a mechanism the label set must be declared through the
         ``classes`` hyperparameter (it is public; read from the data it would
         reveal a row's label), and the call spends ``(epsilon, 0)`` from
         ``budget`` before any state changes.
@@ -780,14 +806,14 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             "solver": params["solver"],
             "constraint": params["constraint"],
             "fit_intercept": bool(params["fit_intercept"]),
-            "epsilon": params["epsilon"],
+            "mechanism": params["mechanism"],
+            # the ε in force: None without a mechanism
+            "epsilon": None if params["mechanism"] is None else float(params["epsilon"]),
         }
         for name in ("radius", "clip_norm", "alpha", "h"):
             settings[name] = None if params[name] is None else float(params[name])
         for name in ("block_size", "n_rounds"):
             settings[name] = None if params[name] is None else int(params[name])
-        if settings["epsilon"] is not None:
-            settings["epsilon"] = float(settings["epsilon"])
         return settings
 
     def _update(self, batch, classes, settings, *, first):
@@ -874,7 +900,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             if eps is not None:
                 probe = TreeAggregator(n_leaves)
                 scale = laplace_scale(eps / probe.max_nodes_per_input, sens)
-                noise = _LaplaceDraw(rng, scale)
+                noise = MECHANISMS[s["mechanism"]](rng, scale)
             if n_leaves is not None:
                 tree = TreeAggregator(n_leaves, shape=(n, q, p1), noise=noise)
             h = s["h"]
@@ -981,23 +1007,10 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         i = matches[0]
         return self.learner_coef_[i], self.learner_intercept_[i]
 
-    def _is_private(self):
-        return self.epsilon is not None
-
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.non_deterministic = self.epsilon is not None and self.random_state is None
+        tags.non_deterministic = self.mechanism is not None
         return tags
-
-
-class _LaplaceDraw:
-    """Picklable ``noise(size)`` of the trees: iid Laplace(0, scale) from ``rng``."""
-
-    def __init__(self, rng, scale):
-        self.rng, self.scale = rng, scale
-
-    def __call__(self, size):
-        return self.rng.laplace(0.0, self.scale, size)
 
 
 def _block_size(settings, base_block_size, n_rounds, n_params_total):
