@@ -397,3 +397,31 @@ def test_shared_budget_counts_every_private_fit_and_refuses_overspend():
     assert not [k for k in vars(refused) if k.endswith("_")] and budget.spent == (2.0, 0.0)
     Public(budget=budget).fit(X, y, sample_group=groups)  # non-private: no spend
     assert budget.spent == (2.0, 0.0)
+
+
+def test_softmax_loss_gradient_curvature_and_probabilities():
+    from skfedpriv._losses import (
+        softmax_curvature_bound,
+        softmax_gradient,
+        softmax_loss,
+        softmax_probabilities,
+    )
+
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=(6, 4)) * 3
+    y = rng.integers(0, 4, size=6)
+    step = 1e-6
+    numeric = np.empty_like(scores)
+    for k in range(4):
+        e = np.zeros(4)
+        e[k] = step
+        numeric[:, k] = (softmax_loss(scores + e, y) - softmax_loss(scores - e, y)) / (2 * step)
+    np.testing.assert_allclose(softmax_gradient(scores, y), numeric, atol=1e-7)
+    p = softmax_probabilities(scores)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0)
+    np.testing.assert_allclose(softmax_probabilities(scores, log=True), np.log(p))
+    hessians = np.einsum("nk,kl->nkl", p, np.eye(4)) - np.einsum("nk,nl->nkl", p, p)
+    assert np.linalg.eigvalsh(hessians).max() <= softmax_curvature_bound() + 1e-12
+    half = softmax_probabilities(np.array([0.0]))  # two classes at even odds
+    np.testing.assert_allclose(half, [[0.5, 0.5]])
+    np.testing.assert_allclose(softmax_loss(np.array([[0.0, 0.0]]), np.array([1])), np.log(2))

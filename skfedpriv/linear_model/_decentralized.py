@@ -14,7 +14,6 @@ from collections import namedtuple
 from numbers import Integral, Real
 
 import numpy as np
-from scipy.special import expit, log_softmax, softmax
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -26,6 +25,13 @@ from .._gossip import (
     gossip_steps,
     gossip_theta,
     mixing_matrix,
+)
+from .._losses import (
+    add_intercept_column,
+    softmax_gradient,
+    softmax_loss,
+    softmax_probabilities,
+    split_intercept,
 )
 from .._param_validation import Interval, Registry
 from .._sites import site_row_indices
@@ -82,9 +88,7 @@ def clipped_gradient_sum(W, X, y, mask, clip_norm):
     """
     n, m, p = X.shape
     q = W.shape[1]
-    logits = np.einsum("nqp,nmp->nmq", W, X)
-    resid = softmax(logits, axis=2)
-    resid[np.arange(n)[:, None], np.arange(m)[None, :], y] -= 1.0
+    resid = softmax_gradient(np.einsum("nqp,nmp->nmq", W, X), y)
     norms = np.sqrt(np.einsum("nmp,nmp->nm", X, X))
     resid *= (norms * mask)[:, :, None]
     unit = X / np.where(norms > 0, norms, 1.0)[:, :, None]
@@ -98,8 +102,7 @@ def logistic_losses(W, X, y):
     ``W`` of shape (n, q, p), ``X`` of shape (n, m, p), ``y`` of shape (n, m)
     -> losses of shape (n, m).
     """
-    logp = log_softmax(np.einsum("nqp,nmp->nmq", W, X), axis=2)
-    return -np.take_along_axis(logp, y[:, :, None], axis=2)[:, :, 0]
+    return softmax_loss(np.einsum("nqp,nmp->nmq", W, X), y)
 
 
 # -- the solvers ------------------------------------------------------------------
@@ -290,9 +293,7 @@ def allocate_rounds(batch, learner_labels):
 
 def round_arrays(batch, allocation, n_learners, classes, fit_intercept):
     """The batch as arrays ``(n_learners, n_rounds, n_params)`` with a row mask."""
-    X = batch.X
-    if fit_intercept:
-        X = np.hstack([X, np.ones((X.shape[0], 1))])
+    X = add_intercept_column(batch.X, fit_intercept)  # x_bar = (1, x)
     y = np.searchsorted(classes, batch.y)
     shape = (n_learners, allocation.n_rounds)
     Xr, yr = np.zeros(shape + (X.shape[1],)), np.zeros(shape, dtype=np.intp)
@@ -435,7 +436,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         limit and sizes its defaults by the rounds of its first batch
         (``fit``'s data).
     fit_intercept : bool, default=True
-        Append a constant feature 1 (its weights are part of ``W`` and of the
+        Prepend a constant feature 1, ``x_bar = (1, x)`` (its weights, the
+        first column of ``W``, are part of the decision and of the
         constraint).
     random_state : int, numpy Generator or None, default=None
         Noise source; ``None`` draws fresh OS entropy. Whoever knows a fixed
@@ -780,18 +782,11 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         -------
         proba : ndarray of shape (n_samples, n_classes)
         """
-        scores = self.decision_function(X, learner=learner)
-        if scores.ndim == 1:
-            p1 = expit(scores)
-            return np.column_stack([1.0 - p1, p1])
-        return softmax(scores, axis=1)
+        return softmax_probabilities(self.decision_function(X, learner=learner))
 
     def predict_log_proba(self, X, learner=None):
         """Logarithm of :meth:`predict_proba`."""
-        scores = self.decision_function(X, learner=learner)
-        if scores.ndim == 1:
-            scores = np.column_stack([np.zeros_like(scores), scores])
-        return log_softmax(scores, axis=1)
+        return softmax_probabilities(self.decision_function(X, learner=learner), log=True)
 
     # ------------------------------------------------------------------
     # the stream: settings, update
@@ -953,10 +948,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         """The released models: decisions (ftgl, ocg) or next messages (ogd)."""
         W = st.sent if st.solver == "ogd" else st.W
         V = (W[:, 1] - W[:, 0])[:, None, :] if W.shape[1] == 2 else W
-        fit_intercept = st.params["fit_intercept"]
-        p = W.shape[2] - int(fit_intercept)
-        learner_coef = V[:, :, :p].copy()
-        learner_intercept = V[:, :, p].copy() if fit_intercept else np.zeros(V.shape[:2])
+        learner_coef, learner_intercept = split_intercept(V, st.params["fit_intercept"])
         eps = st.params["epsilon"]
         if eps is None:
             spent = (float("inf"), 0.0)
