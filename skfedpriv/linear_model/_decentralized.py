@@ -40,10 +40,15 @@ from ..privacy import (
     PrivacyBudgetError,
     as_generator,
     clip_vectors,
-    laplace_scale,
     warn_if_seeded,
 )
 from ..privacy._correlated import TreeAggregator
+from ..privacy._tree_laplace import (
+    LaplaceNoise,
+    leaf_sensitivity,
+    ogd_noise_scale,
+    tree_noise_scale,
+)
 from ._base import FederatedClassifierMixin, TrainingState, scores_to_labels
 from ._conditional_gradient import (
     CONSTRAINTS,
@@ -219,20 +224,10 @@ def _run_ogd(st, X, y, mask, ogd_noise_scale):
     st.W, st.sent = W, sent
 
 
-class _LaplaceDraw:
-    """Picklable ``noise(size)`` of the trees: iid Laplace(0, scale) from ``rng``."""
-
-    def __init__(self, rng, scale):
-        self.rng, self.scale = rng, scale
-
-    def __call__(self, size):
-        return self.rng.laplace(0.0, self.scale, size)
-
-
 #: The privacy mechanisms (the allowed values of ``mechanism``), each mapped
 #: to its noise: ``noise = MECHANISMS[name](rng, scale)``, ``noise(size)``
 #: an array of iid draws (picklable, for the trees).
-MECHANISMS = Registry("mechanism", {"laplace": _LaplaceDraw})
+MECHANISMS = Registry("mechanism", {"laplace": LaplaceNoise})
 
 
 def _ftgl_base_block(n_learners, n_rounds, spectral_gap, alpha):
@@ -545,7 +540,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     per coordinate gives (ε, 0)-DP by the argument of Appendix C. With the
     eq. 7 block size ``max_j Σ_i |M[i, j]| ≈ 1``, and ``b`` is at most the
     scale ``6√D (G + αR)(2 + log₂T)/ε`` of Theorem 3.6; unlike the paper's
-    bound it stays valid for any ``block_size``.
+    bound it stays valid for any ``block_size``. The sensitivity, the
+    calibration and the draws are in :mod:`skfedpriv.privacy._tree_laplace`.
 
     **Privacy (ogd).** Neighbouring inputs as above. Protected output: every
     message of every learner over all ``T`` rounds, hence everything
@@ -889,12 +885,11 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         else:
             # the leaf sensitivity of all learners' trees and their Laplace noise
             M = gossip_polynomial(P, steps, theta)
-            sens = 2.0 * G * math.sqrt(D) * float(np.abs(M).sum(axis=0).max())
+            sens = leaf_sensitivity(M, G, D)
             n_leaves = max((horizon // L) - 1, 1) if horizon is not None else None
             noise = None
             if eps is not None:
-                probe = TreeAggregator(n_leaves)
-                scale = laplace_scale(eps / probe.max_nodes_per_input, sens)
+                scale = tree_noise_scale(eps, n_leaves, sens)
                 noise = MECHANISMS[s["mechanism"]](rng, scale)
             if n_leaves is not None:
                 tree = TreeAggregator(n_leaves, shape=(n, q, p1), noise=noise)
@@ -967,17 +962,10 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
 
     @classmethod
     def _ogd_noise_scale(cls, t, T, D, G, R, alpha, eps):
-        """Laplace scale of the messages computed by PD-OGD's round ``t``.
-
-        Given all earlier messages, a replaced row of learner ``j`` changes
-        only learner ``j``'s update ``Π_K(Σ_k P_jk m_k - η_t g_j)``, through
-        its gradient ``g_j = clip(∇f) + αW_j``: by at most ``2(G + αR)`` in
-        Frobenius norm (clipping, and ``W_j, W_j' ∈ K``), hence by
-        ``Δ_t = 2√D η_t (G + αR)`` in L1 (the projection is non-expansive).
-        ``ε/T`` per message: ``b_t = T Δ_t / ε``.
-        """
-        eta = cls._ogd_step(t, G + alpha * R, R, alpha)
-        return T * 2.0 * math.sqrt(D) * eta * (G + alpha * R) / eps
+        """Laplace scale of the messages computed by PD-OGD's round ``t``
+        (:func:`~skfedpriv.privacy._tree_laplace.ogd_noise_scale` at the
+        step size ``η_t`` of round ``t``)."""
+        return ogd_noise_scale(cls._ogd_step(t, G + alpha * R, R, alpha), T, D, G, R, alpha, eps)
 
     @property
     def _loss_trace(self):
