@@ -130,7 +130,7 @@ def _trace_losses(st, X, y, mask, W):
     st.loss_trace.append((per_round, mask.sum(axis=0)))
 
 
-def _run_blocks(st, X, y, mask, ogd_noise_scale=None):
+def _run_blocks(st, X, y, mask, message_noise_scale=None):
     """PD-FTGL / PD-OCG on the rounds of one batch (Algorithm 1 lines 6-16, Algorithm 3)."""
     L, n_rounds = st.L, X.shape[1]
     start = 0
@@ -196,12 +196,12 @@ def _ogd_step(t, G, R, alpha):
     return R / (G * math.sqrt(t))
 
 
-def _run_ogd(st, X, y, mask, ogd_noise_scale):
+def _run_ogd(st, X, y, mask, message_noise_scale):
     """PD-OGD (Li et al. 2018) on the rounds of one batch.
 
     Every round each learner mixes its neighbours' noisy messages and takes
     a projected gradient step; its next message is its new decision plus its
-    own independent Laplace noise of scale ``ogd_noise_scale(t, ...)``. Only
+    own independent Laplace noise of scale ``message_noise_scale(t, ...)``. Only
     the messages leave a learner (and are released): the decision itself,
     un-noised, stays in the training state.
     """
@@ -218,7 +218,7 @@ def _run_ogd(st, X, y, mask, ogd_noise_scale):
         W = project(mixed - eta * grad, p["constraint"], R)
         sent = W
         if eps is not None:  # eps/T per message (basic composition over T rounds)
-            b = ogd_noise_scale(t, st.horizon, st.D, G, R, alpha, eps)
+            b = message_noise_scale(t, st.horizon, st.D, G, R, alpha, eps)
             sent = W + MECHANISMS[p["mechanism"]](st.rng, b)(W.shape)
         st.rounds_seen = t
     st.W, st.sent = W, sent
@@ -301,6 +301,78 @@ def round_arrays(batch, allocation, n_learners, classes, fit_intercept):
     return Xr, yr, mask
 
 
+def _mixing_matrix(topology, n_learners):
+    """``(P, σ₂(P))`` of a named topology or a user's matrix (Assumption 3.4)."""
+    if isinstance(topology, str):
+        P = mixing_matrix(topology, n_learners)
+        return P, check_mixing_matrix(P)[1]
+    return check_mixing_matrix(topology, n_learners)
+
+
+#: What a stream is sized for: the horizon (None: unlimited, non-private),
+#: the rounds ``T`` the defaults are sized by, the radius, the paper's block
+#: size ``L₀``, the block size ``L`` and the gossip steps per block.
+Design = namedtuple("Design", ["horizon", "T", "radius", "L0", "L", "steps"])
+
+
+def _design(settings, shape, spectral_gap, first_batch_rounds):
+    """The horizon, radius, block size and gossip steps: given or defaults
+    (:mod:`._decentralized_defaults`), from declared quantities only."""
+    s = settings
+    n, q, p1 = shape
+    horizon = s["n_rounds"]
+    if horizon is None and s["epsilon"] is not None:
+        horizon = max(first_batch_rounds, 1)  # a private fit: the rounds of its data
+    T = horizon if horizon is not None else max(first_batch_rounds, 1)
+    radius = s["radius"] if s["radius"] is not None else default_radius(s["constraint"], q, p1)
+    solver = SOLVERS[s["solver"]]
+    L0 = solver.base_block_size(n, T, spectral_gap, s["alpha"])
+    L = _block_size(s, L0, T, q * p1)
+    return Design(horizon, T, radius, L0, L, solver.gossip_steps(n, T, spectral_gap, L))
+
+
+def _block_size(settings, base_block_size, n_rounds, n_params_total):
+    """``L``: the given block size or the default, with a warning when only
+    blocks that play the zero decision fit in the run."""
+    solver = settings["solver"]
+    if solver not in ZERO_DECISION_BLOCKS:
+        return 1
+    delay = ZERO_DECISION_BLOCKS[solver]
+    L = settings["block_size"]
+    if L is None:  # the paper's, longer under privacy
+        L = default_block_size(base_block_size, n_rounds, n_params_total,
+                               settings["clip_norm"], settings["epsilon"], delay_blocks=delay)
+    if n_rounds // L <= delay:
+        warnings.warn(
+            f"{n_rounds} rounds make {n_rounds // L} block(s) of {L} rounds, and "
+            f"the first {delay} blocks of {solver!r} play the zero "
+            "decision: the model will stay at zero. Use a smaller "
+            "block_size, more rows per learner, or fewer learners.",
+            UserWarning,
+            stacklevel=7,
+        )
+    return L
+
+
+#: The noise of a run: the L1 sensitivity of a leaf position of the trees
+#: (nan for ogd), the Laplace scale reported as ``noise_scale_`` and the
+#: trees (None for ogd and for a non-private stream without horizon).
+Calibration = namedtuple("Calibration", ["sensitivity", "scale", "tree"])
+
+
+def _regularization(settings, design, calibration, n_params_total):
+    """``h`` of eqs. 6 and 9: given, or the default (nan for ogd, unused)."""
+    s = settings
+    if s["h"] is not None:
+        return s["h"]
+    if s["solver"] == "ogd":
+        return float("nan")
+    noise_norm = prefix_noise_norm(max(design.T // design.L - 1, 1), n_params_total,
+                                   calibration.sensitivity, s["epsilon"])
+    return default_h(min(design.L0, design.L), s["clip_norm"], design.radius, s["alpha"],
+                     noise_norm, block_size=design.L)
+
+
 def _copy_state(state):
     """A copy of the training state to update; the generator is shared (its
     draws are the one side effect of a run, as a budget charge is)."""
@@ -327,7 +399,6 @@ _STREAM_ATTRIBUTES = (
     "n_rounds_", "radius_", "block_size_", "gossip_steps_", "h_", "leaf_sensitivity_",
     "noise_scale_",
 )
-
 
 
 class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
@@ -841,72 +912,36 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         return release, st
 
     def _init_state(self, settings, batch, classes, allocation):
-        """Algorithm 1 (and 3) before the first round: the graph, the horizon
-        and the block size, the trees with their noise, ``x_i(1) = 0``.
+        """Lines 1-3 of Algorithm 1 (and of Algorithm 3) before the first round.
 
         Returns the data-independent part of the release and the training
-        state. The budget is charged here, before any noise is drawn.
+        state. The budget is charged before any noise is drawn.
         """
         s = settings
-        eps, G, alpha = s["epsilon"], s["clip_norm"], s["alpha"]
         learner_labels = batch.site_labels
-        n, q = len(learner_labels), len(classes)
-        p1 = batch.X.shape[1] + int(s["fit_intercept"])
-        D = q * p1
-        # the graph (Assumption 3.4) and the momentum θ of eq. 7
-        if isinstance(s["topology"], str):
-            P = mixing_matrix(s["topology"], n)
-            _, sigma2 = check_mixing_matrix(P)
-        else:
-            P, sigma2 = check_mixing_matrix(s["topology"], n)
-        rho, theta = 1.0 - sigma2, gossip_theta(sigma2)
-        if eps is not None:
+        shape = (len(learner_labels), len(classes), batch.X.shape[1] + int(s["fit_intercept"]))
+        P, sigma2 = _mixing_matrix(s["topology"], shape[0])  # Assumption 3.4
+        theta = gossip_theta(sigma2)  # eq. 7
+        if s["epsilon"] is not None:
             warn_if_seeded(self.random_state, "DecentralizedLogisticRegression")
-            self._charge_budget(eps)
-        # T: the horizon (None, no limit, only for a non-private stream); the
-        # defaults are sized by it, or by the rounds of the first batch
-        horizon = s["n_rounds"]
-        if horizon is None and eps is not None:
-            horizon = max(allocation.n_rounds, 1)
-        T = horizon if horizon is not None else max(allocation.n_rounds, 1)
-        solver = SOLVERS[s["solver"]]
-        R = s["radius"] if s["radius"] is not None else default_radius(s["constraint"], q, p1)
-        L0 = solver.base_block_size(n, T, rho, alpha)
-        L = _block_size(s, L0, T, D)
-        steps = solver.gossip_steps(n, T, rho, L)
-
+            self._charge_budget(s["epsilon"])
+        # line 1, input: the horizon, the ball K, the block size L (defaults
+        # from declared quantities) and the noise distribution D
+        design = _design(s, shape, 1.0 - sigma2, allocation.n_rounds)
         rng = as_generator(self.random_state)
-        tree, scale, sens = None, 0.0, float("nan")
-        if s["solver"] == "ogd":
-            h = s["h"] if s["h"] is not None else float("nan")
-            if eps is not None:
-                # the largest per-message scale, that of round 1's update (reported only)
-                scale = self._ogd_noise_scale(1, horizon, D, G, R, alpha, eps)
-        else:
-            # the leaf sensitivity of all learners' trees and their Laplace noise
-            M = gossip_polynomial(P, steps, theta)
-            sens = leaf_sensitivity(M, G, D)
-            n_leaves = max((horizon // L) - 1, 1) if horizon is not None else None
-            noise = None
-            if eps is not None:
-                scale = tree_noise_scale(eps, n_leaves, sens)
-                noise = MECHANISMS[s["mechanism"]](rng, scale)
-            if n_leaves is not None:
-                tree = TreeAggregator(n_leaves, shape=(n, q, p1), noise=noise)
-            h = s["h"]
-            if h is None:
-                noise_norm = prefix_noise_norm(max(T // L - 1, 1), D, sens, eps)
-                h = default_h(min(L0, L), G, R, alpha, noise_norm, block_size=L)
-
-        zeros = np.zeros((n, q, p1))
+        noise = self._calibrate(s, design, gossip_polynomial(P, design.steps, theta), shape, rng)
+        h = _regularization(s, design, noise, shape[1] * shape[2])  # line 1, input: h
+        zeros = np.zeros(shape)
         trace_learner = getattr(self, "_trace_learner", None)
         state = TrainingState(
-            params=s, solver=s["solver"], horizon=horizon, radius=R, rng=rng, tree=tree,
-            P=P, theta=theta, L=L, steps=steps, h=h, D=D,
-            W=zeros.copy(),  # x_i(1) = 0
+            params=s, solver=s["solver"], horizon=design.horizon, radius=design.radius,
+            rng=rng, P=P, theta=theta, L=design.L, steps=design.steps, h=h,
+            D=shape[1] * shape[2],
+            tree=noise.tree,  # line 3: the binary trees B_i (all learners at once)
+            W=zeros.copy(),  # line 2: x_i(1) = 0
+            zhat=zeros.copy(),  # line 2: ẑ_i(1) = 0, the released prefix sum
             d=zeros.copy(),  # the block's sum of clipped gradients
             gossip=None,  # (H^k, H^{k-1}) of the previous block's sums
-            zhat=zeros.copy(),  # the released prefix sum of the tree
             sent=zeros.copy(),  # ogd: the messages of the next round (released)
             z=1, k=0, n_leaves=0, rounds_seen=0,
             leaf_trace=[] if getattr(self, "_trace_leaves", False) else None,
@@ -917,17 +952,37 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             "classes_": classes,
             "learner_labels_": learner_labels,
             "mixing_matrix_": P,
-            "spectral_gap_": rho,
+            "spectral_gap_": 1.0 - sigma2,
             "theta_": theta,
-            "n_rounds_": horizon,
-            "radius_": R,
-            "block_size_": L,
-            "gossip_steps_": steps,
+            "n_rounds_": design.horizon,
+            "radius_": design.radius,
+            "block_size_": design.L,
+            "gossip_steps_": design.steps,
             "h_": h,
-            "leaf_sensitivity_": sens,
-            "noise_scale_": scale,
+            "leaf_sensitivity_": noise.sensitivity,
+            "noise_scale_": noise.scale,
         }
         return release, state
+
+    def _calibrate(self, settings, design, gossip_polynomial, shape, rng):
+        """The noise of the run (line 1's ``D``): the trees' leaf sensitivity,
+        Laplace scale and trees (ftgl, ocg), or PD-OGD's largest message scale."""
+        s, D = settings, shape[1] * shape[2]
+        eps, G = s["epsilon"], s["clip_norm"]
+        if s["solver"] == "ogd":
+            # the largest per-message scale, that of round 1's update (reported only)
+            scale = 0.0 if eps is None else self._ogd_noise_scale(
+                1, design.horizon, D, G, design.radius, s["alpha"], eps)
+            return Calibration(float("nan"), scale, None)
+        sensitivity = leaf_sensitivity(gossip_polynomial, G, D)
+        if design.horizon is None:  # non-private without a horizon: exact sums, no tree
+            return Calibration(sensitivity, 0.0, None)
+        n_leaves = max(design.horizon // design.L - 1, 1)
+        scale, noise = 0.0, None
+        if eps is not None:
+            scale = tree_noise_scale(eps, n_leaves, sensitivity)
+            noise = MECHANISMS[s["mechanism"]](rng, scale)
+        return Calibration(sensitivity, scale, TreeAggregator(n_leaves, shape=shape, noise=noise))
 
     def _charge_budget(self, epsilon):
         if self.budget is not None:
@@ -992,25 +1047,3 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         tags.non_deterministic = self.mechanism is not None
         return tags
 
-
-def _block_size(settings, base_block_size, n_rounds, n_params_total):
-    """``L``: the given block size or the default, with a warning when only
-    blocks that play the zero decision fit in the run."""
-    solver = settings["solver"]
-    if solver not in ZERO_DECISION_BLOCKS:
-        return 1
-    delay = ZERO_DECISION_BLOCKS[solver]
-    L = settings["block_size"]
-    if L is None:  # the paper's, longer under privacy
-        L = default_block_size(base_block_size, n_rounds, n_params_total,
-                               settings["clip_norm"], settings["epsilon"], delay_blocks=delay)
-    if n_rounds // L <= delay:
-        warnings.warn(
-            f"{n_rounds} rounds make {n_rounds // L} block(s) of {L} rounds, and "
-            f"the first {delay} blocks of {solver!r} play the zero "
-            "decision: the model will stay at zero. Use a smaller "
-            "block_size, more rows per learner, or fewer learners.",
-            UserWarning,
-            stacklevel=6,
-        )
-    return L
