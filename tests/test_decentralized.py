@@ -171,6 +171,31 @@ def test_bad_input_leaves_state_unchanged():
     assert _snapshot(clf) == before
 
 
+def test_an_interrupted_update_changes_nothing(monkeypatch):
+    """_update works on a copy of the training state: a run that fails half-way
+    (after some blocks) leaves the estimator as it was."""
+    from skfedpriv.linear_model import _decentralized as module
+
+    X, y = _blobs(n=120)
+    g = np.arange(120) % 3
+    clf = DLR(block_size=4, h=1.0)
+    clf.partial_fit(X[:60], y[:60], sample_group=g[:60], classes=np.unique(y))
+    before = _snapshot(clf)
+    calls = []
+    original = module.clipped_gradient_sum
+
+    def fails_on_the_third_block(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("interrupted")
+        return original(*args)
+
+    monkeypatch.setattr(module, "clipped_gradient_sum", fails_on_the_third_block)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        clf.partial_fit(X[60:], y[60:], sample_group=g[60:])
+    assert _snapshot(clf) == before
+
+
 def test_exceeding_n_rounds_raises_before_any_change():
     X, y = _blobs(n=120)
     g = np.arange(120) % 2  # 60 rounds of data
