@@ -825,10 +825,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     def predict(self, X, learner=None):
         """Predict class labels (averaged model, or one learner's with ``learner=``).
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        learner : hashable or None, default=None
+        ``X`` and ``learner`` as in :meth:`decision_function` (``learner``:
+        the labels that learner's own model predicts).
 
         Returns
         -------
@@ -838,16 +836,15 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         return scores_to_labels(self.classes_, scores)
 
     def predict_proba(self, X, learner=None):
-        """Class probabilities ``softmax(W x)`` of the multiclass logistic model.
+        """Class probabilities ``softmax(W x_bar)`` of the multiclass logistic model.
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        learner : hashable or None, default=None
+        ``X`` and ``learner`` as in :meth:`decision_function` (``learner``:
+        the probabilities of that learner's own model).
 
         Returns
         -------
         proba : ndarray of shape (n_samples, n_classes)
+            :func:`skfedpriv._losses.softmax_probabilities` of the scores.
         """
         return softmax_probabilities(self.decision_function(X, learner=learner))
 
