@@ -361,3 +361,34 @@ def test_seeded_private_stream_warns():
         DLR(mechanism="laplace", epsilon=1.0, classes=[0, 1, 2],
             random_state=np.random.default_rng(0)).fit(X, y, sample_group=g)
         DLR(random_state=0).fit(X, y, sample_group=g)
+
+
+# -- the calibration module -------------------------------------------------------
+
+
+def test_tree_laplace_calibration_and_draws():
+    from skfedpriv._gossip import gossip_polynomial, gossip_theta, mixing_matrix
+    from skfedpriv.privacy._correlated import TreeAggregator
+    from skfedpriv.privacy._tree_laplace import (
+        LaplaceNoise,
+        leaf_sensitivity,
+        ogd_noise_scale,
+        tree_noise_scale,
+    )
+
+    P = mixing_matrix("ring", 5)
+    M = gossip_polynomial(P, 3, gossip_theta(0.8))
+    # the worst column of M: one learner's change reaches all leaves through it
+    worst = max(np.abs(M[:, j]).sum() for j in range(5))
+    assert leaf_sensitivity(M, 0.5, 12) == pytest.approx(2 * 0.5 * math.sqrt(12) * worst)
+    for n_leaves in (1, 2, 7, 8, 100):
+        levels = TreeAggregator(n_leaves).max_nodes_per_input
+        assert tree_noise_scale(2.0, n_leaves, 3.0) == pytest.approx(levels * 3.0 / 2.0)
+    # b_t = T Δ_t / ε with Δ_t = 2√D η_t (G + αR)
+    assert ogd_noise_scale(0.1, 50, 8, 1.0, 2.0, 0.5, 4.0) == pytest.approx(
+        50 * 2 * math.sqrt(8) * 0.1 * 2.0 / 4.0)
+    # the draws are the generator's Laplace draws, and the noise pickles with it
+    noise = LaplaceNoise(np.random.default_rng(3), 0.7)
+    expected = np.random.default_rng(3).laplace(0.0, 0.7, size=(2, 3))
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(noise))((2, 3)), expected)
+    np.testing.assert_array_equal(noise((2, 3)), expected)

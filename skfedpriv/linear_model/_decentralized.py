@@ -33,7 +33,7 @@ from .._losses import (
     softmax_probabilities,
     split_intercept,
 )
-from .._param_validation import Interval, Registry
+from .._param_validation import Interval, InvalidParameterError, Registry
 from .._sites import site_row_indices
 from ..privacy import (
     PrivacyBudget,
@@ -790,12 +790,13 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             On a release (see :meth:`release`), which holds no training state.
         ValueError
             For invalid input, or labels outside the declared classes;
-            nothing changes.
+            nothing changes. :class:`InvalidParameterError` (a ValueError)
+            for a private first call without ``n_rounds``.
         """
         self._check_can_continue()
         if (not hasattr(self, "_training_state") and self._is_private()
                 and self.n_rounds is None):
-            raise ValueError(
+            raise InvalidParameterError(
                 "A private partial_fit stream needs its horizon: set n_rounds "
                 "(the noise is calibrated for all n_rounds rounds)."
             )
