@@ -877,6 +877,9 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         return settings
 
     def _update(self, batch, classes, settings, *, first):
+        """The rounds of one batch: checks first (horizon, unchanged
+        settings, known learners), then the solver on a copy of the training
+        state. Writes nothing on the estimator; returns ``(release, state)``."""
         if first:
             allocation = allocate_rounds(batch, batch.site_labels)
             if settings["n_rounds"] is not None and allocation.n_rounds > settings["n_rounds"]:
