@@ -80,7 +80,9 @@ def run(X, y, idx, groups, rounds, n, *, solver, epsilon, topology, h_scale, cli
         chunk_rounds=20_000):
     base = DecentralizedLogisticRegression(
         topology=topology, solver=solver, constraint="trace",
-        epsilon=epsilon, clip_norm=clip, n_rounds=rounds, random_state=seed,
+        mechanism=None if epsilon is None else "laplace",
+        epsilon=1.0 if epsilon is None else epsilon,
+        clip_norm=clip, n_rounds=rounds, random_state=seed,
     )
     # the estimator's own default h (declared quantities only) times a multiplier
     probe = clone(base)

@@ -4,7 +4,7 @@ Privacy-utility of DecentralizedLogisticRegression: accuracy against epsilon
 
 Nine learners on a complete gossip graph, with no server, stream
 scikit-learn's digits once: each learner receives one image per round and
-the learners exchange only gossip messages. With a finite ``epsilon`` the
+the learners exchange only gossip messages. With ``mechanism='laplace'`` the
 decisions of all learners over *all* rounds are (ε, 0)-differentially
 private with respect to replacing one image (Laplace noise in each
 learner's binary tree of block gradient sums). We sweep ε for PD-FTGL
@@ -53,7 +53,9 @@ def accuracy(solver, epsilon, seed):
     # fixed seeds make the figure reproducible (the package warns about them:
     # a real release draws its noise with random_state=None)
     clf = DecentralizedLogisticRegression(
-        topology="complete", solver=solver, block_size=4, epsilon=epsilon,
+        topology="complete", solver=solver, block_size=4,
+        mechanism=None if epsilon is None else "laplace",
+        epsilon=1.0 if epsilon is None else epsilon,
         classes=np.arange(n_classes), random_state=seed)
     return clf.fit(X, y, sample_group=learners).score(X_test, y_test)
 

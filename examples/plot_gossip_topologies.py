@@ -39,7 +39,9 @@ for topology in ("complete", "grid", "ring"):
     for epsilon in (None, 1.0):
         # declared label set (public); a fixed seed for a reproducible figure
         clf = DecentralizedLogisticRegression(
-            topology=topology, epsilon=epsilon, block_size=4,
+            topology=topology, block_size=4,
+            mechanism=None if epsilon is None else "laplace",
+            epsilon=1.0 if epsilon is None else epsilon,
             classes=np.arange(n_classes), random_state=0,
         ).fit(X, y, sample_group=learners)
         own = [np.mean(clf.predict(X_test, learner=label) == y_test)

@@ -37,6 +37,8 @@ import numbers
 import numpy as np
 from scipy.sparse.csgraph import connected_components
 
+from ._param_validation import Registry
+
 __all__ = [
     "TOPOLOGIES",
     "accelerated_gossip",
@@ -47,8 +49,6 @@ __all__ = [
     "grid_shape",
     "mixing_matrix",
 ]
-
-TOPOLOGIES = ("complete", "ring", "grid")
 
 # Tolerance of the numerical checks of Assumption 3.4 (symmetry, row sums,
 # positive semi-definiteness), relative to the entries of P (all in [0, 1]).
@@ -67,24 +67,55 @@ def grid_shape(n):
     return r, n // r
 
 
-def _adjacency(topology, n):
+def _ring_graph(n):
     A = np.zeros((n, n), dtype=bool)
-    if topology == "complete":
-        A[:] = True
-    elif topology == "ring":
-        idx = np.arange(n)
-        A[idx, (idx + 1) % n] = True
-        A[(idx + 1) % n, idx] = True
-    elif topology == "grid":
-        r, c = grid_shape(n)
-        node = np.arange(n).reshape(r, c)
-        right = node[:, :-1].ravel(), node[:, 1:].ravel()
-        down = node[:-1, :].ravel(), node[1:, :].ravel()
-        for a, b in (right, down):
-            A[a, b] = True
-            A[b, a] = True
-    np.fill_diagonal(A, False)
+    idx = np.arange(n)
+    A[idx, (idx + 1) % n] = True
+    A[(idx + 1) % n, idx] = True
     return A
+
+
+def _grid_graph(n):
+    A = np.zeros((n, n), dtype=bool)
+    r, c = grid_shape(n)
+    node = np.arange(n).reshape(r, c)
+    right = node[:, :-1].ravel(), node[:, 1:].ravel()
+    down = node[:-1, :].ravel(), node[1:, :].ravel()
+    for a, b in (right, down):
+        A[a, b] = True
+        A[b, a] = True
+    return A
+
+
+def _lazy_metropolis(A):
+    """``P = (I + W) / 2``, ``W`` the Metropolis-Hastings weights of the graph ``A``."""
+    n = A.shape[0]
+    A = A & ~np.eye(n, dtype=bool)
+    deg = A.sum(axis=1)
+    W = np.where(A, 1.0 / (1.0 + np.maximum(deg[:, None], deg[None, :])), 0.0)
+    np.fill_diagonal(W, 1.0 - W.sum(axis=1))
+    return 0.5 * (np.eye(n) + W)
+
+
+def _complete_mixing(n):
+    return np.full((n, n), 1.0 / n)
+
+
+def _ring_mixing(n):
+    return _lazy_metropolis(_ring_graph(n))
+
+
+def _grid_mixing(n):
+    return _lazy_metropolis(_grid_graph(n))
+
+
+#: The named topologies (the allowed names of ``topology``), each mapped to
+#: the builder of its mixing matrix ``f(n_learners) -> P``.
+TOPOLOGIES = Registry("topology", {
+    "complete": _complete_mixing,
+    "ring": _ring_mixing,
+    "grid": _grid_mixing,
+})
 
 
 def mixing_matrix(topology, n_learners):
@@ -122,17 +153,8 @@ def mixing_matrix(topology, n_learners):
     n = int(n_learners)
     if n < 1:
         raise ValueError(f"n_learners must be >= 1, got {n}.")
-    if topology not in TOPOLOGIES:
-        raise ValueError(
-            f"topology must be one of {TOPOLOGIES} or a mixing matrix, got {topology!r}."
-        )
-    if topology == "complete" or n == 1:
-        return np.full((n, n), 1.0 / n)
-    A = _adjacency(topology, n)
-    deg = A.sum(axis=1)
-    W = np.where(A, 1.0 / (1.0 + np.maximum(deg[:, None], deg[None, :])), 0.0)
-    np.fill_diagonal(W, 1.0 - W.sum(axis=1))
-    return 0.5 * (np.eye(n) + W)
+    build = TOPOLOGIES[topology]
+    return _complete_mixing(n) if n == 1 else build(n)
 
 
 def check_mixing_matrix(P, n_learners=None):

@@ -23,6 +23,7 @@ References
 """
 
 import numpy as np
+from scipy.special import expit, log_softmax, softmax
 
 
 # -- the parameter layout ------------------------------------------------------
@@ -157,4 +158,58 @@ def gendwd_smoothed_curvature(u, q, width=SMOOTHING_WIDTH):
 
 
 # -- multinomial (softmax) -------------------------------------------------------
-# (DecentralizedLogisticRegression's softmax loss goes here.)
+# DecentralizedLogisticRegression's loss (Wang et al. 2025, section 4.1):
+# f(W; x, y) = logsumexp(W x) - (W x)_y, written on the scores s = W x_bar
+# (one per class, the class axis last); the gradient in W is the outer
+# product of the score gradient with x_bar.
+
+
+def softmax_loss(scores, y):
+    """Multinomial logistic loss ``logsumexp(s) - s_y`` of each row.
+
+    Parameters
+    ----------
+    scores : ndarray of shape (..., n_classes)
+    y : ndarray of int of shape (...)
+        Class index of each row.
+
+    Returns
+    -------
+    loss : ndarray of shape (...)
+    """
+    log_p = log_softmax(scores, axis=-1)
+    return -np.take_along_axis(log_p, y[..., None], axis=-1)[..., 0]
+
+
+def softmax_gradient(scores, y):
+    """Gradient of :func:`softmax_loss` with respect to the scores,
+    ``softmax(s) - e_y`` (same shape as ``scores``)."""
+    residual = softmax(scores, axis=-1)
+    at_label = np.take_along_axis(residual, y[..., None], axis=-1)
+    np.put_along_axis(residual, y[..., None], at_label - 1.0, axis=-1)
+    return residual
+
+
+def softmax_curvature_bound():
+    """Bound on the Hessian of :func:`softmax_loss` in the scores.
+
+    The Hessian ``diag(p) - p pᵀ`` (``p = softmax(s)``) is at most
+    ``(1/2)(I - 11ᵀ/K)`` in the semidefinite order (Böhning 1992), so its
+    spectral norm is at most ``1/2``, reached at ``p = (1/2, 1/2, 0, ...)``.
+    """
+    return 0.5
+
+
+def softmax_probabilities(scores, log=False):
+    """Class probabilities ``softmax(s)`` (or their logarithms).
+
+    One score per row (two classes, ``s = s_1 - s_0``) gives the two columns
+    ``(1 - expit(s), expit(s))``.
+    """
+    if scores.ndim == 1:
+        if log:
+            scores = np.column_stack([np.zeros_like(scores), scores])
+        else:
+            p1 = expit(scores)
+            return np.column_stack([1.0 - p1, p1])
+    return log_softmax(scores, axis=-1) if log else softmax(scores, axis=-1)

@@ -75,12 +75,12 @@ def test_learner_view_and_binary_shapes():
 
 
 @pytest.mark.parametrize("solver", ["ftgl", "ocg", "ogd"])
-@pytest.mark.parametrize("epsilon", [None, 2.0])
-def test_fit_equals_partial_fit_stream(solver, epsilon):
+@pytest.mark.parametrize("mechanism", [None, "laplace"])
+def test_fit_equals_partial_fit_stream(solver, mechanism):
     X, y = _blobs(n=300)
     g = np.arange(len(y)) % 3
     params = dict(solver=solver, topology="ring", block_size=6, h=2.0, n_rounds=100,
-                  epsilon=epsilon, random_state=3, classes=np.unique(y))
+                  mechanism=mechanism, epsilon=2.0, random_state=3, classes=np.unique(y))
     a = DLR(**params).fit(X, y, sample_group=g)
     b = DLR(**params)
     for lo, hi in [(0, 30), (30, 75), (75, 120), (120, 201), (201, 300)]:
@@ -128,7 +128,8 @@ def test_user_mixing_matrix():
     "params",
     [dict(solver="sgd"), dict(constraint="l1"), dict(radius=0), dict(clip_norm=-1),
      dict(alpha=-1), dict(h=0.0), dict(block_size=0), dict(n_rounds=2.5),
-     dict(epsilon=0.0), dict(epsilon="1"), dict(topology="star")],
+     dict(epsilon=0.0), dict(epsilon="1"), dict(epsilon=None), dict(mechanism="gaussian"),
+     dict(topology="star")],
 )
 def test_bad_hyperparameters(params):
     X, y = _blobs(n=30)
@@ -148,7 +149,7 @@ def _snapshot(est):
 def test_bad_input_leaves_state_unchanged():
     X, y = _blobs(n=120)
     g = np.arange(120) % 3
-    clf = DLR(epsilon=1.0, n_rounds=100, block_size=4, random_state=0)
+    clf = DLR(mechanism="laplace", epsilon=1.0, n_rounds=100, block_size=4, random_state=0)
     clf.partial_fit(X[:60], y[:60], sample_group=g[:60], classes=np.unique(y))
     before = _snapshot(clf)
     X_nan = X[60:].copy()
@@ -170,10 +171,35 @@ def test_bad_input_leaves_state_unchanged():
     assert _snapshot(clf) == before
 
 
+def test_an_interrupted_update_changes_nothing(monkeypatch):
+    """_update works on a copy of the training state: a run that fails half-way
+    (after some blocks) leaves the estimator as it was."""
+    from skfedpriv.linear_model import _decentralized as module
+
+    X, y = _blobs(n=120)
+    g = np.arange(120) % 3
+    clf = DLR(block_size=4, h=1.0)
+    clf.partial_fit(X[:60], y[:60], sample_group=g[:60], classes=np.unique(y))
+    before = _snapshot(clf)
+    calls = []
+    original = module.clipped_gradient_sum
+
+    def fails_on_the_third_block(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("interrupted")
+        return original(*args)
+
+    monkeypatch.setattr(module, "clipped_gradient_sum", fails_on_the_third_block)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        clf.partial_fit(X[60:], y[60:], sample_group=g[60:])
+    assert _snapshot(clf) == before
+
+
 def test_exceeding_n_rounds_raises_before_any_change():
     X, y = _blobs(n=120)
     g = np.arange(120) % 2  # 60 rounds of data
-    clf = DLR(epsilon=1.0, n_rounds=40, block_size=4, random_state=0)
+    clf = DLR(mechanism="laplace", epsilon=1.0, n_rounds=40, block_size=4, random_state=0)
     clf.partial_fit(X[:60], y[:60], sample_group=g[:60], classes=np.unique(y))  # 30 rounds
     before = _snapshot(clf)
     with pytest.raises(PrivacyBudgetError):
@@ -185,9 +211,10 @@ def test_exceeding_n_rounds_raises_before_any_change():
         clf.partial_fit(X[80:82], y[80:82], sample_group=g[80:82])
     # fit past the horizon, and a private stream without a horizon
     with pytest.raises(PrivacyBudgetError):
-        DLR(epsilon=1.0, n_rounds=10, classes=[0, 1, 2]).fit(X, y, sample_group=g)
+        DLR(mechanism="laplace", epsilon=1.0, n_rounds=10, classes=[0, 1, 2]).fit(
+            X, y, sample_group=g)
     with pytest.raises(ValueError, match="n_rounds"):
-        DLR(epsilon=1.0).partial_fit(X, y, classes=np.unique(y))
+        DLR(mechanism="laplace", epsilon=1.0).partial_fit(X, y, classes=np.unique(y))
     assert DLR().fit(X, y).privacy_spent_ == (math.inf, 0.0)
 
 
@@ -240,7 +267,8 @@ def test_tree_noise_variance_matches_nodes_used():
     g = np.arange(150) % 3
     residuals = []
     for seed in range(12):
-        clf = DLR(topology="complete", block_size=2, h=1.0, n_rounds=50, epsilon=5.0,
+        clf = DLR(topology="complete", block_size=2, h=1.0, n_rounds=50,
+                  mechanism="laplace", epsilon=5.0,
                   random_state=seed, classes=[0, 1, 2])
         clf._trace_leaves = True
         clf.fit(X, y, sample_group=g)
@@ -296,7 +324,8 @@ def test_replacing_one_row_moves_each_leaf_within_sensitivity(solver, topology):
 def test_noise_scale_calibration_and_theorem_3_6():
     X, y = _blobs(n=900, p=4)
     g = np.arange(900) % 9
-    clf = DLR(epsilon=2.0, random_state=0, classes=[0, 1, 2]).fit(X, y, sample_group=g)  # eq. 7 L
+    clf = DLR(mechanism="laplace", epsilon=2.0, random_state=0, classes=[0, 1, 2])
+    clf.fit(X, y, sample_group=g)  # eq. 7 L
     T, D, G = 100, 3 * 5, 1.0
     n_leaves = T // clf.block_size_ - 1
     levels = TreeAggregator(n_leaves).max_nodes_per_input
@@ -382,7 +411,7 @@ def test_shared_budget_counts_every_private_fit_and_refuses_overspend():
     y = (X[:, 0] > 0).astype(int)
     groups = np.arange(120) % 3
     budget = PrivacyBudget(epsilon=2.5)
-    est = Public(epsilon=1.0, random_state=0, budget=budget, classes=[0, 1])
+    est = Public(mechanism="laplace", epsilon=1.0, random_state=0, budget=budget, classes=[0, 1])
     assert clone(est).budget is budget
     est.fit(X, y, sample_group=groups)
     clone(est).fit(X, y, sample_group=groups)
@@ -393,3 +422,31 @@ def test_shared_budget_counts_every_private_fit_and_refuses_overspend():
     assert not [k for k in vars(refused) if k.endswith("_")] and budget.spent == (2.0, 0.0)
     Public(budget=budget).fit(X, y, sample_group=groups)  # non-private: no spend
     assert budget.spent == (2.0, 0.0)
+
+
+def test_softmax_loss_gradient_curvature_and_probabilities():
+    from skfedpriv._losses import (
+        softmax_curvature_bound,
+        softmax_gradient,
+        softmax_loss,
+        softmax_probabilities,
+    )
+
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=(6, 4)) * 3
+    y = rng.integers(0, 4, size=6)
+    step = 1e-6
+    numeric = np.empty_like(scores)
+    for k in range(4):
+        e = np.zeros(4)
+        e[k] = step
+        numeric[:, k] = (softmax_loss(scores + e, y) - softmax_loss(scores - e, y)) / (2 * step)
+    np.testing.assert_allclose(softmax_gradient(scores, y), numeric, atol=1e-7)
+    p = softmax_probabilities(scores)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0)
+    np.testing.assert_allclose(softmax_probabilities(scores, log=True), np.log(p))
+    hessians = np.einsum("nk,kl->nkl", p, np.eye(4)) - np.einsum("nk,nl->nkl", p, p)
+    assert np.linalg.eigvalsh(hessians).max() <= softmax_curvature_bound() + 1e-12
+    half = softmax_probabilities(np.array([0.0]))  # two classes at even odds
+    np.testing.assert_allclose(half, [[0.5, 0.5]])
+    np.testing.assert_allclose(softmax_loss(np.array([[0.0, 0.0]]), np.array([1])), np.log(2))

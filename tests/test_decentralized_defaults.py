@@ -98,15 +98,15 @@ def _stream(seed, n=900, p=5, k=3):
 
 
 @pytest.mark.parametrize("solver", ["ftgl", "ocg", "ogd"])
-@pytest.mark.parametrize("epsilon", [None, 2.0])
-def test_defaults_do_not_read_the_data(solver, epsilon):
+@pytest.mark.parametrize("mechanism", [None, "laplace"])
+def test_defaults_do_not_read_the_data(solver, mechanism):
     # same shapes, rounds, learners and declared parameters, different data:
     # every default and the noise calibration must be identical
     fitted = []
     for seed in (0, 1):
         X, y, g = _stream(seed)
         X = X * (10.0 ** seed)  # a different scale too
-        clf = DLR(solver=solver, epsilon=epsilon, n_rounds=100, random_state=0,
+        clf = DLR(solver=solver, mechanism=mechanism, epsilon=2.0, n_rounds=100, random_state=0,
                   classes=[0, 1, 2])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -119,7 +119,7 @@ def test_defaults_do_not_read_the_data(solver, epsilon):
 
 def test_private_default_noise_calibration_holds_for_the_longer_block():
     X, y, g = _stream(0, n=9 * 2000)
-    clf = DLR(epsilon=2.0, random_state=0, classes=[0, 1, 2])
+    clf = DLR(mechanism="laplace", epsilon=2.0, random_state=0, classes=[0, 1, 2])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         clf.fit(X, y, sample_group=g)

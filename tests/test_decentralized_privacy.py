@@ -91,7 +91,8 @@ def _audit_samples(params, n_rows, flipped, n_runs, seed):
     for name, y in (("d", _Y[:n_rows]), ("d_prime", y_prime)):
         rows = []
         for run in range(n_runs):
-            est = DLR(topology="complete", epsilon=1.0, fit_intercept=False, classes=[0, 1],
+            est = DLR(topology="complete", mechanism="laplace", epsilon=1.0,
+                      fit_intercept=False, classes=[0, 1],
                       random_state=seed * 100_003 + run, **params)
             est.fit(_X[:n_rows], y, sample_group=_G[:n_rows])
             rows.append(list(_statistics(est).values()))
@@ -134,7 +135,8 @@ def test_audit_has_power_when_the_noise_is_cut(monkeypatch):
 
 def test_ogd_release_is_next_round_messages_with_independent_noise():
     """PD-OGD releases m_i = W_i + Lap(b_T) per learner, the messages round T+1 would send."""
-    est = DLR(solver="ogd", topology="complete", epsilon=1.0, fit_intercept=False, radius=10.0,
+    est = DLR(solver="ogd", topology="complete", mechanism="laplace", epsilon=1.0,
+              fit_intercept=False, radius=10.0,
               classes=[0, 1], random_state=0).fit(_X[:10], _Y[:10], sample_group=_G[:10])
     st = est._training_state
     noise = st.sent - st.W
@@ -205,23 +207,25 @@ def _fitted_attributes(est):
 def test_private_fit_requires_declared_classes_and_reads_none_from_the_data():
     X, y, g = _blobs3()
     budget = PrivacyBudget(10.0)
-    est = DLR(epsilon=1.0, budget=budget)
+    est = DLR(mechanism="laplace", epsilon=1.0, budget=budget)
     with pytest.raises(ValueError, match="declared"):
         est.fit(X, y, sample_group=g)
     assert _fitted_attributes(est) == [] and budget.spent == (0.0, 0.0)
     # declared: a label the data lacks still has its row of coef_, so replacing
     # the only row of a class by another label changes neither classes_ nor shapes
-    declared = DLR(epsilon=1.0, classes=[0, 1, 2, 3], random_state=0)
+    declared = DLR(mechanism="laplace", epsilon=1.0, classes=[0, 1, 2, 3], random_state=0)
     a = declared.fit(X, y, sample_group=g)
     assert a.classes_.tolist() == [0, 1, 2, 3] and a.coef_.shape == (4, 2)
     y_one = y.copy()
     y_one[5] = 3  # the only row with label 3
-    b = DLR(epsilon=1.0, classes=[0, 1, 2, 3], random_state=0).fit(X, y_one, sample_group=g)
+    b = DLR(mechanism="laplace", epsilon=1.0, classes=[0, 1, 2, 3], random_state=0).fit(
+        X, y_one, sample_group=g)
     assert b.classes_.tolist() == a.classes_.tolist() and b.coef_.shape == a.coef_.shape
     # the first partial_fit may declare instead; it must agree with the hyperparameter
-    DLR(epsilon=1.0, n_rounds=40).partial_fit(X, y, sample_group=g, classes=[0, 1, 2])
+    DLR(mechanism="laplace", epsilon=1.0, n_rounds=40).partial_fit(
+        X, y, sample_group=g, classes=[0, 1, 2])
     with pytest.raises(ValueError, match="differs"):
-        DLR(epsilon=1.0, n_rounds=40, classes=[0, 1, 2]).partial_fit(
+        DLR(mechanism="laplace", epsilon=1.0, n_rounds=40, classes=[0, 1, 2]).partial_fit(
             X, y, sample_group=g, classes=[0, 1, 2, 3])
     # without privacy fit infers the classes, as scikit-learn does
     assert DLR().fit(X, y, sample_group=g).classes_.tolist() == [0, 1, 2]
@@ -232,11 +236,12 @@ def test_undeclared_label_is_refused_before_any_change():
     budget = PrivacyBudget(10.0)
     y_bad = y.copy()
     y_bad[7] = 9
-    fresh = DLR(epsilon=1.0, classes=[0, 1, 2], budget=budget)
+    fresh = DLR(mechanism="laplace", epsilon=1.0, classes=[0, 1, 2], budget=budget)
     with pytest.raises(ValueError, match="not in classes"):
         fresh.fit(X, y_bad, sample_group=g)
     assert _fitted_attributes(fresh) == [] and budget.spent == (0.0, 0.0)
-    est = DLR(epsilon=1.0, classes=[0, 1, 2], n_rounds=60, budget=budget, random_state=0)
+    est = DLR(mechanism="laplace", epsilon=1.0, classes=[0, 1, 2], n_rounds=60, budget=budget,
+              random_state=0)
     est.partial_fit(X[:45], y[:45], sample_group=g[:45])
     before = pickle.dumps(vars(est))
     for call in (lambda: est.partial_fit(X[45:], y_bad[45:] * 0 + 9, sample_group=g[45:]),
@@ -281,7 +286,8 @@ def _reachable(obj):
 
 def _private_stream(solver, seed=0):
     X, y, g = _blobs3(n=120)
-    est = DLR(solver=solver, topology="ring", block_size=4, h=1.0, epsilon=2.0, n_rounds=40,
+    est = DLR(solver=solver, topology="ring", block_size=4, h=1.0, mechanism="laplace",
+              epsilon=2.0, n_rounds=40,
               classes=[0, 1, 2], random_state=seed)
     est.partial_fit(X[:60], y[:60], sample_group=g[:60])
     return est, X, y, g
@@ -330,10 +336,11 @@ def test_training_pickle_resumes_bit_identically(solver):
 def test_budget_charges_one_pure_laplace_spend_per_stream():
     X, y, g = _blobs3(n=120)
     budget = PrivacyBudget(5.0)
-    est = DLR(epsilon=1.5, n_rounds=40, classes=[0, 1, 2], budget=budget)
+    est = DLR(mechanism="laplace", epsilon=1.5, n_rounds=40, classes=[0, 1, 2], budget=budget)
     for lo in range(0, 120, 30):
         est.partial_fit(X[lo:lo + 30], y[lo:lo + 30], sample_group=g[lo:lo + 30])
-    DLR(solver="ogd", epsilon=1.5, classes=[0, 1, 2], budget=budget).fit(X, y, sample_group=g)
+    DLR(solver="ogd", mechanism="laplace", epsilon=1.5, classes=[0, 1, 2], budget=budget).fit(
+        X, y, sample_group=g)
     entries = budget.ledger.entries
     assert len(entries) == 2 and budget.spent == (3.0, 0.0)
     assert all(e.mechanism == "laplace" and e.epsilon == 1.5 and e.delta == 0.0
@@ -343,13 +350,45 @@ def test_budget_charges_one_pure_laplace_spend_per_stream():
 def test_seeded_private_stream_warns():
     X, y, g = _blobs3()
     with pytest.warns(SeededNoiseWarning, match="DecentralizedLogisticRegression"):
-        DLR(epsilon=1.0, classes=[0, 1, 2], random_state=0).fit(X, y, sample_group=g)
+        DLR(mechanism="laplace", epsilon=1.0, classes=[0, 1, 2], random_state=0).fit(
+            X, y, sample_group=g)
     with pytest.warns(SeededNoiseWarning):
-        DLR(epsilon=1.0, n_rounds=30, random_state=0).partial_fit(X, y, sample_group=g,
-                                                                  classes=[0, 1, 2])
+        DLR(mechanism="laplace", epsilon=1.0, n_rounds=30, random_state=0).partial_fit(
+            X, y, sample_group=g, classes=[0, 1, 2])
     with warnings.catch_warnings():
         warnings.simplefilter("error", SeededNoiseWarning)
-        DLR(epsilon=1.0, classes=[0, 1, 2]).fit(X, y, sample_group=g)
-        DLR(epsilon=1.0, classes=[0, 1, 2],
+        DLR(mechanism="laplace", epsilon=1.0, classes=[0, 1, 2]).fit(X, y, sample_group=g)
+        DLR(mechanism="laplace", epsilon=1.0, classes=[0, 1, 2],
             random_state=np.random.default_rng(0)).fit(X, y, sample_group=g)
         DLR(random_state=0).fit(X, y, sample_group=g)
+
+
+# -- the calibration module -------------------------------------------------------
+
+
+def test_tree_laplace_calibration_and_draws():
+    from skfedpriv._gossip import gossip_polynomial, gossip_theta, mixing_matrix
+    from skfedpriv.privacy import TreeAggregator
+    from skfedpriv.privacy._tree_laplace import (
+        LaplaceNoise,
+        leaf_sensitivity,
+        ogd_noise_scale,
+        tree_noise_scale,
+    )
+
+    P = mixing_matrix("ring", 5)
+    M = gossip_polynomial(P, 3, gossip_theta(0.8))
+    # the worst column of M: one learner's change reaches all leaves through it
+    worst = max(np.abs(M[:, j]).sum() for j in range(5))
+    assert leaf_sensitivity(M, 0.5, 12) == pytest.approx(2 * 0.5 * math.sqrt(12) * worst)
+    for n_leaves in (1, 2, 7, 8, 100):
+        levels = TreeAggregator(n_leaves).max_nodes_per_input
+        assert tree_noise_scale(2.0, n_leaves, 3.0) == pytest.approx(levels * 3.0 / 2.0)
+    # b_t = T Δ_t / ε with Δ_t = 2√D η_t (G + αR)
+    assert ogd_noise_scale(0.1, 50, 8, 1.0, 2.0, 0.5, 4.0) == pytest.approx(
+        50 * 2 * math.sqrt(8) * 0.1 * 2.0 / 4.0)
+    # the draws are the generator's Laplace draws, and the noise pickles with it
+    noise = LaplaceNoise(np.random.default_rng(3), 0.7)
+    expected = np.random.default_rng(3).laplace(0.0, 0.7, size=(2, 3))
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(noise))((2, 3)), expected)
+    np.testing.assert_array_equal(noise((2, 3)), expected)

@@ -23,7 +23,11 @@ References
    optimization. ICML 2013 (the LMO of the trace-norm ball, section 4.2).
 """
 
+from collections import namedtuple
+
 import numpy as np
+
+from .._param_validation import Registry
 
 __all__ = [
     "CONSTRAINTS",
@@ -33,9 +37,6 @@ __all__ = [
     "quadratic_objective",
     "regularized_leader",
 ]
-
-CONSTRAINTS = ("l2", "trace")
-
 
 def _fro(W):
     return np.sqrt(np.einsum("nij,nij->n", W, W))
@@ -57,6 +58,39 @@ def _project_simplex_ball(s, radius):
     return out
 
 
+def _project_l2(W, radius):
+    norms = _fro(W)
+    factor = np.where(norms > radius, radius / np.where(norms > 0, norms, 1.0), 1.0)
+    return W * factor[:, None, None]
+
+
+def _project_trace(W, radius):
+    U, s, Vt = np.linalg.svd(W, full_matrices=False)
+    s = _project_simplex_ball(s, radius)
+    return np.einsum("nik,nk,nkj->nij", U, s, Vt)
+
+
+def _lmo_l2(G, radius):
+    norms = _fro(G)
+    safe = np.where(norms > 0, norms, 1.0)
+    return -radius * G / safe[:, None, None] * (norms > 0)[:, None, None]
+
+
+def _lmo_trace(G, radius):
+    return -radius * _top_singular_pair(G)
+
+
+#: A constraint set ``K``: its Euclidean projection and its linear
+#: minimization oracle, each ``f(stack, radius)``.
+ConstraintSet = namedtuple("ConstraintSet", ["project", "lmo"])
+
+#: The constraint sets by name (the allowed values of ``constraint``).
+CONSTRAINTS = Registry("constraint", {
+    "l2": ConstraintSet(_project_l2, _lmo_l2),
+    "trace": ConstraintSet(_project_trace, _lmo_trace),
+})
+
+
 def project(W, constraint, radius):
     """Euclidean projection of each matrix of a stack onto the constraint set.
 
@@ -73,13 +107,7 @@ def project(W, constraint, radius):
         projects the singular values onto ``{σ >= 0, Σσ <= radius}`` and
         keeps the singular vectors (the trace-norm projection).
     """
-    if constraint == "l2":
-        norms = _fro(W)
-        factor = np.where(norms > radius, radius / np.where(norms > 0, norms, 1.0), 1.0)
-        return W * factor[:, None, None]
-    U, s, Vt = np.linalg.svd(W, full_matrices=False)
-    s = _project_simplex_ball(s, radius)
-    return np.einsum("nik,nk,nkj->nij", U, s, Vt)
+    return CONSTRAINTS[constraint].project(W, radius)
 
 
 def lmo(G, constraint, radius):
@@ -89,11 +117,7 @@ def lmo(G, constraint, radius):
     with ``(u₁, v₁)`` the top singular pair of ``G`` (Jaggi 2013). A zero
     ``G`` gives ``V = 0`` (any point of ``K`` is a minimizer).
     """
-    if constraint == "l2":
-        norms = _fro(G)
-        safe = np.where(norms > 0, norms, 1.0)
-        return -radius * G / safe[:, None, None] * (norms > 0)[:, None, None]
-    return -radius * _top_singular_pair(G)
+    return CONSTRAINTS[constraint].lmo(G, radius)
 
 
 def _top_singular_pair(G):

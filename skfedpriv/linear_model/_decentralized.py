@@ -1,41 +1,55 @@
-"""Private decentralized online logistic regression over a gossip graph."""
+"""Private decentralized online logistic regression over a gossip graph.
 
-import functools
+The estimator reads as Algorithms 1 and 3 of Wang et al. (2025): the
+solvers (:data:`SOLVERS`: PD-FTGL, PD-OCG, PD-OGD), the constraint sets
+(:data:`~skfedpriv.linear_model._conditional_gradient.CONSTRAINTS`) and the
+topologies (:data:`~skfedpriv._gossip.TOPOLOGIES`) are registries; the
+defaults live in :mod:`._decentralized_defaults`.
+"""
+
+import copy
 import math
-import numbers
 import warnings
+from collections import namedtuple
+from numbers import Integral, Real
 
 import numpy as np
-from scipy.special import expit, log_softmax, softmax
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._gossip import (
+    TOPOLOGIES,
     accelerated_gossip,
     check_mixing_matrix,
     gossip_polynomial,
     gossip_steps,
     gossip_theta,
     mixing_matrix,
-    TOPOLOGIES,
 )
+from .._losses import (
+    add_intercept_column,
+    softmax_gradient,
+    softmax_loss,
+    softmax_probabilities,
+    split_intercept,
+)
+from .._param_validation import Interval, InvalidParameterError, Registry
 from .._sites import site_row_indices
 from ..privacy import (
     PrivacyBudget,
     PrivacyBudgetError,
     as_generator,
-    check_privacy_params,
     clip_vectors,
-    laplace_scale,
     warn_if_seeded,
 )
 from ..privacy import TreeAggregator
-from ._base import (
-    FederatedClassifierMixin,
-    TrainingState,
-    _restore_feature_attributes_on_error,
-    scores_to_labels,
+from ..privacy._tree_laplace import (
+    LaplaceNoise,
+    leaf_sensitivity,
+    ogd_noise_scale,
+    tree_noise_scale,
 )
+from ._base import FederatedClassifierMixin, TrainingState, scores_to_labels
 from ._conditional_gradient import (
     CONSTRAINTS,
     conditional_gradient,
@@ -49,30 +63,6 @@ from ._decentralized_defaults import (
     default_radius,
     prefix_noise_norm,
 )
-
-SOLVERS = ("ftgl", "ocg", "ogd")
-
-
-def _check_real(value, name, *, low=None, strict=False, allow_none=False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a real number, got {value!r}.")
-    value = float(value)
-    if not math.isfinite(value) or (
-        low is not None and (value <= low if strict else value < low)
-    ):
-        bound = f"> {low}" if strict else f">= {low}"
-        raise ValueError(f"{name} must be finite and {bound}, got {value!r}.")
-    return value
-
-
-def _check_int(value, name, *, allow_none=False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-    return int(value)
 
 
 def clipped_gradient_sum(W, X, y, mask, clip_norm):
@@ -103,9 +93,7 @@ def clipped_gradient_sum(W, X, y, mask, clip_norm):
     """
     n, m, p = X.shape
     q = W.shape[1]
-    logits = np.einsum("nqp,nmp->nmq", W, X)
-    resid = softmax(logits, axis=2)
-    resid[np.arange(n)[:, None], np.arange(m)[None, :], y] -= 1.0
+    resid = softmax_gradient(np.einsum("nqp,nmp->nmq", W, X), y)
     norms = np.sqrt(np.einsum("nmp,nmp->nm", X, X))
     resid *= (norms * mask)[:, :, None]
     unit = X / np.where(norms > 0, norms, 1.0)[:, :, None]
@@ -119,8 +107,298 @@ def logistic_losses(W, X, y):
     ``W`` of shape (n, q, p), ``X`` of shape (n, m, p), ``y`` of shape (n, m)
     -> losses of shape (n, m).
     """
-    logp = log_softmax(np.einsum("nqp,nmp->nmq", W, X), axis=2)
-    return -np.take_along_axis(logp, y[:, :, None], axis=2)[:, :, 0]
+    return softmax_loss(np.einsum("nqp,nmp->nmq", W, X), y)
+
+
+# -- the solvers ------------------------------------------------------------------
+
+
+def _trace_losses(st, X, y, mask, W):
+    """Optional benchmark instrumentation: per-round summed loss of one learner's model.
+
+    Active when ``_trace_learner`` was set on the estimator before the stream
+    started; the trace (raw, un-noised losses of the data) stays in the
+    training state.
+    """
+    if st.loss_trace is None:
+        return
+    i = st.trace_learner
+    losses = logistic_losses(np.broadcast_to(W[i], W.shape), X, y)
+    if st.params["alpha"] > 0:
+        losses = losses + 0.5 * st.params["alpha"] * np.sum(W[i] ** 2)
+    per_round = np.where(mask, losses, 0.0).sum(axis=0)
+    st.loss_trace.append((per_round, mask.sum(axis=0)))
+
+
+def _run_blocks(st, X, y, mask, message_noise_scale=None):
+    """PD-FTGL / PD-OCG on the rounds of one batch (Algorithm 1 lines 6-16, Algorithm 3)."""
+    L, n_rounds = st.L, X.shape[1]
+    start = 0
+    while start < n_rounds:
+        m = min(L - st.k, n_rounds - start)
+        seg = slice(start, start + m)
+        # lines 8-11: play x_i(z) for m rounds, sum the clipped gradients
+        _trace_losses(st, X[:, seg], y[:, seg], mask[:, seg], st.W)
+        st.d = st.d + clipped_gradient_sum(
+            st.W, X[:, seg], y[:, seg], mask[:, seg], st.params["clip_norm"]
+        )
+        # line 11 (Alg. 1) / line 12 (Alg. 3): one gossip step per round, at most `steps`
+        if st.gossip is not None:
+            todo = max(0, min(st.k + m, st.steps) - min(st.k, st.steps))
+            if todo:
+                st.gossip = accelerated_gossip(st.P, *st.gossip, todo, st.theta)
+        st.k += m
+        st.rounds_seen += m
+        start += m
+        if st.k == L:
+            _end_block(st)
+
+
+def _end_block(st):
+    """End of block ``z``: a leaf into the trees, the next decision, the next gossip."""
+    z = st.z
+    zhat_prev = st.zhat
+    if z >= 2:
+        # line 14 (Alg. 1) / 15 (Alg. 3): leaf w_i(z-1) = d_i^L(z-1) -> PrivateSum
+        leaf = st.gossip[0]
+        # a non-private stream without horizon has no tree: exact prefix sums
+        st.zhat = st.tree.add(leaf) if st.tree is not None else st.zhat + leaf
+        st.n_leaves += 1
+        if st.leaf_trace is not None:  # test instrumentation: (leaf, released prefix sum)
+            st.leaf_trace.append((leaf.copy(), st.zhat.copy()))
+    SOLVERS[st.solver].decide(st, zhat_prev)
+    # line 13 (Alg. 1): d_i^0(z) = d_i^{-1}(z) = d_i(z)
+    st.gossip = (st.d, st.d)
+    st.d = np.zeros_like(st.d)
+    st.z = z + 1
+    st.k = 0
+
+
+def _ftgl_decision(st, zhat_prev):
+    # eq. 6: x_i(z+1) = argmin <ẑ_i(z), x> + (α(z-1)L + 2h)/2 ‖x‖²
+    eta = st.params["alpha"] * (st.z - 1) * st.L + 2 * st.h
+    st.W = regularized_leader(st.zhat, eta, st.params["constraint"], st.radius)
+
+
+def _ocg_decision(st, zhat_prev):
+    # Alg. 3 line 16: x_i(z+1) = CG(K, L, F_{z,i}, x_i(z)), F_{z,i} of eq. 9
+    if st.z >= 2:
+        eta = st.params["alpha"] * (st.z - 2) * st.L + 2 * st.h
+        st.W = conditional_gradient(
+            st.W, zhat_prev, eta, st.L, st.params["constraint"], st.radius
+        )
+
+
+def _ogd_step(t, G, R, alpha):
+    """Step size of PD-OGD: ``1/(α t)`` if ``α > 0`` else ``R / (G √t)``."""
+    if alpha > 0:
+        return 1.0 / (alpha * t)
+    return R / (G * math.sqrt(t))
+
+
+def _run_ogd(st, X, y, mask, message_noise_scale):
+    """PD-OGD (Li et al. 2018) on the rounds of one batch.
+
+    Every round each learner mixes its neighbours' noisy messages and takes
+    a projected gradient step; its next message is its new decision plus its
+    own independent Laplace noise of scale ``message_noise_scale(t, ...)``. Only
+    the messages leave a learner (and are released): the decision itself,
+    un-noised, stays in the training state.
+    """
+    p = st.params
+    G, R, alpha, eps = p["clip_norm"], st.radius, p["alpha"], p["epsilon"]
+    W, sent = st.W, st.sent
+    for r in range(X.shape[1]):
+        t = st.rounds_seen + 1
+        seg = slice(r, r + 1)
+        _trace_losses(st, X[:, seg], y[:, seg], mask[:, seg], W)
+        grad = clipped_gradient_sum(W, X[:, seg], y[:, seg], mask[:, seg], G) + alpha * W
+        eta = _ogd_step(t, G + alpha * R, R, alpha)
+        mixed = (st.P @ sent.reshape(W.shape[0], -1)).reshape(W.shape)
+        W = project(mixed - eta * grad, p["constraint"], R)
+        sent = W
+        if eps is not None:  # eps/T per message (basic composition over T rounds)
+            b = message_noise_scale(t, st.horizon, st.D, G, R, alpha, eps)
+            sent = W + MECHANISMS[p["mechanism"]](st.rng, b)(W.shape)
+        st.rounds_seen = t
+    st.W, st.sent = W, sent
+
+
+#: The privacy mechanisms (the allowed values of ``mechanism``), each mapped
+#: to its noise: ``noise = MECHANISMS[name](rng, scale)``, ``noise(size)``
+#: an array of iid draws (picklable, for the trees).
+MECHANISMS = Registry("mechanism", {"laplace": LaplaceNoise})
+
+
+def _ftgl_base_block(n_learners, n_rounds, spectral_gap, alpha):
+    return gossip_steps(n_learners, n_rounds, spectral_gap)  # eq. 7
+
+
+def _ocg_base_block(n_learners, n_rounds, spectral_gap, alpha):
+    # Corollaries 3.10 (alpha = 0) and 3.11 (alpha > 0)
+    if alpha > 0:
+        log_t = max(math.log(n_rounds), 1.0)
+        return max(math.ceil(n_rounds ** (2 / 3) * log_t ** (-2 / 3)), 1)
+    return max(math.ceil(math.sqrt(n_rounds)), 1)
+
+
+#: One solver: its rounds, its decision at the end of a block (blocks only),
+#: the paper's block size ``L₀(n, T, ρ, α)`` and its gossip steps per block
+#: ``f(n, T, ρ, L)``.
+Solver = namedtuple("Solver", ["run", "decide", "base_block_size", "gossip_steps"])
+
+#: The solvers by name (the allowed values of ``solver``).
+SOLVERS = Registry("solver", {
+    "ftgl": Solver(_run_blocks, _ftgl_decision, _ftgl_base_block,
+                   lambda n, T, rho, L: L),
+    # L' of eq. 10, at most L
+    "ocg": Solver(_run_blocks, _ocg_decision, _ocg_base_block,
+                  lambda n, T, rho, L: min(gossip_steps(n, T, rho), L)),
+    "ogd": Solver(_run_ogd, None, lambda n, T, rho, alpha: 1, lambda n, T, rho, L: 1),
+})
+
+
+# -- rows to learners and rounds --------------------------------------------------
+
+#: Where a batch's rows go: learner of each distinct ``sample_group`` label
+#: (in batch order), the rows of each label, and the rounds the batch runs.
+Allocation = namedtuple("Allocation", ["learner_of_label", "rows", "n_rounds"])
+
+
+def allocate_rounds(batch, learner_labels):
+    """Map a batch's rows to (learner, round); ``learner_labels`` fixed by the stream.
+
+    Learner ``i``'s ``k``-th row of the batch is its row of the batch's
+    ``k``-th round; the batch runs ``max_i (rows of learner i)`` rounds.
+    """
+    index = {v: i for i, v in enumerate(learner_labels.tolist())}
+    learner_of_label = np.empty(batch.n_sites, dtype=np.intp)
+    for k, label in enumerate(batch.site_labels.tolist()):
+        if label not in index:
+            raise ValueError(
+                f"sample_group names learner {label!r}, which is not one of the "
+                f"learners of this stream {learner_labels.tolist()!r}; the "
+                "learners are fixed by the first call."
+            )
+        learner_of_label[k] = index[label]
+    rows = site_row_indices(batch.site_codes, batch.n_sites)
+    n_rounds = max((len(r) for r in rows), default=0)
+    return Allocation(learner_of_label, rows, int(n_rounds))
+
+
+def round_arrays(batch, allocation, n_learners, classes, fit_intercept):
+    """The batch as arrays ``(n_learners, n_rounds, n_params)`` with a row mask."""
+    X = add_intercept_column(batch.X, fit_intercept)  # x_bar = (1, x)
+    y = np.searchsorted(classes, batch.y)
+    shape = (n_learners, allocation.n_rounds)
+    Xr, yr = np.zeros(shape + (X.shape[1],)), np.zeros(shape, dtype=np.intp)
+    mask = np.zeros(shape, dtype=bool)
+    for k, rows in enumerate(allocation.rows):
+        i = allocation.learner_of_label[k]
+        Xr[i, : len(rows)] = X[rows]
+        yr[i, : len(rows)] = y[rows]
+        mask[i, : len(rows)] = True
+    return Xr, yr, mask
+
+
+def _mixing_matrix(topology, n_learners):
+    """``(P, σ₂(P))`` of a named topology or a user's matrix (Assumption 3.4)."""
+    if isinstance(topology, str):
+        P = mixing_matrix(topology, n_learners)
+        return P, check_mixing_matrix(P)[1]
+    return check_mixing_matrix(topology, n_learners)
+
+
+#: What a stream is sized for: the horizon (None: unlimited, non-private),
+#: the rounds ``T`` the defaults are sized by, the radius, the paper's block
+#: size ``L₀``, the block size ``L`` and the gossip steps per block.
+Design = namedtuple("Design", ["horizon", "T", "radius", "L0", "L", "steps"])
+
+
+def _design(settings, shape, spectral_gap, first_batch_rounds):
+    """The horizon, radius, block size and gossip steps: given or defaults
+    (:mod:`._decentralized_defaults`), from declared quantities only."""
+    s = settings
+    n, q, p1 = shape
+    horizon = s["n_rounds"]
+    if horizon is None and s["epsilon"] is not None:
+        horizon = max(first_batch_rounds, 1)  # a private fit: the rounds of its data
+    T = horizon if horizon is not None else max(first_batch_rounds, 1)
+    radius = s["radius"] if s["radius"] is not None else default_radius(s["constraint"], q, p1)
+    solver = SOLVERS[s["solver"]]
+    L0 = solver.base_block_size(n, T, spectral_gap, s["alpha"])
+    L = _block_size(s, L0, T, q * p1)
+    return Design(horizon, T, radius, L0, L, solver.gossip_steps(n, T, spectral_gap, L))
+
+
+def _block_size(settings, base_block_size, n_rounds, n_params_total):
+    """``L``: the given block size or the default, with a warning when only
+    blocks that play the zero decision fit in the run."""
+    solver = settings["solver"]
+    if solver not in ZERO_DECISION_BLOCKS:
+        return 1
+    delay = ZERO_DECISION_BLOCKS[solver]
+    L = settings["block_size"]
+    if L is None:  # the paper's, longer under privacy
+        L = default_block_size(base_block_size, n_rounds, n_params_total,
+                               settings["clip_norm"], settings["epsilon"], delay_blocks=delay)
+    if n_rounds // L <= delay:
+        warnings.warn(
+            f"{n_rounds} rounds make {n_rounds // L} block(s) of {L} rounds, and "
+            f"the first {delay} blocks of {solver!r} play the zero "
+            "decision: the model will stay at zero. Use a smaller "
+            "block_size, more rows per learner, or fewer learners.",
+            UserWarning,
+            stacklevel=7,
+        )
+    return L
+
+
+#: The noise of a run: the L1 sensitivity of a leaf position of the trees
+#: (nan for ogd), the Laplace scale reported as ``noise_scale_`` and the
+#: trees (None for ogd and for a non-private stream without horizon).
+Calibration = namedtuple("Calibration", ["sensitivity", "scale", "tree"])
+
+
+def _regularization(settings, design, calibration, n_params_total):
+    """``h`` of eqs. 6 and 9: given, or the default (nan for ogd, unused)."""
+    s = settings
+    if s["h"] is not None:
+        return s["h"]
+    if s["solver"] == "ogd":
+        return float("nan")
+    noise_norm = prefix_noise_norm(max(design.T // design.L - 1, 1), n_params_total,
+                                   calibration.sensitivity, s["epsilon"])
+    return default_h(min(design.L0, design.L), s["clip_norm"], design.radius, s["alpha"],
+                     noise_norm, block_size=design.L)
+
+
+def _copy_state(state):
+    """A copy of the training state to update; the generator is shared (its
+    draws are the one side effect of a run, as a budget charge is)."""
+    return copy.deepcopy(state, memo={id(state.rng): state.rng})
+
+
+def _same_settings(a, b):
+    if a.keys() != b.keys():
+        return False
+    for key, value in a.items():
+        other = b[key]
+        if isinstance(value, np.ndarray) or isinstance(other, np.ndarray):
+            if not (isinstance(value, np.ndarray) and isinstance(other, np.ndarray)
+                    and np.array_equal(value, other)):
+                return False
+        elif value != other:
+            return False
+    return True
+
+
+#: Public attributes fixed when a stream starts (data-independent).
+_STREAM_ATTRIBUTES = (
+    "classes_", "learner_labels_", "mixing_matrix_", "spectral_gap_", "theta_",
+    "n_rounds_", "radius_", "block_size_", "gossip_steps_", "h_", "leaf_sensitivity_",
+    "noise_scale_",
+)
 
 
 class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
@@ -171,7 +449,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         ``L``. ``None``: without privacy the paper's — for ``'ftgl'`` eq. 7,
         ``L₀ = ⌈4 ln(n T √(14n)) / √ρ⌉``; for ``'ocg'`` ``L₀ = ⌈√T⌉`` when
         ``alpha = 0`` (Corollary 3.10) and ``⌈T^{2/3} / ln^{2/3} T⌉``
-        otherwise (Corollary 3.11). With ``epsilon`` set, a longer block
+        otherwise (Corollary 3.11). Under a mechanism, a longer block
         (never shorter than ``L₀``) chosen from ``T``, ``ε``, ``clip_norm``
         and ``D`` only: the sensitivity does not depend on ``L``, so fewer
         tree leaves mean fewer levels and less noise, traded against the two
@@ -191,13 +469,19 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         n_features + fit_intercept``): weights of order 2, sized for features
         of unit scale (standardize, or scale to [-1, 1], first). It depends on
         the shape only, never on the data.
-    epsilon : float or None, default=None
-        Privacy budget ε of the whole run (all ``n_rounds`` rounds). ``None``
-        adds no noise (non-private). With ``epsilon`` set the label set must
-        be declared (``classes``).
+    mechanism : {'laplace'} or None, default=None
+        Privacy mechanism. ``None`` adds no noise (non-private, no
+        guarantee). ``'laplace'``: Laplace noise in the trees (ftgl, ocg) or
+        in every message (ogd), calibrated for (``epsilon``, 0)-DP over all
+        ``n_rounds`` rounds (see Notes); the label set must then be declared
+        (``classes``).
+    epsilon : float, default=1.0
+        Privacy budget ε of the whole run (all ``n_rounds`` rounds) under the
+        mechanism. Validated, unused, without a mechanism.
     clip_norm : float, default=1.0
-        ``G``: every per-example gradient of the logistic loss is clipped to
-        Frobenius norm ``G`` (section 4.1), which makes the Lipschitz bound of
+        Bound on the Euclidean norm of each per-example gradient: every
+        per-example gradient of the logistic loss is clipped to Frobenius
+        norm ``G`` (section 4.1), which makes the Lipschitz bound of
         Assumption 3.2 true and bounds the sensitivity.
     alpha : float, default=0.0
         Strong convexity ``α`` (the ridge ``(α/2)‖W‖²`` added to each loss).
@@ -218,7 +502,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         limit and sizes its defaults by the rounds of its first batch
         (``fit``'s data).
     fit_intercept : bool, default=True
-        Append a constant feature 1 (its weights are part of ``W`` and of the
+        Prepend a constant feature 1, ``x_bar = (1, x)`` (its weights, the
+        first column of ``W``, are part of the decision and of the
         constraint).
     random_state : int, numpy Generator or None, default=None
         Noise source; ``None`` draws fresh OS entropy. Whoever knows a fixed
@@ -232,17 +517,17 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         guarantee of all ``n_rounds`` rounds), before any state changes, and
         raise :class:`~skfedpriv.PrivacyBudgetError` if it would overspend.
     classes : array-like of shape (n_classes,) or None, default=None
-        The label set, declared. Required with ``epsilon`` (or pass
+        The label set, declared. Required with a mechanism (or pass
         ``classes`` to the first ``partial_fit``): read from the data, a row
         with a new label would change ``classes_`` and the shape of
         ``coef_``. Rows with labels outside it are refused before any state
-        changes. Without ``epsilon``, ``None`` lets ``fit`` infer the labels
+        changes. Without a mechanism, ``None`` lets ``fit`` infer the labels
         as scikit-learn does.
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
-        Public: the declared label set (inferred only without ``epsilon``).
+        Public: the declared label set (inferred only without a mechanism).
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
         Covered: the average of ``learner_coef_``.
     intercept_ : ndarray of shape (1,) or (n_classes,)
@@ -278,13 +563,14 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         together (see Notes); ``nan`` for ogd.
     noise_scale_ : float
         Public: Laplace scale ``b`` per coordinate of every tree node (ftgl,
-        ocg) or the largest per-message scale ``b_1`` (ogd, see Notes); 0 when
-        non-private.
+        ocg) or the largest per-message scale ``b_1`` (ogd, see Notes); 0
+        without a mechanism.
     n_rounds_seen_ : int
         Public: rounds processed so far.
     privacy_spent_ : tuple of (float, float)
         Public: ``(epsilon, 0.0)`` once a private round has run; ``(0.0,
-        0.0)`` before and ``(inf, 0.0)`` when non-private (no guarantee).
+        0.0)`` before; ``(inf, 0.0)`` without a mechanism (no finite
+        guarantee).
     n_features_in_ : int
         Public.
     feature_names_in_ : ndarray of shape (n_features_in_,)
@@ -325,7 +611,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     per coordinate gives (ε, 0)-DP by the argument of Appendix C. With the
     eq. 7 block size ``max_j Σ_i |M[i, j]| ≈ 1``, and ``b`` is at most the
     scale ``6√D (G + αR)(2 + log₂T)/ε`` of Theorem 3.6; unlike the paper's
-    bound it stays valid for any ``block_size``.
+    bound it stays valid for any ``block_size``. The sensitivity, the
+    calibration and the draws are in :mod:`skfedpriv.privacy._tree_laplace`.
 
     **Privacy (ogd).** Neighbouring inputs as above. Protected output: every
     message of every learner over all ``T`` rounds, hence everything
@@ -389,7 +676,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     Privately: the label set is declared, and the release is what to publish.
 
     >>> private = DecentralizedLogisticRegression(
-    ...     topology="ring", epsilon=8.0, classes=list(range(10)))
+    ...     topology="ring", mechanism="laplace", epsilon=8.0, classes=list(range(10)))
     >>> private = private.fit(X, y, sample_group=sites)
     >>> public = private.release()
     >>> public.privacy_spent_
@@ -398,6 +685,24 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     False
     """
 
+    _parameter_constraints = {
+        "topology": [TOPOLOGIES, "array-like"],
+        "solver": [SOLVERS],
+        "block_size": [Interval(Integral, 1, None), None],
+        "constraint": [CONSTRAINTS],
+        "radius": [Interval(Real, 0, None, closed="neither"), None],
+        "mechanism": [MECHANISMS, None],
+        "epsilon": [Interval(Real, 0, None, closed="neither")],
+        "clip_norm": [Interval(Real, 0, None, closed="neither")],
+        "alpha": [Interval(Real, 0, None)],
+        "h": [Interval(Real, 0, None, closed="neither"), None],
+        "n_rounds": [Interval(Integral, 1, None), None],
+        "fit_intercept": ["boolean"],
+        "random_state": ["random_state"],
+        "budget": [PrivacyBudget, None],
+        "classes": ["array-like", None],
+    }
+
     def __init__(
         self,
         topology="complete",
@@ -405,7 +710,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         block_size=None,
         constraint="l2",
         radius=None,
-        epsilon=None,
+        mechanism=None,
+        epsilon=1.0,
         clip_norm=1.0,
         alpha=0.0,
         h=None,
@@ -420,6 +726,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         self.block_size = block_size
         self.constraint = constraint
         self.radius = radius
+        self.mechanism = mechanism
         self.epsilon = epsilon
         self.clip_norm = clip_norm
         self.alpha = alpha
@@ -437,7 +744,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     def fit(self, X, y, sample_group=None):
         """Stream the data once, from a fresh state.
 
-        With ``epsilon`` set the label set must be declared through the
+        Under a mechanism the label set must be declared through the
         ``classes`` hyperparameter (it is public; read from the data it would
         reveal a row's label), and the call spends ``(epsilon, 0)`` from
         ``budget`` before any state changes.
@@ -454,15 +761,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         -------
         self : DecentralizedLogisticRegression
         """
-        params = self._check_params()
-        with _restore_feature_attributes_on_error(self):
-            batch, classes = self._validate_batch(
-                X, y, sample_group, None, reset=True, infer_classes=True
-            )
-            plan = self._plan(batch, first=True)
-            self._init_state(params, batch, classes, plan)
-        self._run(batch, plan)
-        return self
+        return self._fit_batch(X, y, sample_group, new_stream=True)
 
     def partial_fit(self, X, y, sample_group=None, classes=None):
         """Run the rounds of one batch of the stream.
@@ -491,27 +790,17 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             On a release (see :meth:`release`), which holds no training state.
         ValueError
             For invalid input, or labels outside the declared classes;
-            nothing changes.
+            nothing changes. :class:`InvalidParameterError` (a ValueError)
+            for a private first call without ``n_rounds``.
         """
         self._check_can_continue()
-        params = self._check_params()
-        first = not hasattr(self, "_training_state")
-        if first and params["epsilon"] is not None and params["n_rounds"] is None:
-            raise ValueError(
+        if (not hasattr(self, "_training_state") and self._is_private()
+                and self.n_rounds is None):
+            raise InvalidParameterError(
                 "A private partial_fit stream needs its horizon: set n_rounds "
                 "(the noise is calibrated for all n_rounds rounds)."
             )
-        if not first:
-            self._check_same_params(params)
-        with _restore_feature_attributes_on_error(self):
-            batch, classes = self._validate_batch(
-                X, y, sample_group, None, reset=first, classes=classes
-            )
-            plan = self._plan(batch, first=first)
-            if first:
-                self._init_state(params, batch, classes, plan)
-        self._run(batch, plan)
-        return self
+        return self._fit_batch(X, y, sample_group, classes=classes, new_stream=False)
 
     def decision_function(self, X, learner=None):
         """Class scores of the averaged model, or of one learner's model.
@@ -537,10 +826,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     def predict(self, X, learner=None):
         """Predict class labels (averaged model, or one learner's with ``learner=``).
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        learner : hashable or None, default=None
+        ``X`` and ``learner`` as in :meth:`decision_function` (``learner``:
+        the labels that learner's own model predicts).
 
         Returns
         -------
@@ -550,310 +837,191 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         return scores_to_labels(self.classes_, scores)
 
     def predict_proba(self, X, learner=None):
-        """Class probabilities ``softmax(W x)`` of the multiclass logistic model.
+        """Class probabilities ``softmax(W x_bar)`` of the multiclass logistic model.
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        learner : hashable or None, default=None
+        ``X`` and ``learner`` as in :meth:`decision_function` (``learner``:
+        the probabilities of that learner's own model).
 
         Returns
         -------
         proba : ndarray of shape (n_samples, n_classes)
+            :func:`skfedpriv._losses.softmax_probabilities` of the scores.
         """
-        scores = self.decision_function(X, learner=learner)
-        if scores.ndim == 1:
-            p1 = expit(scores)
-            return np.column_stack([1.0 - p1, p1])
-        return softmax(scores, axis=1)
+        return softmax_probabilities(self.decision_function(X, learner=learner))
 
     def predict_log_proba(self, X, learner=None):
         """Logarithm of :meth:`predict_proba`."""
-        scores = self.decision_function(X, learner=learner)
-        if scores.ndim == 1:
-            scores = np.column_stack([np.zeros_like(scores), scores])
-        return log_softmax(scores, axis=1)
+        return softmax_probabilities(self.decision_function(X, learner=learner), log=True)
 
     # ------------------------------------------------------------------
-    # validation
+    # the stream: settings, update
     # ------------------------------------------------------------------
 
-    def _check_params(self):
-        if self.budget is not None and not isinstance(self.budget, PrivacyBudget):
-            raise ValueError(f"budget must be a PrivacyBudget or None, got {self.budget!r}.")
-        if self.solver not in SOLVERS:
-            raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}.")
-        if self.constraint not in CONSTRAINTS:
-            raise ValueError(
-                f"constraint must be one of {CONSTRAINTS}, got {self.constraint!r}."
-            )
-        if isinstance(self.topology, str):
-            if self.topology not in TOPOLOGIES:
-                raise ValueError(
-                    f"topology must be one of {TOPOLOGIES} or a mixing matrix, "
-                    f"got {self.topology!r}."
-                )
-        elif self.topology is None:
-            raise ValueError("topology must be a name or a mixing matrix, got None.")
-        epsilon = self.epsilon
-        if epsilon is not None:
-            try:
-                epsilon, _ = check_privacy_params(epsilon)
-            except TypeError as exc:
-                raise ValueError(str(exc)) from None
-        if not isinstance(self.fit_intercept, (bool, np.bool_)):
-            raise ValueError(f"fit_intercept must be a bool, got {self.fit_intercept!r}.")
-        return {
-            "epsilon": epsilon,
-            "radius": _check_real(self.radius, "radius", low=0.0, strict=True, allow_none=True),
-            "clip_norm": _check_real(self.clip_norm, "clip_norm", low=0.0, strict=True),
-            "alpha": _check_real(self.alpha, "alpha", low=0.0),
-            "h": _check_real(self.h, "h", low=0.0, strict=True, allow_none=True),
-            "block_size": _check_int(self.block_size, "block_size", allow_none=True),
-            "n_rounds": _check_int(self.n_rounds, "n_rounds", allow_none=True),
+    def _check_param_combinations(self, params):
+        """The settings a stream is sized by (they may not change mid-stream)."""
+        topology = params["topology"]
+        settings = {
+            "topology": topology if isinstance(topology, str)
+            else np.array(topology, dtype=np.float64, copy=True),
+            "solver": params["solver"],
+            "constraint": params["constraint"],
+            "fit_intercept": bool(params["fit_intercept"]),
+            "mechanism": params["mechanism"],
+            # the ε in force: None without a mechanism
+            "epsilon": None if params["mechanism"] is None else float(params["epsilon"]),
         }
+        for name in ("radius", "clip_norm", "alpha", "h"):
+            settings[name] = None if params[name] is None else float(params[name])
+        for name in ("block_size", "n_rounds"):
+            settings[name] = None if params[name] is None else int(params[name])
+        return settings
 
-    def _check_same_params(self, params):
-        # hyperparameters that size the state may not change mid-stream
-        st = self._training_state
-        if isinstance(self.topology, str) or isinstance(st.topology, str):
-            same_topology = isinstance(self.topology, str) and self.topology == st.topology
-        else:
-            same_topology = np.array_equal(np.asarray(self.topology), st.topology)
-        if params != st.params or self.solver != st.solver or not same_topology or (
-            self.constraint != st.constraint or bool(self.fit_intercept) != st.fit_intercept
-        ):
-            raise ValueError(
-                "Hyperparameters changed since the stream started; call fit "
-                "(or clone the estimator) to start a new stream."
-            )
-
-    def _plan(self, batch, *, first):
-        """Map the batch's rows to (learner, round); check the horizon. No state change."""
-        labels = batch.site_labels
+    def _update(self, batch, classes, settings, *, first):
+        """The rounds of one batch: checks first (horizon, unchanged
+        settings, known learners), then the solver on a copy of the training
+        state. Writes nothing on the estimator; returns ``(release, state)``."""
         if first:
-            learner_labels = labels
-            learner_of_label = np.arange(len(labels))
-        else:
-            learner_labels = self.learner_labels_
-            index = {v: i for i, v in enumerate(learner_labels.tolist())}
-            learner_of_label = np.empty(len(labels), dtype=np.intp)
-            for k, label in enumerate(labels.tolist()):
-                if label not in index:
-                    raise ValueError(
-                        f"sample_group names learner {label!r}, which is not one of the "
-                        f"learners of this stream {learner_labels.tolist()!r}; the "
-                        "learners are fixed by the first call."
-                    )
-                learner_of_label[k] = index[label]
-        n_learners = len(learner_labels)
-        rows = site_row_indices(batch.site_codes, len(labels))
-        counts = np.zeros(n_learners, dtype=np.intp)
-        for k, r in enumerate(rows):
-            counts[learner_of_label[k]] = len(r)
-        n_rounds = int(counts.max()) if counts.size else 0
-        if not first:
-            limit = self._training_state.horizon
-            if limit is not None and self.n_rounds_seen_ + n_rounds > limit:
+            allocation = allocate_rounds(batch, batch.site_labels)
+            if settings["n_rounds"] is not None and allocation.n_rounds > settings["n_rounds"]:
                 raise PrivacyBudgetError(
-                    f"This batch needs {n_rounds} rounds but only "
-                    f"{limit - self.n_rounds_seen_} of the n_rounds={limit} rounds "
+                    f"This batch needs {allocation.n_rounds} rounds but "
+                    f"n_rounds={settings['n_rounds']}."
+                )
+            release, st = self._init_state(settings, batch, classes, allocation)
+        else:
+            if not _same_settings(settings, self._training_state.params):
+                raise ValueError(
+                    "Hyperparameters changed since the stream started; call fit "
+                    "(or clone the estimator) to start a new stream."
+                )
+            allocation = allocate_rounds(batch, self.learner_labels_)
+            limit = self._training_state.horizon
+            seen = self._training_state.rounds_seen
+            if limit is not None and seen + allocation.n_rounds > limit:
+                raise PrivacyBudgetError(
+                    f"This batch needs {allocation.n_rounds} rounds but only "
+                    f"{limit - seen} of the n_rounds={limit} rounds "
                     "the noise was calibrated for remain; nothing was changed."
                 )
-        elif self.n_rounds is not None and n_rounds > self.n_rounds:
-            raise PrivacyBudgetError(
-                f"This batch needs {n_rounds} rounds but n_rounds={self.n_rounds}."
-            )
-        if not first:
-            P, sigma2 = self.mixing_matrix_, 1.0 - self.spectral_gap_
-        elif isinstance(self.topology, str):
-            P = mixing_matrix(self.topology, n_learners)
-            _, sigma2 = check_mixing_matrix(P)
-        else:
-            P, sigma2 = check_mixing_matrix(self.topology, n_learners)
-        return {
-            "learner_labels": learner_labels,
-            "learner_of_label": learner_of_label,
-            "rows": rows,
-            "counts": counts,
-            "n_rounds": n_rounds,
-            "P": P,
-            "sigma2": sigma2,
-        }
+            release = {name: getattr(self, name) for name in _STREAM_ATTRIBUTES}
+            st = _copy_state(self._training_state)
+        if allocation.n_rounds:
+            rounds = round_arrays(batch, allocation, len(release["learner_labels_"]),
+                                  classes, settings["fit_intercept"])
+            SOLVERS[st.solver].run(st, *rounds, self._ogd_noise_scale)
+        release.update(self._models(st))
+        return release, st
 
-    # ------------------------------------------------------------------
-    # state
-    # ------------------------------------------------------------------
+    def _init_state(self, settings, batch, classes, allocation):
+        """Lines 1-3 of Algorithm 1 (and of Algorithm 3) before the first round.
 
-    def _init_state(self, params, batch, classes, plan):
-        if params["epsilon"] is not None:
+        Returns the data-independent part of the release and the training
+        state. The budget is charged before any noise is drawn.
+        """
+        s = settings
+        learner_labels = batch.site_labels
+        shape = (len(learner_labels), len(classes), batch.X.shape[1] + int(s["fit_intercept"]))
+        P, sigma2 = _mixing_matrix(s["topology"], shape[0])  # Assumption 3.4
+        theta = gossip_theta(sigma2)  # eq. 7
+        if s["epsilon"] is not None:
             warn_if_seeded(self.random_state, "DecentralizedLogisticRegression")
-            if self.budget is not None:
-                # one spend per run: its pure (epsilon, 0) covers all n_rounds rounds
-                self.budget.spend(
-                    params["epsilon"], 0.0,
-                    note=f"DecentralizedLogisticRegression(solver={self.solver!r}) on a new run",
-                    mechanism="laplace",
-                )
-        n = len(plan["learner_labels"])
-        p1 = batch.X.shape[1] + int(bool(self.fit_intercept))
-        q = len(classes)
-        D = q * p1
-        # T: the horizon; None (no limit) only for a non-private stream
-        T = params["n_rounds"]
-        if T is None and params["epsilon"] is not None:
-            T = max(plan["n_rounds"], 1)
-        horizon = T
-        T_design = T if T is not None else max(plan["n_rounds"], 1)
-        rho = 1.0 - plan["sigma2"]
-        theta = gossip_theta(plan["sigma2"])
-        G, alpha = params["clip_norm"], params["alpha"]
-        R = params["radius"]
-        if R is None:
-            R = default_radius(self.constraint, q, p1)
-        eps = params["epsilon"]
-
-        L = params["block_size"]
-        if self.solver == "ftgl":
-            L0 = gossip_steps(n, T_design, rho)  # eq. 7
-        elif self.solver == "ocg":  # Corollaries 3.10 / 3.11
-            if alpha > 0:
-                lnT = max(math.log(T_design), 1.0)
-                L0 = max(math.ceil(T_design ** (2 / 3) * lnT ** (-2 / 3)), 1)
-            else:
-                L0 = max(math.ceil(math.sqrt(T_design)), 1)
-        else:
-            L0 = 1
-        if self.solver == "ogd":
-            L = 1
-        elif L is None:  # the paper's, longer under privacy
-            L = default_block_size(
-                L0, T_design, D, G, eps, delay_blocks=ZERO_DECISION_BLOCKS[self.solver]
-            )
-        if self.solver in ZERO_DECISION_BLOCKS:
-            delay = ZERO_DECISION_BLOCKS[self.solver]
-            if T_design // L <= delay:
-                warnings.warn(
-                    f"{T_design} rounds make {T_design // L} block(s) of {L} rounds, and "
-                    f"the first {delay} blocks of {self.solver!r} play the zero "
-                    "decision: the model will stay at zero. Use a smaller "
-                    "block_size, more rows per learner, or fewer learners.",
-                    UserWarning,
-                    stacklevel=4,
-                )
-        if self.solver == "ftgl":
-            steps = L
-        elif self.solver == "ocg":
-            steps = min(gossip_steps(n, T_design, rho), L)  # L' of eq. 10, at most L
-        else:
-            steps = 1
-
+            self._charge_budget(s["epsilon"])
+        # line 1, input: the horizon, the ball K, the block size L (defaults
+        # from declared quantities) and the noise distribution D
+        design = _design(s, shape, 1.0 - sigma2, allocation.n_rounds)
         rng = as_generator(self.random_state)
-        tree, scale, sens = None, 0.0, float("nan")
-        if self.solver in ("ftgl", "ocg"):
-            M = gossip_polynomial(plan["P"], steps, theta)
-            sens = 2.0 * G * math.sqrt(D) * float(np.abs(M).sum(axis=0).max())
-            n_leaves = max((horizon // L) - 1, 1) if horizon is not None else None
-            noise = None
-            if eps is not None:
-                probe = TreeAggregator(n_leaves)
-                scale = laplace_scale(eps / probe.max_nodes_per_input, sens)
-                noise = functools.partial(rng.laplace, 0.0, scale)
-            if n_leaves is not None:
-                tree = TreeAggregator(n_leaves, shape=(n, q, p1), noise=noise)
-            h = params["h"]
-            if h is None:
-                noise_norm = prefix_noise_norm(
-                    max(T_design // L - 1, 1), D, sens, eps
-                )
-                h = default_h(min(L0, L), G, R, alpha, noise_norm, block_size=L)
-        else:
-            h = params["h"] if params["h"] is not None else float("nan")
-            if eps is not None:
-                # PD-OGD: the largest per-message scale, that of round 1's update (reported only)
-                scale = self._ogd_noise_scale(1, T, D, G, R, alpha, eps)
+        noise = self._calibrate(s, design, gossip_polynomial(P, design.steps, theta), shape, rng)
+        h = _regularization(s, design, noise, shape[1] * shape[2])  # line 1, input: h
+        zeros = np.zeros(shape)
+        trace_learner = getattr(self, "_trace_learner", None)
+        state = TrainingState(
+            params=s, solver=s["solver"], horizon=design.horizon, radius=design.radius,
+            rng=rng, P=P, theta=theta, L=design.L, steps=design.steps, h=h,
+            D=shape[1] * shape[2],
+            tree=noise.tree,  # line 3: the binary trees B_i (all learners at once)
+            W=zeros.copy(),  # line 2: x_i(1) = 0
+            zhat=zeros.copy(),  # line 2: ẑ_i(1) = 0, the released prefix sum
+            d=zeros.copy(),  # the block's sum of clipped gradients
+            gossip=None,  # (H^k, H^{k-1}) of the previous block's sums
+            sent=zeros.copy(),  # ogd: the messages of the next round (released)
+            z=1, k=0, n_leaves=0, rounds_seen=0,
+            leaf_trace=[] if getattr(self, "_trace_leaves", False) else None,
+            trace_learner=trace_learner,
+            loss_trace=[] if trace_learner is not None else None,
+        )
+        release = {
+            "classes_": classes,
+            "learner_labels_": learner_labels,
+            "mixing_matrix_": P,
+            "spectral_gap_": 1.0 - sigma2,
+            "theta_": theta,
+            "n_rounds_": design.horizon,
+            "radius_": design.radius,
+            "block_size_": design.L,
+            "gossip_steps_": design.steps,
+            "h_": h,
+            "leaf_sensitivity_": noise.sensitivity,
+            "noise_scale_": noise.scale,
+        }
+        return release, state
 
-        zeros = np.zeros((n, q, p1))
-        self._training_state = TrainingState(**{
-            "params": params,
-            "solver": self.solver,
-            "topology": self.topology if isinstance(self.topology, str)
-            else np.array(self.topology, copy=True),
-            "constraint": self.constraint,
-            "fit_intercept": bool(self.fit_intercept),
-            "horizon": horizon,
-            "rng": rng,
-            "tree": tree,
-            "P": plan["P"],
-            "theta": theta,
-            "L": L,
-            "steps": steps,
-            "h": h,
-            "D": D,
-            "W": zeros.copy(),
-            "d": zeros.copy(),
-            "gossip": None,  # (H^k, H^{k-1}) of the previous block's sums
-            "zhat": zeros.copy(),
-            "zhat_prev": zeros.copy(),
-            "sent": zeros.copy(),  # ogd: the messages of the next round (released)
-            "z": 1,
-            "k": 0,
-            "n_leaves": 0,
-            "leaf_trace": [] if getattr(self, "_trace_leaves", False) else None,
-            "loss_trace": [] if getattr(self, "_trace_learner", None) is not None else None,
-        })
-        self.classes_ = classes
-        self.learner_labels_ = plan["learner_labels"]
-        self.mixing_matrix_ = plan["P"]
-        self.spectral_gap_ = rho
-        self.theta_ = theta
-        self.n_rounds_ = horizon
-        self.radius_ = R
-        self.block_size_ = L
-        self.gossip_steps_ = steps
-        self.h_ = h
-        self.leaf_sensitivity_ = sens
-        self.noise_scale_ = scale
-        self.n_rounds_seen_ = 0
-        self.privacy_spent_ = (0.0, 0.0) if eps is not None else (float("inf"), 0.0)
-        self._publish()
+    def _calibrate(self, settings, design, gossip_polynomial, shape, rng):
+        """The noise of the run (line 1's ``D``): the trees' leaf sensitivity,
+        Laplace scale and trees (ftgl, ocg), or PD-OGD's largest message scale."""
+        s, D = settings, shape[1] * shape[2]
+        eps, G = s["epsilon"], s["clip_norm"]
+        if s["solver"] == "ogd":
+            # the largest per-message scale, that of round 1's update (reported only)
+            scale = 0.0 if eps is None else self._ogd_noise_scale(
+                1, design.horizon, D, G, design.radius, s["alpha"], eps)
+            return Calibration(float("nan"), scale, None)
+        sensitivity = leaf_sensitivity(gossip_polynomial, G, D)
+        if design.horizon is None:  # non-private without a horizon: exact sums, no tree
+            return Calibration(sensitivity, 0.0, None)
+        n_leaves = max(design.horizon // design.L - 1, 1)
+        scale, noise = 0.0, None
+        if eps is not None:
+            scale = tree_noise_scale(eps, n_leaves, sensitivity)
+            noise = MECHANISMS[s["mechanism"]](rng, scale)
+        return Calibration(sensitivity, scale, TreeAggregator(n_leaves, shape=shape, noise=noise))
+
+    def _charge_budget(self, epsilon):
+        if self.budget is not None:
+            # one spend per run: its pure (epsilon, 0) covers all n_rounds rounds
+            self.budget.spend(
+                epsilon, 0.0,
+                note=f"DecentralizedLogisticRegression(solver={self.solver!r}) on a new run",
+                mechanism="laplace",
+            )
 
     @staticmethod
-    def _ogd_step(t, G, R, alpha):
-        """Step size of PD-OGD: ``1/(α t)`` if ``α > 0`` else ``R / (G √t)``."""
-        if alpha > 0:
-            return 1.0 / (alpha * t)
-        return R / (G * math.sqrt(t))
+    def _models(st):
+        """The released models: decisions (ftgl, ocg) or next messages (ogd)."""
+        W = st.sent if st.solver == "ogd" else st.W
+        V = (W[:, 1] - W[:, 0])[:, None, :] if W.shape[1] == 2 else W
+        learner_coef, learner_intercept = split_intercept(V, st.params["fit_intercept"])
+        eps = st.params["epsilon"]
+        if eps is None:
+            spent = (float("inf"), 0.0)
+        else:
+            spent = (eps, 0.0) if st.rounds_seen else (0.0, 0.0)
+        return {
+            "learner_coef_": learner_coef,
+            "learner_intercept_": learner_intercept,
+            "coef_": learner_coef.mean(axis=0),
+            "intercept_": learner_intercept.mean(axis=0),
+            "n_rounds_seen_": st.rounds_seen,
+            "privacy_spent_": spent,
+        }
+
+    _ogd_step = staticmethod(_ogd_step)
 
     @classmethod
     def _ogd_noise_scale(cls, t, T, D, G, R, alpha, eps):
-        """Laplace scale of the messages computed by PD-OGD's round ``t``.
-
-        Given all earlier messages, a replaced row of learner ``j`` changes
-        only learner ``j``'s update ``Π_K(Σ_k P_jk m_k - η_t g_j)``, through
-        its gradient ``g_j = clip(∇f) + αW_j``: by at most ``2(G + αR)`` in
-        Frobenius norm (clipping, and ``W_j, W_j' ∈ K``), hence by
-        ``Δ_t = 2√D η_t (G + αR)`` in L1 (the projection is non-expansive).
-        ``ε/T`` per message: ``b_t = T Δ_t / ε``.
-        """
-        eta = cls._ogd_step(t, G + alpha * R, R, alpha)
-        return T * 2.0 * math.sqrt(D) * eta * (G + alpha * R) / eps
-
-    def _publish(self):
-        st = self._training_state
-        # ogd releases the messages of the next round, ftgl/ocg the decisions
-        W = st.sent if st.solver == "ogd" else st.W
-        p = W.shape[2] - int(bool(st.fit_intercept))
-        if W.shape[1] == 2:
-            V = (W[:, 1] - W[:, 0])[:, None, :]
-        else:
-            V = W
-        self.learner_coef_ = V[:, :, :p].copy()
-        self.learner_intercept_ = (
-            V[:, :, p].copy() if st.fit_intercept else np.zeros(V.shape[:2])
-        )
-        self.coef_ = self.learner_coef_.mean(axis=0)
-        self.intercept_ = self.learner_intercept_.mean(axis=0)
+        """Laplace scale of the messages computed by PD-OGD's round ``t``
+        (:func:`~skfedpriv.privacy._tree_laplace.ogd_noise_scale` at the
+        step size ``η_t`` of round ``t``)."""
+        return ogd_noise_scale(cls._ogd_step(t, G + alpha * R, R, alpha), T, D, G, R, alpha, eps)
 
     @property
     def _loss_trace(self):
@@ -875,146 +1043,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         i = matches[0]
         return self.learner_coef_[i], self.learner_intercept_[i]
 
-    # ------------------------------------------------------------------
-    # the rounds
-    # ------------------------------------------------------------------
-
-    def _arrays(self, batch, plan):
-        """Rows of the batch as (n_learners, n_rounds, p1) with a mask."""
-        st = self._training_state
-        n = len(self.learner_labels_)
-        R = plan["n_rounds"]
-        p1 = st.W.shape[2]
-        X = batch.X
-        if st.fit_intercept:
-            X = np.hstack([X, np.ones((X.shape[0], 1))])
-        y = np.searchsorted(self.classes_, batch.y)
-        Xr = np.zeros((n, R, p1))
-        yr = np.zeros((n, R), dtype=np.intp)
-        mask = np.zeros((n, R), dtype=bool)
-        for k, rows in enumerate(plan["rows"]):
-            i = plan["learner_of_label"][k]
-            Xr[i, : len(rows)] = X[rows]
-            yr[i, : len(rows)] = y[rows]
-            mask[i, : len(rows)] = True
-        return Xr, yr, mask
-
-    def _run(self, batch, plan):
-        if plan["n_rounds"] == 0:
-            return
-        st = self._training_state
-        Xr, yr, mask = self._arrays(batch, plan)
-        if st.solver == "ogd":
-            self._run_ogd(Xr, yr, mask)
-        else:
-            self._run_blocks(Xr, yr, mask)
-        if st.params["epsilon"] is not None:
-            self.privacy_spent_ = (st.params["epsilon"], 0.0)
-        self._publish()
-
-    def _trace_losses(self, Xs, ys, mask, W):
-        """Optional instrumentation for benchmarks: per-round summed loss of one learner's model.
-
-        Set ``_trace_learner`` before the stream starts; the trace (raw,
-        un-noised losses of the data) is kept in the training state.
-        """
-        st = self._training_state
-        i = getattr(self, "_trace_learner", None)
-        if i is None or st.loss_trace is None:
-            return
-        Wi = np.broadcast_to(W[i], W.shape)
-        losses = logistic_losses(Wi, Xs, ys)
-        if st.params["alpha"] > 0:
-            losses = losses + 0.5 * st.params["alpha"] * np.sum(W[i] ** 2)
-        per_round = np.where(mask, losses, 0.0).sum(axis=0)
-        st.loss_trace.append((per_round, mask.sum(axis=0)))
-
-    def _run_blocks(self, Xr, yr, mask):
-        st = self._training_state
-        p = st.params
-        L, R = st.L, Xr.shape[1]
-        start = 0
-        while start < R:
-            m = min(L - st.k, R - start)
-            seg = slice(start, start + m)
-            # lines 8-11: play x_i(z) for m rounds, sum the clipped gradients
-            self._trace_losses(Xr[:, seg], yr[:, seg], mask[:, seg], st.W)
-            st.d = st.d + clipped_gradient_sum(
-                st.W, Xr[:, seg], yr[:, seg], mask[:, seg], p["clip_norm"]
-            )
-            # line 11 (Alg. 1) / line 12 (Alg. 3): one gossip step per round, at most `steps`
-            if st.gossip is not None:
-                todo = max(0, min(st.k + m, st.steps) - min(st.k, st.steps))
-                if todo:
-                    st.gossip = accelerated_gossip(st.P, *st.gossip, todo, st.theta)
-            st.k += m
-            self.n_rounds_seen_ += m
-            start += m
-            if st.k == L:
-                self._end_block()
-
-    def _end_block(self):
-        st = self._training_state
-        p = st.params
-        z, L = st.z, st.L
-        if z >= 2:
-            # line 14 (Alg. 1) / 15 (Alg. 3): leaf w_i(z-1) = d_i^L(z-1) -> PrivateSum
-            leaf = st.gossip[0]
-            zhat_prev = st.zhat
-            if st.tree is not None:
-                st.zhat = st.tree.add(leaf)
-            else:  # non-private stream without horizon: exact prefix sums
-                st.zhat = st.zhat + leaf
-            st.n_leaves += 1
-            if st.leaf_trace is not None:  # test instrumentation: (leaf, released prefix sum)
-                st.leaf_trace.append((leaf.copy(), st.zhat.copy()))
-        else:
-            zhat_prev = st.zhat
-        alpha, h = p["alpha"], st.h
-        if st.solver == "ftgl":
-            # eq. 6: x_i(z+1) = argmin <ẑ_i(z), x> + (α(z-1)L + 2h)/2 ‖x‖²
-            eta = alpha * (z - 1) * L + 2 * h
-            st.W = regularized_leader(st.zhat, eta, st.constraint, self.radius_)
-        elif z >= 2:
-            # Alg. 3 line 16: x_i(z+1) = CG(K, L, F_{z,i}, x_i(z)), F_{z,i} of eq. 9
-            eta = alpha * (z - 2) * L + 2 * h
-            st.W = conditional_gradient(st.W, zhat_prev, eta, L, st.constraint, self.radius_)
-        # line 13 (Alg. 1): d_i^0(z) = d_i^{-1}(z) = d_i(z)
-        st.gossip = (st.d, st.d)
-        st.d = np.zeros_like(st.d)
-        st.z = z + 1
-        st.k = 0
-
-    def _run_ogd(self, Xr, yr, mask):
-        # Li et al. (2018): every round each learner mixes its neighbours'
-        # noisy messages m_k and takes a projected gradient step; its next
-        # message is its new decision plus its own independent Laplace noise.
-        # Only the messages leave a learner (and are released): the decision
-        # W_i itself, un-noised, stays in the training state.
-        st = self._training_state
-        p = st.params
-        G, Rad, alpha, eps = p["clip_norm"], self.radius_, p["alpha"], p["epsilon"]
-        T, D = st.horizon, st.D
-        P, rng, W, sent = st.P, st.rng, st.W, st.sent
-        for r in range(Xr.shape[1]):
-            t = self.n_rounds_seen_ + 1
-            seg = slice(r, r + 1)
-            self._trace_losses(Xr[:, seg], yr[:, seg], mask[:, seg], W)
-            grad = clipped_gradient_sum(W, Xr[:, seg], yr[:, seg], mask[:, seg], G) + alpha * W
-            eta = self._ogd_step(t, G + alpha * Rad, Rad, alpha)
-            mixed = (P @ sent.reshape(W.shape[0], -1)).reshape(W.shape)
-            W = project(mixed - eta * grad, st.constraint, Rad)
-            sent = W
-            if eps is not None:  # eps/T per message (basic composition over T rounds)
-                b = self._ogd_noise_scale(t, T, D, G, Rad, alpha, eps)
-                sent = W + rng.laplace(0.0, b, size=W.shape)
-            self.n_rounds_seen_ = t
-        st.W, st.sent = W, sent
-
-    def _is_private(self):
-        return self.epsilon is not None
-
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.non_deterministic = self.epsilon is not None and self.random_state is None
+        tags.non_deterministic = self.mechanism is not None
         return tags
+
