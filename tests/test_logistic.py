@@ -58,8 +58,8 @@ def reference_round(theta, X, y, groups, classes, *, tau, eta, eta_g, B, alpha,
                     nx = np.sqrt(x @ x)
                     if nx > feature_clip:
                         x = x * (feature_clip / nx)
-                if fit_intercept:
-                    x = np.append(x, 1.0)
+                if fit_intercept:  # x_bar = (1, x): intercept first
+                    x = np.append(1.0, x)
                 for k in range(K):
                     if K == 1:
                         s = 1.0 if y[j] == classes[1] else -1.0
@@ -74,7 +74,7 @@ def reference_round(theta, X, y, groups, classes, *, tau, eta, eta_g, B, alpha,
                     G[k] += grad / len(chunk)
             mask = np.ones(p)
             if fit_intercept:
-                mask[-1] = 0.0
+                mask[0] = 0.0
             z = z - eta * (G + alpha * mask * z)
         g = (theta - z) / (eta * tau)
         if noise is not None:
@@ -104,7 +104,7 @@ def make_stream(n_rounds, seed, d=3, n_classes=2, learners=("a", "b", "c")):
 
 
 def model(clf):
-    return np.column_stack([clf.coef_, clf.intercept_]) if clf.fit_intercept \
+    return np.column_stack([clf.intercept_, clf.coef_]) if clf.fit_intercept \
         else clf.coef_
 
 
@@ -140,7 +140,7 @@ def test_equals_reference_loop_without_noise(n_classes, kw):
         )
         np.testing.assert_allclose(model(clf), theta, rtol=1e-10, atol=1e-12)
     assert clf.n_rounds_seen_ == len(batches)
-    assert set(clf.learners_) == {"a", "b", "c"}
+    assert set(clf.learner_labels_) == {"a", "b", "c"}
 
 
 @pytest.mark.parametrize("mechanism", ["independent", "tree", "toeplitz", "blt"])
@@ -158,12 +158,12 @@ def test_noise_added_as_in_algorithm_1(mechanism):
               epsilon=1.0, delta=1e-3, feature_clip_norm=2.0, random_state=seed)
     clf = LogisticRegression(**kw)
     clf.partial_fit(*batches[0][:2], sample_group=batches[0][2], classes=[0, 1])
-    sigma = clf.noise_std_
+    sigma = clf.noise_scale_
     # rebuild the streams the estimator draws from: one Generator from the
     # seed, one stream per cohort of learners in order of first appearance
     rng = as_generator(seed)
     fact = make_factorization(mechanism, R)
-    first = sorted(set(batches[0][2]))  # learners_ order: sorted within a call
+    first = sorted(set(batches[0][2]))  # learner_labels_ order: sorted within a call
     streams = {"first": (first, fact.noise_stream(rng, sigma, (len(first), 4)))}
     pending = {}
     theta = np.zeros((1, 4))
