@@ -553,6 +553,23 @@ def test_logistic_declared_classes_release_and_budget_through_the_learners():
     federated_partial_fit(est, transport, 2)  # the training object continues
 
 
+def test_logistic_default_learning_rate_through_the_learners():
+    """learning_rate='auto' with a large feature_clip_norm: the server sends
+    the step it resolved and the learner resolves the same from its own
+    LearnerPrivacy (else it would refuse the round)."""
+    X, y, g, rnd = logistic_stream_data()
+    kw = dict(n_rounds=R_LOG, local_steps=3, mechanism="tree", epsilon=4.0, delta=1e-4,
+              feature_clip_norm=6.0, classes=[0, 1])
+    est = LogisticRegression(**kw)
+    transport = LocalTransport(logistic_sites(
+        X, y, g, rnd, lambda s: LearnerPrivacy.from_estimator(est, random_state=s)))
+    for r in range(R_LOG):
+        federated_partial_fit(est, transport, r)
+    assert est.learning_rate_ == 2.0 / ((36.0 + 1.0) / 4.0) < 0.5
+    assert transport.log[-1][0]["param-learning_rate"] == est.learning_rate_
+    assert transport.sites[0].privacy.settings.learning_rate == est.learning_rate_
+
+
 def test_logistic_server_refuses_a_learner_with_another_calibration():
     """A learner running the server's parameters but another std (tampered) is refused."""
     X, y, g, rnd = logistic_stream_data()
