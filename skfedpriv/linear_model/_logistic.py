@@ -6,7 +6,6 @@ differentially private online federated learning with correlated noise"
 ``partial_fit`` is one communication round.
 """
 
-import math
 import numbers
 from dataclasses import asdict, dataclass
 
