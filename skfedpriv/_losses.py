@@ -154,7 +154,48 @@ def gendwd_smoothed_curvature(u, q, width=SMOOTHING_WIDTH):
 
 
 # -- logistic (one-vs-rest) ------------------------------------------------------
-# (LogisticRegression's per-model binary logistic loss goes here.)
+# LogisticRegression: one binary logistic model per class (one model for two
+# classes), elementwise on margins ``u = s * (x_bar @ theta)`` with targets
+# ``s`` in {-1, +1}.
+
+
+def one_vs_rest_targets(y, classes):
+    """Targets in {-1, +1}: one column for two classes, else one per class."""
+    if len(classes) == 2:
+        return np.where(y == classes[1], 1.0, -1.0)[:, None]
+    return np.where(y[:, None] == classes[None, :], 1.0, -1.0)
+
+
+def logistic_loss(u):
+    """Binary logistic loss ``log(1 + exp(-u))`` of margins ``u``."""
+    return np.logaddexp(0.0, -np.asarray(u, dtype=float))
+
+
+def logistic_derivative(u):
+    """First derivative of :func:`logistic_loss`: ``-sigmoid(-u)``, in (-1, 0)."""
+    return -expit(-np.asarray(u, dtype=float))
+
+
+def logistic_curvature_bound():
+    """Global bound of the logistic loss's second derivative: 1/4 (at u = 0)."""
+    return 0.25
+
+
+def logistic_probabilities(scores):
+    """Class probabilities from one-vs-rest decision scores.
+
+    ``scores`` of shape ``(n,)`` (two classes): ``[1 - sigmoid(s),
+    sigmoid(s)]``. Of shape ``(n, K)``: the sigmoids of the class models
+    normalized to sum to one (as scikit-learn's one-vs-rest logistic
+    regression; uniform where all of them underflow).
+    """
+    if scores.ndim == 1:
+        positive = expit(scores)
+        return np.column_stack([1.0 - positive, positive])
+    prob = expit(scores)
+    total = prob.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, prob / total, 1.0 / prob.shape[1])
 
 
 # -- multinomial (softmax) -------------------------------------------------------

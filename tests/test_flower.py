@@ -296,7 +296,7 @@ def test_logistic_protocol_matches_in_process_fit(params, n_classes):
     np.testing.assert_allclose(remote.coef_, local.coef_, atol=1e-10, rtol=0)
     np.testing.assert_allclose(remote.intercept_, local.intercept_, atol=1e-10, rtol=0)
     assert remote.n_rounds_seen_ == local.n_rounds_seen_ == R_LOG
-    assert list(remote.learners_) == [f"s{s}" for s in local.learners_]
+    assert list(remote.learner_labels_) == [f"s{s}" for s in local.learner_labels_]
     assert len(transport.log) == 1 + R_LOG  # one describe, one request per round
     np.testing.assert_array_equal(remote.predict(X), local.predict(X))
 
@@ -314,7 +314,7 @@ def test_logistic_protocol_matches_in_process_stream(n_classes):
     local = in_process_stream(LogisticRegression(**kw), X, y, g, rnd, classes)
     np.testing.assert_allclose(remote.coef_, local.coef_, atol=1e-10, rtol=0)
     np.testing.assert_allclose(remote.intercept_, local.intercept_, atol=1e-10, rtol=0)
-    assert list(remote.learners_) == ["s0", "s1", "s2", "s3"]
+    assert list(remote.learner_labels_) == ["s0", "s1", "s2", "s3"]
     # the non-private learner sends its raw g_i^r: only one array per reply
     for request, replies in transport.log:
         if request["op"] == "round":
@@ -368,14 +368,14 @@ def test_logistic_private_matches_in_process_with_the_learners_streams(monkeypat
         federated_partial_fit(est, transport, r, classes=classes if r == 0 else None)
     _per_learner_streams(monkeypatch, mechanism, [seed[s] for s in (0, 1, 2, 3)])  # join order
     local = in_process_stream(private_logistic(mechanism), X, y, g, rnd, classes)
-    assert est.noise_std_ == local.noise_std_ > 0
+    assert est.noise_scale_ == local.noise_scale_ > 0
     np.testing.assert_allclose(est.coef_, local.coef_, atol=1e-10, rtol=0)
     np.testing.assert_allclose(est.intercept_, local.intercept_, atol=1e-10, rtol=0)
     # and the noise matters: without it the model differs
     plain = in_process_stream(private_logistic(None), X, y, g, rnd, classes)
     assert np.abs(plain.coef_ - est.coef_).max() > 1e-3
     # the server holds no noise: its training state has no stream
-    assert est._training_state.cohorts == [] and est._training_state.rng is None
+    assert est._training_state.noise is None
 
 
 def test_logistic_private_fit_matches_in_process_fit(monkeypatch):
@@ -394,11 +394,11 @@ def test_logistic_private_fit_matches_in_process_fit(monkeypatch):
 def _raw_g(theta, X, y, classes, est):
     """g_i^r recomputed here from the rows, independently of the site code."""
     Xa = clip_rows(X, est.feature_clip_norm)
-    Xa = np.hstack([Xa, np.ones((len(Xa), 1))])
+    Xa = np.hstack([np.ones((len(Xa), 1)), Xa])  # x_bar = (1, x): intercept first
     targets = np.where(y == classes[1], 1.0, -1.0)[:, None]
     _, g = local_round(theta, Xa, targets, np.zeros(len(y), dtype=int), local_steps=est.local_steps,
                        learning_rate=est.learning_rate, clip_norm=est.clip_norm,
-                       penalize=np.r_[np.ones(X.shape[1]), 0.0])
+                       penalize=np.r_[0.0, np.ones(X.shape[1])])
     return g[0].ravel()
 
 
@@ -420,7 +420,7 @@ def test_logistic_private_messages_are_g_plus_the_factorization_noise(mechanism)
         federated_partial_fit(est, transport, r, classes=classes if r == 0 else None)
     fact = make_factorization(mechanism, R_LOG)
     sigma = gaussian_sigma(4.0, 1e-4, fact.sensitivity * 2 * 1.0 / 3)
-    assert est.noise_std_ == pytest.approx(sigma, rel=1e-12)
+    assert est.noise_scale_ == pytest.approx(sigma, rel=1e-12)
     d = X.shape[1] + 1
     residuals = {s: [] for s in range(3)}
     for request, replies in transport.log:
@@ -465,9 +465,9 @@ def test_logistic_unseeded_learners_send_noise_of_the_calibrated_std():
     residuals = np.concatenate(residuals)
     n = residuals.size
     assert n == rounds * n_learners * 4
-    ratio = np.mean(residuals**2) / est.noise_std_**2
+    ratio = np.mean(residuals**2) / est.noise_scale_**2
     assert abs(ratio - 1) < 5 * math.sqrt(2 / n)
-    assert abs(np.mean(residuals)) < 5 * est.noise_std_ / math.sqrt(n)
+    assert abs(np.mean(residuals)) < 5 * est.noise_scale_ / math.sqrt(n)
 
 
 def test_logistic_learner_guards():
@@ -542,7 +542,7 @@ def test_logistic_declared_classes_release_and_budget_through_the_learners():
     assert est.classes_.tolist() == [0, 1]
     (entry,) = budget.ledger.entries
     assert entry.mechanism == "gaussian"
-    assert (entry.sigma, entry.sensitivity) == (est.noise_std_, est.sensitivity_)
+    assert (entry.sigma, entry.sensitivity) == (est.noise_scale_, est.sensitivity_)
     released = est.release()
     np.testing.assert_array_equal(released.predict(X), est.predict(X))
     assert not hasattr(released, "_training_state")
@@ -553,12 +553,29 @@ def test_logistic_declared_classes_release_and_budget_through_the_learners():
     federated_partial_fit(est, transport, 2)  # the training object continues
 
 
+def test_logistic_default_learning_rate_through_the_learners():
+    """learning_rate='auto' with a large feature_clip_norm: the server sends
+    the step it resolved and the learner resolves the same from its own
+    LearnerPrivacy (else it would refuse the round)."""
+    X, y, g, rnd = logistic_stream_data()
+    kw = dict(n_rounds=R_LOG, local_steps=3, mechanism="tree", epsilon=4.0, delta=1e-4,
+              feature_clip_norm=6.0, classes=[0, 1])
+    est = LogisticRegression(**kw)
+    transport = LocalTransport(logistic_sites(
+        X, y, g, rnd, lambda s: LearnerPrivacy.from_estimator(est, random_state=s)))
+    for r in range(R_LOG):
+        federated_partial_fit(est, transport, r)
+    assert est.learning_rate_ == 2.0 / ((36.0 + 1.0) / 4.0) < 0.5
+    assert transport.log[-1][0]["param-learning_rate"] == est.learning_rate_
+    assert transport.sites[0].privacy.settings.learning_rate == est.learning_rate_
+
+
 def test_logistic_server_refuses_a_learner_with_another_calibration():
     """A learner running the server's parameters but another std (tampered) is refused."""
     X, y, g, rnd = logistic_stream_data()
     est = private_logistic()
     privacy = LearnerPrivacy.from_estimator(est, random_state=1)
-    privacy.noise_std *= 0.5
+    privacy.noise_scale *= 0.5
     sites = logistic_sites(X, y, g, rnd, lambda s: privacy)
     with pytest.raises(RuntimeError, match="privacy parameters differ"):
         federated_partial_fit(est, LocalTransport(sites), 0, classes=[0, 1])
@@ -828,7 +845,7 @@ def test_flower_deployment_logistic_matches_in_process(flower_deployment):
     transport = LocalTransport(logistic_sites(
         X, y, g, rnd, lambda s: LearnerPrivacy.from_estimator(est, random_state=10 + s)))
     federated_fit(est, transport, classes=[0, 1])
-    assert private.noise_std_ == est.noise_std_ > 0
+    assert private.noise_scale_ == est.noise_scale_ > 0
     np.testing.assert_allclose(private.coef_, est.coef_, atol=1e-10, rtol=0)
     np.testing.assert_allclose(private.intercept_, est.intercept_, atol=1e-10, rtol=0)
     assert np.abs(private.coef_ - remote.coef_).max() > 1e-3  # the noise is there

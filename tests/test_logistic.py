@@ -14,6 +14,7 @@ from sklearn.datasets import load_breast_cancer
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+from skfedpriv.linear_model import BatchLearners
 from skfedpriv.linear_model._logistic import LogisticRegression
 from skfedpriv.privacy import as_generator
 from skfedpriv.privacy import make_factorization
@@ -58,8 +59,8 @@ def reference_round(theta, X, y, groups, classes, *, tau, eta, eta_g, B, alpha,
                     nx = np.sqrt(x @ x)
                     if nx > feature_clip:
                         x = x * (feature_clip / nx)
-                if fit_intercept:
-                    x = np.append(x, 1.0)
+                if fit_intercept:  # x_bar = (1, x): intercept first
+                    x = np.append(1.0, x)
                 for k in range(K):
                     if K == 1:
                         s = 1.0 if y[j] == classes[1] else -1.0
@@ -74,7 +75,7 @@ def reference_round(theta, X, y, groups, classes, *, tau, eta, eta_g, B, alpha,
                     G[k] += grad / len(chunk)
             mask = np.ones(p)
             if fit_intercept:
-                mask[-1] = 0.0
+                mask[0] = 0.0
             z = z - eta * (G + alpha * mask * z)
         g = (theta - z) / (eta * tau)
         if noise is not None:
@@ -104,7 +105,7 @@ def make_stream(n_rounds, seed, d=3, n_classes=2, learners=("a", "b", "c")):
 
 
 def model(clf):
-    return np.column_stack([clf.coef_, clf.intercept_]) if clf.fit_intercept \
+    return np.column_stack([clf.intercept_, clf.coef_]) if clf.fit_intercept \
         else clf.coef_
 
 
@@ -140,7 +141,7 @@ def test_equals_reference_loop_without_noise(n_classes, kw):
         )
         np.testing.assert_allclose(model(clf), theta, rtol=1e-10, atol=1e-12)
     assert clf.n_rounds_seen_ == len(batches)
-    assert set(clf.learners_) == {"a", "b", "c"}
+    assert set(clf.learner_labels_) == {"a", "b", "c"}
 
 
 @pytest.mark.parametrize("mechanism", ["independent", "tree", "toeplitz", "blt"])
@@ -158,12 +159,12 @@ def test_noise_added_as_in_algorithm_1(mechanism):
               epsilon=1.0, delta=1e-3, feature_clip_norm=2.0, random_state=seed)
     clf = LogisticRegression(**kw)
     clf.partial_fit(*batches[0][:2], sample_group=batches[0][2], classes=[0, 1])
-    sigma = clf.noise_std_
+    sigma = clf.noise_scale_
     # rebuild the streams the estimator draws from: one Generator from the
     # seed, one stream per cohort of learners in order of first appearance
     rng = as_generator(seed)
     fact = make_factorization(mechanism, R)
-    first = sorted(set(batches[0][2]))  # learners_ order: sorted within a call
+    first = sorted(set(batches[0][2]))  # learner_labels_ order: sorted within a call
     streams = {"first": (first, fact.noise_stream(rng, sigma, (len(first), 4)))}
     pending = {}
     theta = np.zeros((1, 4))
@@ -325,6 +326,110 @@ def test_bad_hyperparameters(params, match):
     y = np.arange(20) % 2
     with pytest.raises(ValueError, match=match):
         LogisticRegression(**params).fit(X, y)
+
+
+# --------------------------------------------------------------------------
+# the default learning rate works with every valid feature_clip_norm
+# --------------------------------------------------------------------------
+
+
+def _private(**kw):
+    return LogisticRegression(n_rounds=3, mechanism="tree", delta=1e-3, random_state=0,
+                              classes=[0, 1], **kw)
+
+
+@pytest.mark.parametrize("cx", [0.1, 1.0, 3.0, 6.0, 50.0])
+@pytest.mark.parametrize("alpha, intercept", [(0.0, True), (0.3, False)])
+def test_default_learning_rate_works_with_every_feature_clip_norm(cx, alpha, intercept):
+    """The issue's example, LogisticRegression(mechanism='tree',
+    feature_clip_norm=6.0), raised with the old default 0.5; 'auto' takes
+    min(0.5, 2 / (L + alpha)), L = (C_x^2 + fit_intercept) / 4, from the
+    hyperparameters alone."""
+    X = np.random.default_rng(0).normal(size=(30, 3)) * 4
+    y = np.arange(30) % 2
+    clf = _private(feature_clip_norm=cx, alpha=alpha, fit_intercept=intercept).fit(X, y)
+    bound = 2.0 / ((cx**2 + intercept) / 4.0 + alpha)
+    assert clf.learning_rate_ == min(0.5, bound)
+    assert clf.gradient_sensitivity_ == pytest.approx(2 * 1.0 / 5)  # the 2 B_g / tau regime
+    # the value 'auto' chose is itself accepted explicitly, and is the same run
+    explicit = _private(feature_clip_norm=cx, alpha=alpha, fit_intercept=intercept,
+                        learning_rate=clf.learning_rate_).fit(X, y)
+    np.testing.assert_array_equal(model(explicit), model(clf))
+
+
+def test_default_learning_rate_without_row_clipping_keeps_the_penalty_contracting():
+    X = np.random.default_rng(0).normal(size=(30, 3))
+    y = np.arange(30) % 2
+    assert _private(alpha=5.0).fit(X, y).learning_rate_ == 2.0 / 5.0
+    with pytest.raises(ValueError, match="alpha"):  # an explicit 0.5 expands: refused
+        _private(alpha=5.0, learning_rate=0.5).fit(X, y)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(),                                        # not private
+    dict(feature_clip_norm=6.0),                   # not private: no bound applies
+    dict(feature_clip_norm=6.0, alpha=1.0, mechanism=None),
+    dict(mechanism="tree", feature_clip_norm=1.0, delta=1e-3, random_state=0),
+    dict(mechanism="toeplitz", alpha=0.1, delta=1e-3, random_state=0),
+])
+def test_auto_learning_rate_leaves_working_configurations_unchanged(kw):
+    """Every configuration that ran with the old default 0.5 runs the same."""
+    X = np.random.default_rng(1).normal(size=(40, 3)) * 2
+    y = np.arange(40) % 2
+    auto = LogisticRegression(n_rounds=4, classes=[0, 1], **kw).fit(X, y)
+    old = LogisticRegression(n_rounds=4, classes=[0, 1], learning_rate=0.5, **kw).fit(X, y)
+    assert auto.learning_rate_ == 0.5
+    np.testing.assert_array_equal(model(auto), model(old))
+
+
+def test_explicit_learning_rate_beyond_the_bound_still_raises():
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    y = np.arange(20) % 2
+    clf = _private(feature_clip_norm=6.0, learning_rate=0.5)
+    with pytest.raises(ValueError, match="non-expansive"):
+        clf.fit(X, y)
+    assert not hasattr(clf, "coef_")
+
+
+# --------------------------------------------------------------------------
+# learners from outside: fit_sites / partial_fit_sites
+# --------------------------------------------------------------------------
+
+
+def _learners(X, y, g, n_rounds=1):
+    labels, codes = np.unique(g, return_inverse=True)
+    return BatchLearners(X, y, labels, codes, n_rounds)
+
+
+def test_fit_sites_is_fit_and_partial_fit_sites_is_partial_fit():
+    batches = make_stream(4, seed=5)
+    X = np.vstack([b[0] for b in batches])
+    y = np.concatenate([b[1] for b in batches])
+    g = np.concatenate([b[2] for b in batches])
+    kw = dict(n_rounds=4, local_steps=2, alpha=0.01)
+    a = LogisticRegression(**kw).fit(X, y, sample_group=g)
+    b = LogisticRegression(**kw).fit_sites(_learners(X, y, g, n_rounds=4))
+    np.testing.assert_array_equal(model(a), model(b))
+    assert list(a.learner_labels_) == list(b.learner_labels_)
+    assert b.n_features_in_ == 3 and b.n_rounds_seen_ == 4
+    c, d = LogisticRegression(**kw), LogisticRegression(**kw)
+    for Xb, yb, gb in batches:
+        c.partial_fit(Xb, yb, sample_group=gb, classes=[0, 1])
+        d.partial_fit_sites(_learners(Xb, yb, gb), classes=[0, 1])
+    np.testing.assert_array_equal(model(c), model(d))
+    # the same checks: classes on the first call, then the same label set
+    with pytest.raises(ValueError, match="first call"):
+        LogisticRegression(**kw).partial_fit_sites(_learners(*batches[0]))
+    with pytest.raises(ValueError, match="not the same"):
+        d.partial_fit_sites(_learners(*batches[0]), classes=[0, 1, 2])
+
+
+def test_fit_sites_refuses_learners_that_do_not_add_their_own_noise():
+    X, y, g = make_stream(1, seed=2)[0]
+    clf = _private(feature_clip_norm=1.0)
+    with pytest.raises(ValueError, match="add their own noise"):
+        clf.fit_sites(_learners(X, y, g, n_rounds=3))
+    assert not [k for k in vars(clf) if k.endswith("_")]
 
 
 def test_hyperparameter_change_mid_stream_is_refused():

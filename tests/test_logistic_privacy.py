@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from skfedpriv.linear_model._local_steps import local_round
+from skfedpriv.linear_model._local_steps import learner_messages
 from skfedpriv.linear_model._logistic import LogisticRegression
 from skfedpriv.privacy import PrivacyBudgetError, gaussian_epsilon, gaussian_sigma
 from skfedpriv.privacy import make_factorization
@@ -24,15 +24,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::skfedpriv.privacy.SeededNoiseWa
 
 def _round_g(clf, theta, X, y):
     """``g`` of a single learner for rows (X, y), with the estimator's code."""
-    params = clf._params
-    Xa = clf._features(X, params)
-    targets = clf._targets(y, clf.classes_)
-    _, g = local_round(
-        theta, Xa, targets, np.zeros(len(y), dtype=np.intp),
-        local_steps=params["tau"], learning_rate=params["eta"],
-        clip_norm=params["B"], alpha=params["alpha"],
-        penalize=clf._penalty_mask(theta.shape[1], params),
-    )
+    _, g = learner_messages(theta, X, y, np.zeros(len(y), dtype=np.intp), clf.classes_,
+                            clf._settings)
     return g[0]
 
 
@@ -117,7 +110,7 @@ def test_lemma_iv8_bound_fails_outside_the_regime_and_code_uses_2Bg():
     X = v[:2].reshape(2, 1)
     X2 = X.copy()
     X2[0] = v[2]
-    theta = v[3:].reshape(1, 2)
+    theta = v[[4, 3]].reshape(1, 2)  # (intercept, weight): intercept first
     y = np.array([1, 1])
     y2 = np.array([0, 1])
     change = np.linalg.norm(_round_g(clf, theta, X, y) - _round_g(clf, theta, X2, y2))
@@ -166,13 +159,13 @@ def test_calibration(mechanism):
     sens = fact.sensitivity * 2 * B / tau
     assert clf.factorization_sensitivity_ == pytest.approx(fact.sensitivity)
     assert clf.sensitivity_ == pytest.approx(sens)
-    assert clf.noise_std_ == pytest.approx(gaussian_sigma(eps, delta, sens), rel=1e-12)
+    assert clf.noise_scale_ == pytest.approx(gaussian_sigma(eps, delta, sens), rel=1e-12)
     # Lemma IV.8: V_i^2 = 2 B_g^2 max||c_col||^2 / (tau^2 rho), rho from (eps, delta)
     L = math.log(1 / delta)
     rho = (math.sqrt(eps + L) - math.sqrt(L)) ** 2
     v_paper = math.sqrt(2 * B**2 * fact.sensitivity_squared / (tau**2 * rho))
     assert gaussian_sigma(eps, delta, sens, method="zcdp") == pytest.approx(v_paper)
-    assert clf.noise_std_ < 0.8 * v_paper
+    assert clf.noise_scale_ < 0.8 * v_paper
     assert clf.privacy_spent_ == (eps, delta)
 
 
@@ -180,7 +173,7 @@ def test_no_mechanism_attributes():
     X = np.random.default_rng(0).normal(size=(30, 3))
     y = np.arange(30) % 2
     clf = LogisticRegression(n_rounds=3).fit(X, y)
-    assert clf.noise_std_ == 0.0
+    assert clf.noise_scale_ == 0.0
     assert math.isnan(clf.sensitivity_)
     assert clf.privacy_spent_ == (math.inf, 0.0)
     for _ in range(5):  # no horizon without noise
@@ -231,7 +224,7 @@ def test_noise_increments_have_the_calibrated_scale():
         clf.partial_fit(X, y, classes=[0, 1])
         draws.append(np.r_[clf.coef_.ravel(), clf.intercept_] / -(0.1 * 5))
     draws = np.concatenate(draws)
-    sigma = clf.noise_std_
+    sigma = clf.noise_scale_
     assert np.std(draws) == pytest.approx(sigma, rel=0.1)
 
 
@@ -257,7 +250,7 @@ def test_shared_budget_counts_grid_candidates_and_refuses_overspend():
     # exactly one Gaussian mechanism of μ√7 (Dong, Roth, Su 2022, Cor. 3.3)
     fitted = search.best_estimator_
     assert len(budget.ledger.entries) == 7
-    composed = gaussian_epsilon(fitted.noise_std_, 7e-5, np.sqrt(7) * fitted.sensitivity_)
+    composed = gaussian_epsilon(fitted.noise_scale_, 7e-5, np.sqrt(7) * fitted.sensitivity_)
     assert budget.spent == pytest.approx((composed, 7e-5))
     assert composed < 7.0 / 2
     stream = clone(est).set_params(budget=budget)

@@ -124,7 +124,7 @@ def test_declared_classes_without_a_mechanism_and_scikit_learn_inference():
 # 3. release versus training state
 # --------------------------------------------------------------------------
 
-ALLOWED_ARRAYS = {"coef_", "intercept_", "classes_", "learners_", "feature_names_in_"}
+ALLOWED_ARRAYS = {"coef_", "intercept_", "classes_", "learner_labels_", "feature_names_in_"}
 FORBIDDEN_TYPES = (np.random.Generator, np.random.BitGenerator, np.random.RandomState,
                    NoiseStream, PrefixSumFactorization, TrainingState)
 
@@ -251,12 +251,12 @@ def test_attack_reads_a_label_from_the_training_object_not_from_the_release():
         est = LogisticRegression(random_state=None, **kw).fit(x, [label])
         stolen = pickle.loads(pickle.dumps(est))
         noise = _noise_total_from_state(stolen)
-        model = np.r_[stolen.coef_.ravel(), stolen.intercept_]
+        model = np.r_[stolen.intercept_, stolen.coef_.ravel()]  # intercept first
         g = -model / step - noise.ravel()  # exact g of the one row, noise removed
         clean = LogisticRegression(**{**kw, "mechanism": None}).fit(x, [label])
-        np.testing.assert_allclose(-g * step, np.r_[clean.coef_.ravel(), clean.intercept_],
+        np.testing.assert_allclose(-g * step, np.r_[clean.intercept_, clean.coef_.ravel()],
                                    atol=1e-9)
-        assert (g[-1] < 0) == (label == 1)  # the intercept gradient's sign is the label
+        assert (g[0] < 0) == (label == 1)  # the intercept gradient's sign is the label
         # the release: nothing to read
         published = pickle.loads(pickle.dumps(est.release()))
         assert _noise_total_from_state(published) is None
@@ -276,7 +276,7 @@ def test_budget_entry_is_the_stream_gaussian_mechanism(mechanism):
     est.fit(X, y, sample_group=groups)
     (entry,) = budget.ledger.entries
     assert entry.mechanism == "gaussian"
-    assert entry.sigma == est.noise_std_ and entry.sensitivity == est.sensitivity_
+    assert entry.sigma == est.noise_scale_ and entry.sensitivity == est.sensitivity_
     assert (entry.epsilon, entry.delta) == est.privacy_spent_
     # the exact epsilon of that Gaussian is the claimed one
     exact = gaussian_epsilon(entry.sigma, entry.delta, entry.sensitivity)
@@ -289,7 +289,7 @@ def test_budget_entry_is_the_stream_gaussian_mechanism(mechanism):
     assert len(budget.ledger) == 2
     # two identical streams compose as one Gaussian of mu * sqrt(2)
     eps_total, delta_total = budget.ledger.total()
-    mu = est.sensitivity_ / est.noise_std_
+    mu = est.sensitivity_ / est.noise_scale_
     assert delta_total == pytest.approx(2e-3)
     assert eps_total == pytest.approx(
         min(2.0, gaussian_epsilon(1.0, 2e-3, mu * math.sqrt(2))), rel=1e-6)

@@ -13,10 +13,14 @@ per site). :class:`LocalTransport` calls :class:`DWDSite` objects in this
 process; the Flower server app sends each request as a Flower message.
 
 The same functions fit a :class:`~skfedpriv.LogisticRegression` on
-:class:`~skfedpriv.flower.LogisticSite` learners: each round the server
+:class:`~skfedpriv.flower.LogisticSite` learners: :class:`RemoteLearners`
+implements the estimator's declared learners interface
+(:class:`~skfedpriv.linear_model.LogisticLearners`) over the transport, and
+the estimator runs its own rounds on it
+(:meth:`~skfedpriv.LogisticRegression.fit_sites`,
+:meth:`~skfedpriv.LogisticRegression.partial_fit_sites`): each round it
 sends the global model, every learner present replies with its (noised)
-``g_i^r``, and the estimator's own server step
-(``LogisticRegression._server_step``) averages them and moves the model.
+``g_i^r``, and the estimator averages them and moves the model.
 """
 
 
@@ -24,6 +28,7 @@ import numpy as np
 from sklearn.utils.multiclass import unique_labels
 
 from .._losses import gendwd_curvature_bound
+from ..linear_model._local_steps import LogisticLearners
 from ..linear_model._logistic import LogisticRegression
 from ._site import PROTOCOL_VERSION, logistic_request_params
 
@@ -262,101 +267,77 @@ def _fit_batch(estimator, transport, batch, classes, n_features, *, first):
 # -- the logistic protocol ------------------------------------------------------
 
 
-def _logistic_describe(transport, batches):
-    replies = _ask(transport, {"protocol": PROTOCOL_VERSION, "op": "describe",
-                               "batches": [int(b) for b in batches]})
-    n_features = {int(r["n_features"]) for r in replies}
-    if len(n_features) != 1:
-        raise ValueError(f"sites disagree on the number of features: {sorted(n_features)}")
-    private = [r["site"] for r in replies if r.get("private")]
-    labels = None if private else [label for r in replies for label in r["labels"]]
-    return n_features.pop(), labels, private
+class RemoteLearners(LogisticLearners):
+    """The learners of a :class:`~skfedpriv.LogisticRegression`, reached through a transport.
 
+    Each :class:`~skfedpriv.flower.LogisticSite` runs its local steps and,
+    with a :class:`~skfedpriv.flower.LearnerPrivacy`, adds the increments of
+    its own noise stream (``holds_noise``): the server never holds noise.
 
-def _logistic_classes(est, labels, classes, private):
-    if classes is None and est.classes is None and labels is None:
-        raise ValueError(f"learners {private!r} are private and do not report their labels; "
-                         "pass classes.")
-    # the classes hyperparameter, else the classes argument; under a mechanism
-    # one of them is required (the label set must not be read from the data)
-    declared = est._declared_classes(classes, first_call=True)
-    classes = labels if declared is None else declared
-    classes = unique_labels(np.asarray(classes))
-    if len(classes) < 2:
-        raise ValueError(f"Classifier can't train when only one class is present: classes={classes!r}.")
-    return classes
+    Parameters
+    ----------
+    transport : callable
+    batch : int, default=0
+        Batch of the first round asked; round ``k`` of the call asks batch
+        ``batch + k``.
+    """
 
+    holds_noise = True
 
-def _logistic_start(est, params, classes, n_features):
-    return est._initial_state(params, classes, n_features, noise_here=False)  # no noise here
+    def __init__(self, transport, batch=0):
+        self.transport = transport
+        self.batch = int(batch)
 
+    def describe(self, n_rounds):
+        replies = _ask(self.transport, {
+            "protocol": PROTOCOL_VERSION, "op": "describe",
+            "batches": [self.batch + k for k in range(int(n_rounds))],
+        })
+        n_features = {int(r["n_features"]) for r in replies}
+        if len(n_features) != 1:
+            raise ValueError(f"sites disagree on the number of features: {sorted(n_features)}")
+        private = any(r.get("private") for r in replies)  # private learners keep their labels
+        labels = None if private else [label for r in replies for label in r["labels"]]
+        return n_features.pop(), labels
 
-def _logistic_round(est, transport, batch, state):
-    """One round (Algorithm 1): send ``x^r``, average the learners' ``ĝ_i^r``, step."""
-    theta = state["_theta"]
-    d = theta.size
-    replies = _ask(transport, {
-        "protocol": PROTOCOL_VERSION, "op": "round", "batch": int(batch),
-        "round": int(state["n_rounds_seen_"]), "theta": theta,
-        "classes": state["classes_"].tolist(), **logistic_request_params(est),
-    })
-    private = est.mechanism is not None
-    for r in replies:
-        if private and "std" not in r and r["present"]:
-            raise RuntimeError(f"site {r['site']} sent no noise std: it is not private.")
-        if private and "std" in r and not np.isclose(float(r["std"]), state["noise_std_"],
-                                                     rtol=1e-9, atol=0.0):
-            raise RuntimeError(
-                f"site {r['site']} adds noise of std {float(r['std']):.6g}, the server expects "
-                f"{state['noise_std_']:.6g}: learner and server privacy parameters differ."
-            )
-    present = [r for r in replies if r["present"]]
-    # learners new this round are numbered in order of names (numpy.unique order)
-    codes, n_new = est._learner_codes(state, np.array([r["site"] for r in present], dtype=object),
-                                      np.arange(len(present)))
-    if n_new:  # keep the estimator's state shapes (no noise is kept here)
-        state["_pending"] = np.vstack([state["_pending"], np.zeros((n_new, d))])
-    messages = np.zeros((len(present), d))
-    for row, r in zip(np.argsort(np.argsort(codes)), present):
-        message = np.asarray(r["message"], dtype=float).reshape(-1)
-        if message.shape != (d,) or not np.all(np.isfinite(message)):
-            raise RuntimeError(f"site {r['site']} sent a message of shape {message.shape}, not ({d},).")
-        messages[row] = message
-    return est._server_step(state, messages)  # averaged in increasing learner index
+    def local_updates(self, request):
+        """Send ``x^r``; return the present learners' names and messages (in name order)."""
+        theta = request.theta
+        d = theta.size
+        replies = _ask(self.transport, {
+            "protocol": PROTOCOL_VERSION, "op": "round", "batch": self.batch + request.step,
+            "round": int(request.index), "theta": theta, "classes": request.classes.tolist(),
+            **logistic_request_params(request.settings),
+        })
+        private = request.settings.mechanism is not None
+        for r in replies:
+            if private and "std" not in r and r["present"]:
+                raise RuntimeError(f"site {r['site']} sent no noise std: it is not private.")
+            if private and "std" in r and not np.isclose(float(r["std"]), request.noise_scale,
+                                                         rtol=1e-9, atol=0.0):
+                raise RuntimeError(
+                    f"site {r['site']} adds noise of std {float(r['std']):.6g}, the server expects "
+                    f"{request.noise_scale:.6g}: learner and server privacy parameters differ."
+                )
+        present = [r for r in replies if r["present"]]
+        messages = np.zeros((len(present), d))
+        for row, r in enumerate(present):
+            message = np.asarray(r["message"], dtype=float).reshape(-1)
+            if message.shape != (d,) or not np.all(np.isfinite(message)):
+                raise RuntimeError(f"site {r['site']} sent a message of shape {message.shape}, not ({d},).")
+            messages[row] = message
+        labels = np.empty(len(present), dtype=object)
+        labels[:] = [r["site"] for r in present]
+        return labels, messages
 
 
 def _logistic_fit(est, transport, batch, classes):
-    params = est._check_params()
-    n_features, labels, private = _logistic_describe(transport, range(batch, batch + params["R"]))
-    classes = _logistic_classes(est, labels, classes, private)
-    state = _logistic_start(est, params, classes, n_features)
-    for r in range(params["R"]):
-        state = _logistic_round(est, transport, batch + r, state)
-    return _logistic_commit(est, state, n_features)
+    return est.fit_sites(RemoteLearners(transport, batch), classes=classes)
 
 
 def _logistic_partial_fit(est, transport, batch, classes):
-    first, params = est._round_params(noise_at_sites=True)
-    if first:
-        if classes is None and est.classes is None:
-            raise ValueError("classes must be passed on the first call to partial_fit.")
-        n_features, labels, private = _logistic_describe(transport, [batch])
-        state = _logistic_start(est, params, _logistic_classes(est, labels, classes, private), n_features)
-    else:
-        if classes is not None and not np.array_equal(unique_labels(np.asarray(classes)), est.classes_):
-            raise ValueError("classes differ from those of the earlier batches.")
-        n_features = est.n_features_in_  # the learners check the model's shape
-        state = est._state()
-    state = _logistic_round(est, transport, batch, state)
-    return _logistic_commit(est, state, n_features)
+    return est.partial_fit_sites(RemoteLearners(transport, batch), classes=classes)
 
 
-def _logistic_commit(est, state, n_features):
-    est.n_features_in_ = n_features
-    if hasattr(est, "feature_names_in_"):
-        del est.feature_names_in_
-    est._commit(state)
-    return est
-
-
-__all__ = ["LocalTransport", "RemoteSites", "federated_fit", "federated_partial_fit"]
+__all__ = ["LocalTransport", "RemoteLearners", "RemoteSites", "federated_fit",
+           "federated_partial_fit"]

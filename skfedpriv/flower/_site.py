@@ -35,9 +35,11 @@ from ..linear_model._dwd_private import (
     local_gaussian_sigma,
 )
 from ..linear_model._dwd_solver import augmented_gram, site_summary
-from ..linear_model._logistic import LogisticRegression
+from ..linear_model._local_steps import learner_messages
+from ..linear_model._logistic import logistic_settings, noise_calibration
 from ..privacy import check_privacy_params, gaussian_noise, symmetric_gaussian_noise
 from ..privacy import write_transaction
+from ..privacy._gradient_noise import LearnerNoise
 
 PROTOCOL_VERSION = 1
 
@@ -431,15 +433,22 @@ LOGISTIC_PARAMS = ("local_steps", "learning_rate", "n_rounds", "mechanism", "eps
 _LEARNER_STATE = "logistic-learner"
 
 
-def logistic_request_params(estimator):
-    """The ``param-*`` entries of a round request (``None`` values are omitted)."""
-    values = estimator.get_params()
+def logistic_request_params(settings):
+    """The ``param-*`` entries of a round request from the server's
+    :class:`~skfedpriv.linear_model._logistic.LogisticSettings` (``None``
+    values are omitted; ``learning_rate`` is the resolved step size)."""
+    values = settings.as_dict()
     return {f"param-{k}": values[k] for k in LOGISTIC_PARAMS if values[k] is not None}
 
 
-def _logistic_from_request(request):
-    return LogisticRegression(**{k: request.get(f"param-{k}") for k in LOGISTIC_PARAMS
-                                 if request.get(f"param-{k}") is not None})
+def _settings_from_request(request):
+    return logistic_settings({k: request.get(f"param-{k}") for k in LOGISTIC_PARAMS
+                              if request.get(f"param-{k}") is not None})
+
+
+def _learner_view(settings):
+    """The settings a learner's messages depend on (all but the server's step)."""
+    return {k: v for k, v in settings.as_dict().items() if k in LOGISTIC_PARAMS}
 
 
 class LearnerPrivacy:
@@ -447,11 +456,11 @@ class LearnerPrivacy:
 
     A learner with these parameters computes, from them alone, the
     factorization ``A = B C`` and the std σ of its noise (exactly as the
-    estimator does: :meth:`LogisticRegression._noise_calibration`), draws
-    its own stream ``factorization.noise_stream(rng, σ, (n_models * p,))``
-    and adds its increments to every message it sends. It refuses a server
-    whose hyperparameters differ from these (the calibration and the
-    sensitivity ``2 B_g / τ`` depend on them).
+    estimator does: :func:`~skfedpriv.linear_model._logistic.noise_calibration`),
+    draws its own stream and adds its increments to every message it sends
+    (:class:`~skfedpriv.privacy._gradient_noise.LearnerNoise`). It refuses
+    a server whose hyperparameters differ from these (the calibration and
+    the sensitivity ``2 B_g / τ`` depend on them).
 
     Parameters
     ----------
@@ -472,22 +481,30 @@ class LearnerPrivacy:
         stream and its round counter hold across Flower runs and concurrent
         processes (a later run cannot restart round 0). The file then holds
         the noise stream: keep it at the learner.
+
+    Attributes
+    ----------
+    settings : LogisticSettings
+        The validated parameters (``learning_rate`` resolved).
+    factorization : PrefixSumFactorization
+    noise_scale : float
+        σ of each entry of the learner's draws.
     """
 
     def __init__(self, mechanism, epsilon, delta, *, n_rounds=100, local_steps=5,
-                 learning_rate=0.5, clip_norm=1.0, feature_clip_norm=None, alpha=0.0,
+                 learning_rate="auto", clip_norm=1.0, feature_clip_norm=None, alpha=0.0,
                  fit_intercept=True, random_state=None, ledger_path=None):
         if mechanism is None:
             raise ValueError("a LearnerPrivacy needs a mechanism (None adds no noise: use privacy=None).")
-        self.estimator = LogisticRegression(
+        # every check of the estimator
+        self.settings = logistic_settings(dict(
             mechanism=mechanism, epsilon=epsilon, delta=delta, n_rounds=n_rounds,
             local_steps=local_steps, learning_rate=learning_rate, clip_norm=clip_norm,
             feature_clip_norm=feature_clip_norm, alpha=alpha, fit_intercept=fit_intercept,
-        )
-        self.params = self.estimator._check_params()  # every check of the estimator
-        calibration = self.estimator._noise_calibration(self.params)
-        self.factorization = calibration["_factorization"]
-        self.noise_std = float(calibration["noise_std_"])
+        ))
+        calibration = noise_calibration(self.settings)
+        self.factorization = calibration.factorization
+        self.noise_scale = float(calibration.noise_scale)
         if random_state is not None and (
             isinstance(random_state, bool) or not isinstance(random_state, numbers.Integral)
         ):
@@ -504,7 +521,7 @@ class LearnerPrivacy:
 
     def calibration_key(self):
         """The parameters that fix the noise stream (as text)."""
-        return repr(("logistic", sorted(self.params.items()), self.noise_std))
+        return repr(("logistic", sorted(_learner_view(self.settings).items()), self.noise_scale))
 
 
 class LogisticSite(_Site):
@@ -556,19 +573,16 @@ class LogisticSite(_Site):
 
     def _round(self, request, ledger, reply):
         privacy = self.privacy
-        requested = _logistic_from_request(request)
-        params = requested._check_params()
+        settings = _settings_from_request(request)
         if privacy is None:
-            if params["mechanism"] is not None:
+            if settings.mechanism is not None:
                 raise ValueError(f"site {self.name} has no LearnerPrivacy to draw noise with.")
-            estimator = requested
         else:
-            mine = {k: v for k, v in privacy.params.items() if k != "eta_g"}
-            theirs = {k: v for k, v in params.items() if k != "eta_g"}
+            mine, theirs = _learner_view(privacy.settings), _learner_view(settings)
             if mine != theirs:
                 differ = sorted(k for k in mine if mine[k] != theirs.get(k))
                 raise ValueError(f"site {self.name}: server and learner disagree on {differ}.")
-            estimator, params = privacy.estimator, privacy.params
+            settings = privacy.settings
         classes = _as_labels(request["classes"])
         X, y, w = self._rows(request["batch"])
         if not np.all(w == 1.0):
@@ -576,20 +590,17 @@ class LogisticSite(_Site):
         self._check_labels(y, classes)
         theta = np.asarray(request["theta"], dtype=float)
         n_models = 1 if len(classes) == 2 else len(classes)
-        p = X.shape[1] + int(params["fit_intercept"])
+        p = X.shape[1] + int(settings.fit_intercept)
         if theta.shape != (n_models, p):
             raise ValueError(f"site {self.name}: model of shape {theta.shape}, expected {(n_models, p)}.")
+        d = n_models * p
         present = len(y) > 0
-        g = None
-        if present:  # lines 4-10: τ clipped local steps from x^r, then g_i^r
-            Xa = estimator._features(X, params)
-            targets = estimator._targets(y, classes)
-            _, grads = estimator._local_gradients(theta, Xa, targets, np.zeros(len(y), dtype=np.intp), params)
-            g = grads[0].reshape(-1)
+        # lines 4-10: τ clipped local steps from x^r, then g_i^r
+        _, messages = learner_messages(theta, X, y, np.zeros(len(y), dtype=np.intp), classes, settings)
         reply["present"] = present
         if privacy is None:
             if present:
-                reply["message"] = g
+                reply["message"] = messages[0]
             return reply
         # lines 11-12 with the learner's own stream
         r = int(request["round"])
@@ -600,23 +611,19 @@ class LogisticSite(_Site):
             if state is None and not present:
                 return None, (False, None)  # not joined yet: no stream, nothing sent
             if state is None:  # joins now: a fresh stream, first increment this round
-                rng = np.random.default_rng(privacy.random_state)
-                state = dict(next_round=r, pending=np.zeros(n_models * p), stream=privacy.factorization.noise_stream(
-                    rng, privacy.noise_std, (n_models * p,)))
+                noise = LearnerNoise(privacy.factorization, privacy.noise_scale, d,
+                                     np.random.default_rng(privacy.random_state))
+                state = dict(next_round=r, noise=noise)
             elif r != state["next_round"]:
                 raise PermissionError(
                     f"site {self.name}: asked for round {r}, its next round is {state['next_round']}; "
                     "every round is answered once, in order."
                 )
-            if state["pending"].shape != (n_models * p,):
+            if state["noise"].size != d:
                 raise ValueError(f"site {self.name}: the model changed shape within a stream.")
-            pending = state["pending"] + state["stream"].next()  # raises past n_rounds
-            message = None
-            if present:
-                message = g + pending
-                pending = np.zeros_like(pending)
-            state.update(next_round=r + 1, pending=pending)
-            return pickle.dumps(state), (True, message)  # kept before the message leaves
+            noised = state["noise"].add([self.name] if present else [], messages)  # raises past n_rounds
+            state.update(next_round=r + 1)
+            return pickle.dumps(state), (True, noised[0] if present else None)  # kept before the message leaves
 
         if privacy.ledger_file is not None:  # one transaction: read, advance, store
             joined, message = privacy.ledger_file.update_state(
@@ -629,5 +636,5 @@ class LogisticSite(_Site):
             return reply
         if message is not None:
             reply["message"] = message
-        reply["std"] = privacy.noise_std
+        reply["std"] = privacy.noise_scale
         return reply

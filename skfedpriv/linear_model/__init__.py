@@ -3,11 +3,15 @@
 from ._base import ReleasedModelError
 from ._decentralized import DecentralizedLogisticRegression
 from ._dwd import DWDClassifier
+from ._local_steps import BatchLearners, LogisticLearners, RoundRequest
 from ._logistic import LogisticRegression
 
 __all__ = [
+    "BatchLearners",
     "DWDClassifier",
     "DecentralizedLogisticRegression",
+    "LogisticLearners",
     "LogisticRegression",
     "ReleasedModelError",
+    "RoundRequest",
 ]

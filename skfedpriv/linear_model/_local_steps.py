@@ -8,16 +8,30 @@ gradient steps on its clients of the round (eq. 2, first line) and returns
     g_i^r = (x^r - z_i^{r,τ}) / (η τ)          (Algorithm 1, line 10).
 
 The loss is the logistic loss of one-vs-rest class models (one model for two
-classes). Learners are never looped over in Python: rows of all learners that
+classes; :mod:`skfedpriv._losses`), on rows ``x_bar = (1, x)`` (intercept
+first). Learners are never looped over in Python: rows of all learners that
 belong to local step ``t`` are processed together, and per-learner sums are
 segment sums (``np.add.reduceat``) over rows sorted by learner. The only
 Python loop is over the ``τ`` local steps.
+
+:class:`LogisticLearners` declares what a federated runtime offers the
+server of :class:`~skfedpriv.LogisticRegression`: each round, every present
+learner's local update message given the global model and the round
+settings. :class:`BatchLearners` is the in-process implementation over the
+rows of a batch; :mod:`skfedpriv.flower` implements it over remote learners.
 """
 
-import numpy as np
-from scipy.special import expit
+import abc
 
-from ..privacy import clip_vectors
+import numpy as np
+
+from .._losses import (
+    add_intercept_column,
+    logistic_derivative,
+    one_vs_rest_targets,
+    penalty_mask,
+)
+from ..privacy import clip_rows, clip_vectors
 
 
 def chunk_layout(codes, local_steps):
@@ -74,7 +88,8 @@ def local_round(theta, X, targets, codes, *, local_steps, learning_rate,
     ----------
     theta : ndarray of shape (n_models, p)
         Global model ``x^r`` (one row per one-vs-rest model; the intercept,
-        if any, is a column of ``theta`` matched by a column of ones in X).
+        if any, is the first column of ``theta``, matched by the first
+        column of ones of X).
     X : ndarray of shape (n_rows, p)
         The round's rows (already clipped and augmented).
     targets : ndarray of shape (n_rows, n_models)
@@ -127,8 +142,8 @@ def local_round(theta, X, targets, codes, *, local_steps, learning_rate,
         lt = slot[sel]
         # margins u_jk = z_{l_j, k} . x_j
         U = np.einsum("jkp,jp->jk", Z[lt], Xt)
-        # d/du log(1 + exp(-s u)) = -s * sigmoid(-s u)
-        coef = -st * expit(-st * U)
+        # d/du loss(s u) = s * loss'(s u)
+        coef = st * logistic_derivative(st * U)
         grads = coef[:, :, None] * Xt[:, None, :]  # (n_t, K, p)
         grads = clip_vectors(grads.reshape(-1, p), per_model_clip).reshape(grads.shape)
         grads /= chunk_size[sel][:, None, None]
@@ -141,3 +156,178 @@ def local_round(theta, X, targets, codes, *, local_steps, learning_rate,
         Z[active] -= learning_rate * G
     g = (theta[None] - Z) / (learning_rate * local_steps)
     return learners, g
+
+
+def learner_messages(theta, X, y, codes, classes, settings):
+    """Lines 4-10 for the learners of rows ``X``: each one's ``g_i^r``, un-noised.
+
+    Rows are clipped to ``settings.feature_clip_norm`` (if set) and
+    augmented to ``x_bar = (1, x)``; labels become one-vs-rest targets.
+
+    Parameters
+    ----------
+    theta : ndarray of shape (n_models, p)
+        The global model.
+    X : ndarray of shape (n_rows, n_features)
+    y : ndarray of shape (n_rows,)
+    codes : ndarray of int of shape (n_rows,)
+        Learner of each row.
+    classes : ndarray of shape (n_classes,)
+    settings : object
+        With ``local_steps``, ``learning_rate``, ``clip_norm``,
+        ``feature_clip_norm``, ``alpha`` and ``fit_intercept`` (validated).
+
+    Returns
+    -------
+    learners : ndarray of shape (n_present,)
+        The codes present, increasing.
+    messages : ndarray of shape (n_present, n_models * p)
+        Their flattened ``g_i^r``.
+    """
+    n_models, p = theta.shape
+    if not X.shape[0]:
+        return np.empty(0, dtype=np.intp), np.zeros((0, n_models * p))
+    if settings.feature_clip_norm is not None:
+        X = clip_rows(X, settings.feature_clip_norm)
+    learners, g = local_round(
+        theta, add_intercept_column(X, settings.fit_intercept), one_vs_rest_targets(y, classes),
+        codes, local_steps=settings.local_steps, learning_rate=settings.learning_rate,
+        clip_norm=settings.clip_norm, alpha=settings.alpha,
+        penalize=penalty_mask(p, settings.fit_intercept),
+    )
+    return learners, g.reshape(learners.size, n_models * p)
+
+
+class RoundRequest:
+    """What the server sends its learners in one round.
+
+    Attributes
+    ----------
+    step : int
+        Round within the current call (``0`` in ``partial_fit``; ``0 ..
+        n_rounds - 1`` in ``fit``).
+    index : int
+        Round ``r`` of the stream.
+    theta : ndarray of shape (n_models, p)
+        The global model ``x^r`` (intercept first).
+    classes : ndarray of shape (n_classes,)
+    settings : LogisticSettings
+        The validated hyperparameters.
+    noise_scale : float
+        σ the server expects each private learner's noise to have (0: none).
+    """
+
+    __slots__ = ("step", "index", "theta", "classes", "settings", "noise_scale")
+
+    def __init__(self, step, index, theta, classes, settings, noise_scale):
+        self.step = step
+        self.index = index
+        self.theta = theta
+        self.classes = classes
+        self.settings = settings
+        self.noise_scale = noise_scale
+
+
+class LogisticLearners(abc.ABC):
+    """The learners of :class:`~skfedpriv.LogisticRegression`, as its server reaches them.
+
+    The interface a federated runtime implements to run Algorithm 1 of the
+    correlated-noise paper: the estimator
+    (:meth:`~skfedpriv.LogisticRegression.fit_sites`,
+    :meth:`~skfedpriv.LogisticRegression.partial_fit_sites`) sends each
+    round's :class:`RoundRequest` and averages the messages it gets back;
+    it never sees rows. Whoever adds the learners' noise is behind this
+    interface: the messages returned are the ones that leave the learners.
+
+    Attributes
+    ----------
+    holds_noise : bool
+        Whether the learners draw and keep their own noise streams (a
+        private stream must then continue with learners that do).
+    """
+
+    holds_noise = False
+
+    @abc.abstractmethod
+    def describe(self, n_rounds):
+        """What the learners tell the server before a new stream.
+
+        Parameters
+        ----------
+        n_rounds : int
+            Rounds the stream will ask of them.
+
+        Returns
+        -------
+        n_features : int
+        labels : array-like or None
+            The class labels of their rows, or None when the learners keep
+            them private (the label set must then be declared).
+        """
+
+    @abc.abstractmethod
+    def local_updates(self, request):
+        """One round: the message of every learner present.
+
+        Parameters
+        ----------
+        request : RoundRequest
+
+        Returns
+        -------
+        labels : ndarray of shape (n_present,)
+            The present learners' labels; learners new to the stream in the
+            same round in the order they are listed here.
+        messages : ndarray of shape (n_present, n_models * p)
+            Each learner's ``ĝ_i^r`` (``g_i^r`` plus its noise increment
+            when private), flattened from ``(n_models, p)``.
+        """
+
+
+class BatchLearners(LogisticLearners):
+    """The learners of a batch of rows, in this process.
+
+    Parameters
+    ----------
+    X, y : ndarray
+        The validated rows and labels.
+    site_labels : ndarray of shape (n_learners,)
+        Learner labels (``numpy.unique`` order).
+    site_codes : ndarray of int of shape (n_rows,)
+        Learner of each row (index into ``site_labels``).
+    n_rounds : int
+        Rounds the rows are split into: each learner's rows, in order, in
+        ``n_rounds`` consecutive blocks (as :func:`numpy.array_split`),
+        block ``r`` its clients of round ``r``.
+    noise : LearnerNoise or None
+        The learners' noise streams (held by the estimator in process,
+        advanced by every round).
+    """
+
+    def __init__(self, X, y, site_labels, site_codes, n_rounds=1, noise=None):
+        self.X, self.y = X, y
+        self.site_labels = site_labels
+        self.site_codes = site_codes
+        self.noise = noise
+        if n_rounds == 1:
+            self._rounds = [np.arange(len(y))]
+        else:
+            order, _, _, block, _ = chunk_layout(site_codes, n_rounds)
+            perm = np.argsort(block, kind="stable")
+            bounds = np.searchsorted(block[perm], np.arange(n_rounds + 1))
+            by_round = order[perm]
+            self._rounds = [by_round[bounds[r]:bounds[r + 1]] for r in range(n_rounds)]
+
+    def describe(self, n_rounds):
+        return self.X.shape[1], np.unique(self.y)
+
+    def local_updates(self, request):
+        rows = self._rounds[request.step]
+        learners, messages = learner_messages(
+            request.theta, self.X[rows], self.y[rows], self.site_codes[rows],
+            request.classes, request.settings,
+        )
+        labels = self.site_labels[learners]
+        if self.noise is not None:  # lines 11-12
+            messages = self.noise.add(labels.tolist(), messages)
+        return labels, messages

@@ -6,49 +6,127 @@ differentially private online federated learning with correlated noise"
 ``partial_fit`` is one communication round.
 """
 
-import math
 import numbers
+from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy.special import expit
 from sklearn.base import BaseEstimator
+from sklearn.utils.multiclass import unique_labels
 
-from ..privacy import (
-    PrivacyBudget,
-    PrivacyBudgetError,
-    as_generator,
-    check_privacy_params,
-    clip_rows,
-    gaussian_sigma,
-    warn_if_seeded,
+from .._losses import logistic_probabilities, split_intercept
+from .._param_validation import InvalidParameterError, Interval, Options
+from ..privacy import PrivacyBudget, PrivacyBudgetError, as_generator, clip_rows, warn_if_seeded
+from ..privacy._gradient_noise import (
+    MECHANISMS,
+    LearnerNoise,
+    calibrate_gradient_noise,
+    gradient_sensitivity,
+    max_non_expansive_step,
 )
-from ..privacy import make_factorization
 from ._base import FederatedClassifierMixin, TrainingState, _restore_feature_attributes_on_error
-from ._local_steps import chunk_layout, local_round
+from ._local_steps import BatchLearners, RoundRequest
 
-MECHANISMS = (None, "independent", "tree", "honaker", "toeplitz", "optimal", "blt")
-
-#: Keys of the round state that are training state, not release: the model
-#: buffer, the learner index, the noise streams (generators and their past
-#: draws), the noise increments not yet sent, the factorization.
-_TRAINING_KEYS = ("_theta", "_learner_index", "_cohorts", "_pending", "_rng",
-                  "_factorization", "_noise_at_sites")
+#: ``learning_rate='auto'``: this step size, lowered under a mechanism to the
+#: largest one the sensitivity analysis allows (:func:`max_non_expansive_step`).
+DEFAULT_LEARNING_RATE = 0.5
 
 
-def _check_number(value, name, *, low=None, low_open=True, integer=False,
-                  allow_none=False):
-    if value is None and allow_none:
-        return None
-    kinds = numbers.Integral if integer else numbers.Real
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, kinds):
-        kind = "an integer" if integer else "a real number"
-        raise ValueError(f"{name} must be {kind}, got {value!r}.")
-    if not integer and not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}.")
-    if low is not None and (value <= low if low_open else value < low):
-        op = ">" if low_open else ">="
-        raise ValueError(f"{name} must be {op} {low}, got {value!r}.")
-    return int(value) if integer else float(value)
+@dataclass(frozen=True)
+class LogisticSettings:
+    """The validated hyperparameters of one stream (data-independent).
+
+    ``learning_rate`` is resolved (``'auto'`` replaced by its value). A
+    learner of the federated protocol (:mod:`skfedpriv.flower`) computes the
+    same settings from the parameters the server sends, with
+    :func:`logistic_settings`.
+    """
+
+    local_steps: int
+    learning_rate: float
+    server_learning_rate: float
+    n_rounds: int
+    mechanism: object
+    epsilon: float
+    delta: float
+    clip_norm: float
+    feature_clip_norm: object
+    alpha: float
+    fit_intercept: bool
+
+    def as_dict(self):
+        """The settings as a dict (name -> value)."""
+        return asdict(self)
+
+
+def _resolve_learning_rate(params):
+    """The local step size η, checked against the sensitivity analysis.
+
+    Under a mechanism the calibration assumes every local step is
+    non-expansive when rows are clipped (``η <= 2 / (L + alpha)``) and the
+    penalty step a contraction otherwise (``η alpha <= 2``);
+    ``learning_rate='auto'`` takes ``DEFAULT_LEARNING_RATE`` lowered to that
+    bound, an explicit value beyond it raises.
+    """
+    eta = params["learning_rate"]
+    private = params["mechanism"] is not None
+    cx, alpha = params["feature_clip_norm"], float(params["alpha"])
+    if isinstance(eta, str):  # 'auto'
+        if not private:
+            return DEFAULT_LEARNING_RATE
+        bound = max_non_expansive_step(cx, params["fit_intercept"], alpha)
+        return min(DEFAULT_LEARNING_RATE, bound)
+    eta = float(eta)
+    if private and cx is not None:
+        limit = max_non_expansive_step(cx, params["fit_intercept"], alpha)
+        if eta > limit * (1 + 1e-12):
+            raise InvalidParameterError(
+                f"learning_rate={eta!r} is too large for the sensitivity "
+                "2*clip_norm/local_steps: local steps are non-expansive only for "
+                f"learning_rate <= 2 / (L + alpha) = {limit:.6g}, with L = "
+                "(feature_clip_norm**2 + fit_intercept) / 4. Lower learning_rate or "
+                "feature_clip_norm, use learning_rate='auto', or set "
+                "feature_clip_norm=None to calibrate for 2*clip_norm."
+            )
+    elif private and eta * alpha > 2.0:
+        raise InvalidParameterError(
+            f"learning_rate * alpha = {eta * alpha:.6g} > 2: the penalty step would "
+            "expand distances; lower learning_rate or alpha."
+        )
+    return eta
+
+
+def _settings_from_params(params):
+    """The cross-parameter rules; ``params`` already passed the constraints."""
+    return LogisticSettings(
+        local_steps=int(params["local_steps"]),
+        learning_rate=_resolve_learning_rate(params),
+        server_learning_rate=float(params["server_learning_rate"]),
+        n_rounds=int(params["n_rounds"]),
+        mechanism=params["mechanism"],
+        epsilon=float(params["epsilon"]),
+        delta=float(params["delta"]),
+        clip_norm=float(params["clip_norm"]),
+        feature_clip_norm=(None if params["feature_clip_norm"] is None
+                           else float(params["feature_clip_norm"])),
+        alpha=float(params["alpha"]),
+        fit_intercept=bool(params["fit_intercept"]),
+    )
+
+
+def noise_calibration(settings):
+    """The noise of a stream with these settings (data-independent).
+
+    Returns
+    -------
+    calibration : GradientNoiseCalibration
+        Of :func:`~skfedpriv.privacy._gradient_noise.calibrate_gradient_noise`,
+        for the gradient sensitivity ``2 B_g / τ`` when rows are clipped,
+        else ``2 B_g``.
+    """
+    sensitivity = gradient_sensitivity(settings.clip_norm, settings.local_steps,
+                                       settings.feature_clip_norm is not None)
+    return calibrate_gradient_noise(settings.mechanism, settings.n_rounds, settings.epsilon,
+                                    settings.delta, sensitivity)
 
 
 class LogisticRegression(FederatedClassifierMixin, BaseEstimator):
@@ -87,8 +165,17 @@ class LogisticRegression(FederatedClassifierMixin, BaseEstimator):
     ----------
     local_steps : int, default=5
         τ, local steps per round.
-    learning_rate : float, default=0.5
-        Local step size η.
+    learning_rate : float or 'auto', default='auto'
+        Local step size η. ``'auto'`` is 0.5, lowered under a mechanism to
+        the largest step the privacy analysis allows, computed from
+        declared quantities only (see Notes): ``2 / (L + alpha)`` with
+        ``L = (feature_clip_norm² + fit_intercept) / 4`` when
+        ``feature_clip_norm`` is set, else ``2 / alpha``; so every valid
+        ``feature_clip_norm`` works with the default, and a configuration
+        with 0.5 inside the bound runs exactly as with ``learning_rate=0.5``.
+        An explicit value beyond the bound raises
+        a ``ValueError``. The value used is
+        ``learning_rate_``.
     server_learning_rate : float, default=1.0
         Server step size η_g (the server moves by ``η_g η τ`` times the mean
         message).
@@ -105,15 +192,17 @@ class LogisticRegression(FederatedClassifierMixin, BaseEstimator):
         Toeplitz square root (eq. 8), optimal (eq. 7), or buffered linear
         Toeplitz. ``None`` adds no noise (not private).
     epsilon : float, default=1.0
-        ε of the local DP guarantee (ignored when ``mechanism=None``).
+        ε of the local DP guarantee (validated always, used only with a
+        mechanism).
     delta : float, default=1e-5
         δ of the local DP guarantee, ``0 < delta < 1``.
     clip_norm : float, default=1.0
-        B_g: every per-example gradient (of all class models together) is
-        clipped to this L2 norm; with K one-vs-rest models, each model's
+        Bound on the Euclidean norm of each per-example gradient, B_g: every
+        per-example gradient (of all class models together) is clipped to
+        this L2 norm; with K one-vs-rest models, each model's
         per-example gradient is clipped to ``clip_norm / sqrt(K)``.
         Applied with and without a mechanism, so ``mechanism=None`` is the
-        same algorithm without noise.
+        same algorithm without noise (for the same ``learning_rate_``).
     feature_clip_norm : float or None, default=None
         C_x: if set, every row is clipped to L2 norm ``C_x`` (in
         ``fit``, ``partial_fit`` and at prediction) and the local steps are
@@ -137,7 +226,7 @@ default=None
         ``(epsilon, delta)`` from it (the guarantee of all ``n_rounds``
         rounds) before any state changes, and raise
         :class:`~skfedpriv.PrivacyBudgetError` if it would overspend. The
-        spend is recorded as one Gaussian mechanism (``sigma=noise_std_``,
+        spend is recorded as one Gaussian mechanism (``sigma=noise_scale_``,
         ``sensitivity=sensitivity_``, see Notes), so the budget's ledger can
         compose several streams exactly.
     classes : array-like of shape (n_classes,) or None, default=None
@@ -164,7 +253,7 @@ default=None
         Data-independent (the schema).
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Defined when X has string feature names. Data-independent.
-    learners_ : ndarray of shape (n_learners,)
+    learner_labels_ : ndarray of shape (n_learners,)
         Labels of the learners seen, in order of first appearance (learners
         new in the same call in the order of :func:`numpy.unique`). It
         depends on ``sample_group`` only, which the neighbouring relation
@@ -184,7 +273,10 @@ default=None
         L2 sensitivity of ``C G_i``: ``factorization_sensitivity_ *
         gradient_sensitivity_`` (Appendix B, eq. 15); ``nan`` without a
         mechanism.
-    noise_std_ : float
+    learning_rate_ : float
+        The local step size η used (``learning_rate`` with ``'auto'``
+        resolved; data-independent).
+    noise_scale_ : float
         Standard deviation σ of each entry of ξ_i, from the exact analytic
         Gaussian calibration of (ε, δ) for ``sensitivity_``; 0 without a
         mechanism.
@@ -214,14 +306,15 @@ default=None
     taken at iterates that move with it, so the bound needs every later
     local step to be non-expansive. This holds here when rows are clipped
     to ``C_x`` (``feature_clip_norm``): per model, the clipped gradient of
-    the logistic loss on row ``x̃ = (x, 1)`` is ``ψ(θ·x̃) x̃`` with ``ψ`` the
+    the logistic loss on row ``x_bar = (1, x)`` is ``ψ(θ·x_bar) x_bar`` with ``ψ`` the
     logistic derivative clipped in magnitude, a monotone function with
     Lipschitz constant at most 1/4, so the clipped loss is convex and
     ``L``-smooth with ``L = (C_x² + fit_intercept) / 4``; adding the
     penalty gives ``L + alpha``, and a gradient step of a convex
     ``L'``-smooth function with ``η <= 2 / L'`` is non-expansive
-    (Baillon-Haddad). The code therefore raises a ``ValueError`` if a
-    mechanism is set with ``learning_rate > 2 / (L + alpha)``. Then the
+    (Baillon-Haddad). With a mechanism, ``learning_rate='auto'`` therefore
+    takes ``min(0.5, 2 / (L + alpha))`` and an explicit ``learning_rate >
+    2 / (L + alpha)`` raises a ``ValueError``. Then the
     replaced step moves the local iterate by at most ``η 2 B_g / m`` (m the
     chunk size), later steps do not enlarge it and ``‖g_i - g_i'‖ <=
     2 B_g / (τ m) <= 2 B_g / τ``. Softmax would not keep this structure
@@ -238,7 +331,7 @@ default=None
     **Release and training state.** Every public attribute is part of the
     release; with a mechanism each is covered by the privacy statement
     (``coef_``, ``intercept_``) or does not depend on the rows' values (the
-    declared ``classes_``, ``learners_``, ``n_rounds_seen_``, the schema,
+    declared ``classes_``, ``learner_labels_``, ``n_rounds_seen_``, ``learning_rate_``, the schema,
     and the calibration attributes, which depend on the hyperparameters
     only). The fitted estimator also holds the secret state that
     continues the stream, in one private ``TrainingState`` object: the
@@ -254,9 +347,9 @@ default=None
     **Budget.** The learners' noise is independent, so the whole stream,
     all learners and all rounds, is one Gaussian mechanism on the stacked
     ``C G_i`` with L2 sensitivity ``sensitivity_`` (one row is at one
-    learner) and noise std ``noise_std_``: a ``budget`` is charged once per
+    learner) and noise std ``noise_scale_``: a ``budget`` is charged once per
     stream with ``mechanism="gaussian"``, ``mu = sensitivity_ /
-    noise_std_``, whose exact ε at ``delta`` is ``epsilon``.
+    noise_scale_``, whose exact ε at ``delta`` is ``epsilon``.
 
     **Noise state.** Tree: ``O(log R)`` arrays of the model's size per
     learner; BLT: ``n_buffers`` arrays; Toeplitz and optimal keep every past
@@ -297,14 +390,31 @@ default=None
     True
     """
 
-    # the hyperparameters as validated at the start of the stream (data-
-    # independent); prediction reads feature_clip_norm from them
-    _release_private_attributes = ("_params",)
+    # the validated hyperparameters of the stream (data-independent);
+    # prediction reads feature_clip_norm from them
+    _release_private_attributes = ("_settings",)
+
+    _parameter_constraints = {
+        "local_steps": [Interval(numbers.Integral, 1, None)],
+        "learning_rate": [Options("auto"), Interval(numbers.Real, 0, None, closed="neither")],
+        "server_learning_rate": [Interval(numbers.Real, 0, None, closed="neither")],
+        "n_rounds": [Interval(numbers.Integral, 1, None)],
+        "mechanism": [None, MECHANISMS],
+        "epsilon": [Interval(numbers.Real, 0, None, closed="neither")],
+        "delta": [Interval(numbers.Real, 0, 1, closed="neither")],
+        "clip_norm": [Interval(numbers.Real, 0, None, closed="neither")],
+        "feature_clip_norm": [None, Interval(numbers.Real, 0, None, closed="neither")],
+        "alpha": [Interval(numbers.Real, 0, None, closed="left")],
+        "fit_intercept": ["boolean"],
+        "random_state": ["random_state"],
+        "budget": [None, PrivacyBudget],
+        "classes": [None, "array-like"],
+    }
 
     def __init__(
         self,
         local_steps=5,
-        learning_rate=0.5,
+        learning_rate="auto",
         server_learning_rate=1.0,
         n_rounds=100,
         mechanism=None,
@@ -333,274 +443,8 @@ default=None
         self.budget = budget
         self.classes = classes
 
-    # ------------------------------------------------------------------
-    # parameters
-    # ------------------------------------------------------------------
-
-    def _check_params(self):
-        """Validate hyperparameters; return them as a dict (nothing stored)."""
-        p = {
-            "tau": _check_number(self.local_steps, "local_steps", low=1,
-                                 low_open=False, integer=True),
-            "eta": _check_number(self.learning_rate, "learning_rate", low=0),
-            "eta_g": _check_number(self.server_learning_rate,
-                                   "server_learning_rate", low=0),
-            "R": _check_number(self.n_rounds, "n_rounds", low=1, low_open=False,
-                               integer=True),
-            "B": _check_number(self.clip_norm, "clip_norm", low=0),
-            "Cx": _check_number(self.feature_clip_norm, "feature_clip_norm",
-                                low=0, allow_none=True),
-            "alpha": _check_number(self.alpha, "alpha", low=0, low_open=False),
-        }
-        if not isinstance(self.fit_intercept, (bool, np.bool_)):
-            raise ValueError(
-                f"fit_intercept must be a bool, got {self.fit_intercept!r}."
-            )
-        if self.mechanism not in MECHANISMS:
-            raise ValueError(
-                f"mechanism must be one of {MECHANISMS}, got {self.mechanism!r}."
-            )
-        if self.mechanism is not None:
-            try:
-                check_privacy_params(self.epsilon, self.delta, require_delta=True)
-            except TypeError as exc:
-                raise ValueError(str(exc)) from None
-            eta, alpha = p["eta"], p["alpha"]
-            if p["Cx"] is not None:
-                smooth = (p["Cx"] ** 2 + float(self.fit_intercept)) / 4.0
-                limit = 2.0 / (smooth + alpha)
-                if eta > limit * (1 + 1e-12):
-                    raise ValueError(
-                        f"learning_rate={eta!r} is too large for the "
-                        "sensitivity 2*clip_norm/local_steps: local steps are "
-                        "non-expansive only for learning_rate <= 2 / (L + alpha) "
-                        f"= {limit:.6g}, with L = (feature_clip_norm**2 + "
-                        "fit_intercept) / 4. Lower learning_rate or "
-                        "feature_clip_norm, or set feature_clip_norm=None to "
-                        "calibrate for 2*clip_norm."
-                    )
-            elif eta * alpha > 2.0:
-                raise ValueError(
-                    f"learning_rate * alpha = {eta * alpha:.6g} > 2: the penalty "
-                    "step would expand distances; lower learning_rate or alpha."
-                )
-        if self.budget is not None and not isinstance(self.budget, PrivacyBudget):
-            raise ValueError(f"budget must be a PrivacyBudget or None, got {self.budget!r}.")
-        p["fit_intercept"] = bool(self.fit_intercept)
-        p["mechanism"] = self.mechanism
-        if self.mechanism is not None:
-            p["epsilon"], p["delta"] = float(self.epsilon), float(self.delta)
-        return p
-
-    def _gradient_sensitivity(self, params):
-        # Lemma IV.8 / eq. 15: 2 B_g / τ in the non-expansive regime, else 2 B_g.
-        if params["Cx"] is not None:
-            return 2.0 * params["B"] / params["tau"]
-        return 2.0 * params["B"]
-
-    # ------------------------------------------------------------------
-    # data
-    # ------------------------------------------------------------------
-
-    def _features(self, X, params):
-        """Clip rows to C_x (if set) and append the intercept column."""
-        if params["Cx"] is not None:
-            X = clip_rows(X, params["Cx"])
-        if params["fit_intercept"]:
-            X = np.hstack([X, np.ones((X.shape[0], 1))])
-        return X
-
-    def _targets(self, y, classes):
-        return self._one_vs_rest_targets(y, classes)
-
-    # ------------------------------------------------------------------
-    # state
-    # ------------------------------------------------------------------
-
-    def _initial_state(self, params, classes, n_features, *, noise_here=True):
-        """The state of a new stream; spends the budget (the only side effect).
-
-        ``noise_here=False``: the learners hold the noise streams
-        (:mod:`skfedpriv.flower`); this estimator draws nothing.
-        """
-        n_models = 1 if len(classes) == 2 else len(classes)
-        p = n_features + params["fit_intercept"]
-        state = {
-            "classes_": classes,
-            "_theta": np.zeros((n_models, p)),
-            "learners_": np.empty(0, dtype=object),
-            "_learner_index": {},
-            "_cohorts": [],
-            "_pending": np.zeros((0, n_models * p)),
-            "n_rounds_seen_": 0,
-            "_params": params,
-        }
-        state.update(self._noise_calibration(params))
-        private = self.mechanism is not None
-        state["_rng"] = as_generator(self.random_state) if private and noise_here else None
-        state["_noise_at_sites"] = private and not noise_here
-        if private and self.budget is not None:
-            # One spend per stream: the whole stream (every learner's messages
-            # over all n_rounds rounds) is one Gaussian mechanism on C G_i
-            # with noise std noise_std_ and L2 sensitivity sensitivity_, so
-            # the ledger can compose it exactly (mu = sensitivity_ / noise_std_).
-            eps, delta = state["privacy_spent_"]
-            self.budget.spend(
-                eps, delta,
-                note=f"LogisticRegression(mechanism={self.mechanism!r}) on a new stream",
-                mechanism="gaussian", sigma=state["noise_std_"],
-                sensitivity=state["sensitivity_"],
-            )
-        return state
-
-    def _noise_calibration(self, params):
-        """The factorization and the noise std of each entry of ξ_i.
-
-        Depends only on the hyperparameters (``params`` from
-        :meth:`_check_params`), never on data: a learner holding its own
-        noise stream (:mod:`skfedpriv.flower`) computes it from its own
-        parameters.
-        """
-        gsens = self._gradient_sensitivity(params)
-        if self.mechanism is None:
-            return dict(
-                gradient_sensitivity_=gsens, factorization_sensitivity_=math.nan,
-                sensitivity_=math.nan, noise_std_=0.0,
-                privacy_spent_=(math.inf, 0.0), _factorization=None,
-            )
-        fact = make_factorization(self.mechanism, params["R"])
-        sens = float(fact.sensitivity) * gsens
-        eps, delta = check_privacy_params(self.epsilon, self.delta,
-                                          require_delta=True)
-        return dict(
-            gradient_sensitivity_=gsens,
-            factorization_sensitivity_=float(fact.sensitivity),
-            sensitivity_=sens,
-            noise_std_=gaussian_sigma(eps, delta, sens),
-            privacy_spent_=(eps, delta),
-            _factorization=fact,
-        )
-
-    def _commit(self, state):
-        """Split a round state into the release and the training state.
-
-        Public attributes (``coef_``, ``intercept_``, ``classes_``, ...) are
-        the release; everything else a stream needs to continue goes into
-        one :class:`~skfedpriv.linear_model._base.TrainingState`.
-        """
-        for key, value in state.items():
-            if key not in _TRAINING_KEYS:
-                setattr(self, key, value)
-        self._training_state = TrainingState(
-            **{key.lstrip("_"): state[key] for key in _TRAINING_KEYS}
-        )
-        theta = state["_theta"]
-        d = self.n_features_in_
-        self.coef_ = theta[:, :d].copy()
-        self.intercept_ = (theta[:, d].copy() if self._params["fit_intercept"]
-                           else np.zeros(theta.shape[0]))
-
-    def _state(self):
-        """The round state of the stream (release plus training state)."""
-        keys = ("classes_", "learners_", "n_rounds_seen_", "_params",
-                "gradient_sensitivity_", "factorization_sensitivity_",
-                "sensitivity_", "noise_std_", "privacy_spent_")
-        state = {k: getattr(self, k) for k in keys}
-        training = self._training_state
-        state.update({key: getattr(training, key.lstrip("_")) for key in _TRAINING_KEYS})
-        return state
-
-    # ------------------------------------------------------------------
-    # the round
-    # ------------------------------------------------------------------
-
-    def _learner_codes(self, state, site_labels, site_codes):
-        """Map the batch's learner labels to global learner indices.
-
-        New learners are appended (to a copy of the state's containers).
-        Returns the global code of each row and the number of new learners.
-        """
-        index = dict(state["_learner_index"])
-        new = [lab for lab in site_labels.tolist() if lab not in index]
-        for lab in new:
-            index[lab] = len(index)
-        if new:
-            labels = np.empty(len(index), dtype=object)
-            labels[: len(state["learners_"])] = state["learners_"]
-            labels[len(state["learners_"]):] = new
-            state["learners_"] = labels
-            state["_learner_index"] = index
-        mapping = np.array([index[lab] for lab in site_labels.tolist()], dtype=np.intp)
-        return mapping[site_codes], len(new)
-
-    def _run_round(self, state, Xa, targets, codes, n_new):
-        """One communication round r (Algorithm 1, lines 4-15) on ``state``.
-
-        ``state`` is a fresh dict whose arrays may be replaced, never
-        mutated in place (so a caller's old state stays valid).
-        """
-        params = state["_params"]
-        theta = state["_theta"]
-        n_models, p = theta.shape
-        if n_new:  # learners joining this round: their own noise stream
-            first = state["_pending"].shape[0]
-            state["_pending"] = np.vstack(
-                [state["_pending"], np.zeros((n_new, n_models * p))]
-            )
-            if state["_factorization"] is not None:
-                stream = state["_factorization"].noise_stream(
-                    state["_rng"], state["noise_std_"], (n_new, n_models * p)
-                )
-                state["_cohorts"] = state["_cohorts"] + [(first, first + n_new, stream)]
-        learners, g = self._local_gradients(theta, Xa, targets, codes, params)
-        messages = g.reshape(learners.size, n_models * p)
-        if state["_factorization"] is not None:
-            # Lines 11-12: each learner adds (B ξ_i)_{r+1} - (B ξ_i)_r; the
-            # increments of rounds it missed were kept and are sent now.
-            pending = state["_pending"].copy()
-            for lo, hi, stream in state["_cohorts"]:
-                pending[lo:hi] += stream.next()
-            messages = messages + pending[learners]
-            pending[learners] = 0.0
-            state["_pending"] = pending
-        return self._server_step(state, messages)
-
-    def _local_gradients(self, theta, Xa, targets, codes, params):
-        """Lines 4-10: ``(learners present, g_i^r of each)`` at the model ``theta``.
-
-        ``g`` has shape ``(n_present, n_models, p)``; no noise is added.
-        """
-        n_models, p = theta.shape
-        if not Xa.shape[0]:
-            return np.empty(0, dtype=np.intp), np.zeros((0, n_models, p))
-        return local_round(
-            theta, Xa, targets, codes, local_steps=params["tau"],
-            learning_rate=params["eta"], clip_norm=params["B"],
-            alpha=params["alpha"], penalize=self._penalty_mask(p, params),
-        )
-
-    @staticmethod
-    def _server_step(state, messages):
-        """Line 15 on ``state``: ``x^{r+1} = x^r - η_g η τ mean_i ĝ_i^r``.
-
-        ``messages`` has one flattened message per present learner, in
-        increasing learner index (no learner present: the model stays).
-        """
-        params = state["_params"]
-        theta = state["_theta"]
-        if messages.shape[0]:
-            step = params["eta_g"] * params["eta"] * params["tau"]
-            theta = theta - step * messages.mean(axis=0).reshape(theta.shape)
-        state["_theta"] = theta
-        state["n_rounds_seen_"] = state["n_rounds_seen_"] + 1
-        return state
-
-    @staticmethod
-    def _penalty_mask(p, params):
-        mask = np.ones(p)
-        if params["fit_intercept"]:
-            mask[-1] = 0.0
-        return mask
+    def _check_param_combinations(self, params):
+        return _settings_from_params(params)
 
     # ------------------------------------------------------------------
     # public API
@@ -626,28 +470,7 @@ default=None
         -------
         self : LogisticRegression
         """
-        params = self._check_params()
-        with _restore_feature_attributes_on_error(self):
-            batch, classes = self._validate_batch(
-                X, y, sample_group, None, reset=True, infer_classes=True
-            )
-            state = self._initial_state(params, classes, batch.X.shape[1])
-        if self.mechanism is not None:
-            warn_if_seeded(self.random_state, "LogisticRegression")
-        Xa = self._features(batch.X, params)
-        targets = self._targets(batch.y, classes)
-        codes, n_new = self._learner_codes(state, batch.site_labels, batch.site_codes)
-        # round of each row: block of its learner's rows (stream order kept)
-        order, _, _, block, _ = chunk_layout(codes, params["R"])
-        perm = np.argsort(block, kind="stable")
-        by_round = order[perm]
-        bounds = np.searchsorted(block[perm], np.arange(params["R"] + 1))
-        for r in range(params["R"]):
-            rows = by_round[bounds[r]:bounds[r + 1]]
-            state = self._run_round(state, Xa[rows], targets[rows], codes[rows],
-                                    n_new if r == 0 else 0)
-        self._commit(state)
-        return self
+        return self._fit_batch(X, y, sample_group, new_stream=True)
 
     def partial_fit(self, X, y, sample_group=None, classes=None):
         """Run one communication round on the clients of this call.
@@ -676,62 +499,225 @@ default=None
             On invalid input or hyperparameters; the estimator is left
             unchanged.
         """
-        first, params = self._round_params(noise_at_sites=False)
-        with _restore_feature_attributes_on_error(self):
-            batch, classes = self._validate_batch(
-                X, y, sample_group, None, reset=first, classes=classes
-            )
-            if first:
-                state = self._initial_state(params, classes, batch.X.shape[1])
-            else:
-                state = self._state()
-        if first and self.mechanism is not None:
-            warn_if_seeded(self.random_state, "LogisticRegression")
-        Xa = self._features(batch.X, params)
-        targets = self._targets(batch.y, classes)
-        codes, n_new = self._learner_codes(state, batch.site_labels, batch.site_codes)
-        state = self._run_round(state, Xa, targets, codes, n_new)
-        self._commit(state)
-        return self
+        return self._fit_batch(X, y, sample_group, classes=classes, new_stream=False)
 
-    def _round_params(self, noise_at_sites):
-        """``(first, params)`` of the next round, or raise before any change.
+    def fit_sites(self, sites, classes=None):
+        """Start a new stream of ``n_rounds`` rounds on learners reached from outside.
 
-        ``noise_at_sites``: whether the caller leaves the noise to the
-        learners (:mod:`skfedpriv.flower`); a private stream must continue
-        where its noise streams are.
+        The same algorithm, checks, budget charge and errors as :meth:`fit`,
+        with the rows at the learners: each round the estimator sends the
+        global model and averages the messages ``sites`` returns
+        (:meth:`~skfedpriv.linear_model.LogisticLearners.local_updates`).
+
+        Parameters
+        ----------
+        sites : LogisticLearners
+            The learners, e.g. Flower's remote learners
+            (:func:`skfedpriv.flower.federated_fit`). With a mechanism they
+            must add their own noise (``holds_noise``).
+        classes : array-like of shape (n_classes,), default=None
+            The label set; default: the ``classes`` hyperparameter, else
+            (without a mechanism) the labels the learners report.
+
+        Returns
+        -------
+        self : LogisticRegression
         """
-        self._check_can_continue()  # a release cannot continue a stream
-        first = not hasattr(self, "_training_state")
-        if not first and self.mechanism is not None:
-            if self.n_rounds_seen_ >= self._params["R"]:
+        return self._fit_learners(sites, classes, new_stream=True)
+
+    def partial_fit_sites(self, sites, classes=None):
+        """One communication round on learners reached from outside.
+
+        The same as :meth:`partial_fit` (checks, horizon, budget, errors)
+        with the rows at the learners; see :meth:`fit_sites`.
+
+        Parameters
+        ----------
+        sites : LogisticLearners
+        classes : array-like of shape (n_classes,), default=None
+            All classes of the stream; required on the first call unless
+            the ``classes`` hyperparameter is set.
+
+        Returns
+        -------
+        self : LogisticRegression
+        """
+        return self._fit_learners(sites, classes, new_stream=False)
+
+    # ------------------------------------------------------------------
+    # one stream pattern
+    # ------------------------------------------------------------------
+
+    def _begin(self, new_stream, holds_noise):
+        """``(settings, first)`` of the call, or raise before any change."""
+        settings = self._validate_params()
+        if not new_stream:
+            self._check_can_continue()  # a release cannot continue a stream
+        first = new_stream or not hasattr(self, "_training_state")
+        if first:
+            return settings, first
+        if self._settings.mechanism is not None:
+            if self.n_rounds_seen_ >= self._settings.n_rounds:
                 raise PrivacyBudgetError(
-                    f"all n_rounds={self._params['R']} rounds the noise was "
-                    "planned for have run; the (epsilon, delta) guarantee "
-                    "covers no more releases. Start a new stream with fit or "
-                    "a fresh estimator."
+                    f"all n_rounds={self._settings.n_rounds} rounds the noise was "
+                    "planned for have run; the (epsilon, delta) guarantee covers no "
+                    "more releases. Start a new stream with fit or a fresh estimator."
                 )
-            at_sites = bool(self._training_state.noise_at_sites)
-            if at_sites != bool(noise_at_sites):
-                where = "the learners (Flower)" if at_sites else "this estimator"
+            if self._training_state.noise_at_learners != bool(holds_noise):
+                where = ("the learners (Flower)" if self._training_state.noise_at_learners
+                         else "this estimator")
                 raise ValueError(
                     f"the noise streams of this private stream are held by {where}; "
                     "continue it there (skfedpriv.flower.federated_partial_fit for "
                     "learners, partial_fit in process), or start a new stream."
                 )
-        params = self._check_params() if first else self._params
-        if not first and self._check_params() != self._params:
+        if settings != self._settings:
             raise ValueError(
-                "hyperparameters changed since the first call to partial_fit; "
-                "the noise and the guarantee were planned for the old ones. "
-                "Call fit or use a fresh estimator."
+                "hyperparameters changed since the first call to partial_fit; the "
+                "noise and the guarantee were planned for the old ones. Call fit or "
+                "use a fresh estimator."
             )
-        return first, params
+        return settings, first
+
+    def _fit_batch(self, X, y, sample_group, sample_weight=None, classes=None, *,
+                   new_stream):
+        """``fit`` / ``partial_fit``: the rows' learners in process, then :meth:`_update`."""
+        settings, first = self._begin(new_stream, holds_noise=False)
+        with _restore_feature_attributes_on_error(self):
+            batch, classes = self._validate_batch(
+                X, y, sample_group, sample_weight, reset=first, classes=classes,
+                infer_classes=new_stream,
+            )
+            n_features = batch.X.shape[1]
+            calibration = noise_calibration(settings) if first else self._training_state.calibration
+            noise = None
+            if settings.mechanism is not None:  # the learners' streams, held here
+                noise = self._training_state.noise if not first else LearnerNoise(
+                    calibration.factorization, calibration.noise_scale,
+                    _n_models(classes) * (n_features + settings.fit_intercept),
+                    as_generator(self.random_state),
+                )
+            n_rounds = settings.n_rounds if new_stream else 1
+            learners = BatchLearners(batch.X, batch.y, batch.site_labels, batch.site_codes,
+                                     n_rounds, noise)
+            release, training_state = self._update(
+                learners, classes, settings, calibration, noise, first=first,
+                n_features=n_features, n_rounds=n_rounds,
+            )
+        self._commit(release, training_state)
+        return self
+
+    def _fit_learners(self, sites, classes, *, new_stream):
+        """``fit_sites`` / ``partial_fit_sites``: the same path on learners from outside."""
+        settings, first = self._begin(new_stream, holds_noise=sites.holds_noise)
+        if settings.mechanism is not None and not sites.holds_noise:
+            raise ValueError(
+                "with a mechanism the learners must add their own noise, and these "
+                "sites do not (holds_noise is False); rows in this process go "
+                "through fit / partial_fit."
+            )
+        if first:
+            if not new_stream and classes is None and self.classes is None:
+                raise ValueError("classes must be passed on the first call to partial_fit.")
+            n_rounds = settings.n_rounds if new_stream else 1
+            n_features, labels = sites.describe(n_rounds)
+            classes = self._stream_classes(classes, labels)
+            calibration = noise_calibration(settings)
+        else:
+            n_rounds = 1
+            n_features = self.n_features_in_  # the learners check the model's shape
+            classes = self._resolve_classes(self.classes_[:0], classes, first_call=False)
+            calibration = self._training_state.calibration
+        release, training_state = self._update(
+            sites, classes, settings, calibration, None, first=first,
+            n_features=n_features, n_rounds=n_rounds,
+        )
+        release["n_features_in_"] = n_features
+        if first and hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
+        self._commit(release, training_state)
+        return self
+
+    def _stream_classes(self, classes, labels):
+        """The label set of a new stream on remote learners."""
+        if classes is None and self.classes is None and labels is None:
+            raise ValueError("the learners are private and do not report their labels; "
+                             "pass classes.")
+        # the classes hyperparameter, else the classes argument; under a mechanism
+        # one of them is required (the label set must not be read from the data)
+        declared = self._declared_classes(classes, first_call=True)
+        classes = unique_labels(np.asarray(labels if declared is None else declared))
+        if len(classes) < 2:
+            raise ValueError(
+                f"Classifier can't train when only one class is present: classes={classes!r}."
+            )
+        return classes
+
+    def _update(self, learners, classes, settings, calibration, noise, *, first, n_features,
+                n_rounds):
+        """``n_rounds`` rounds of Algorithm 1 on ``learners``; writes nothing here.
+
+        Returns ``(release, training_state)``. The only side effects are the
+        budget charge of a new stream (before any noise is drawn) and the
+        advance of the learners' noise streams.
+        """
+        private = settings.mechanism is not None
+        if first:
+            theta = np.zeros((_n_models(classes), n_features + settings.fit_intercept))
+            index, labels, seen = {}, [], 0
+            if private and self.budget is not None:
+                # One spend per stream: the whole stream (every learner's
+                # messages over all n_rounds rounds) is one Gaussian mechanism
+                # on C G_i with noise scale noise_scale_ and L2 sensitivity
+                # sensitivity_, so the ledger can compose it exactly.
+                self.budget.spend(
+                    *calibration.privacy_spent,
+                    note=f"LogisticRegression(mechanism={settings.mechanism!r}) on a new stream",
+                    mechanism="gaussian", sigma=calibration.noise_scale,
+                    sensitivity=calibration.sensitivity,
+                )
+            if noise is not None:
+                warn_if_seeded(self.random_state, "LogisticRegression")
+        else:
+            theta = self._training_state.theta
+            index = dict(self._training_state.learner_index)
+            labels, seen = list(self.learner_labels_), self.n_rounds_seen_
+        for step in range(n_rounds):
+            request = RoundRequest(step, seen, theta, classes, settings, calibration.noise_scale)
+            present, messages = learners.local_updates(request)
+            theta = _server_step(theta, present, messages, index, labels, settings)
+            seen += 1
+        learner_labels = np.empty(len(labels), dtype=object)
+        learner_labels[:] = labels
+        coef, intercept = split_intercept(theta, settings.fit_intercept)
+        release = {
+            "classes_": classes,
+            "coef_": coef,
+            "intercept_": intercept,
+            "learner_labels_": learner_labels,
+            "n_rounds_seen_": seen,
+            "learning_rate_": settings.learning_rate,
+            "gradient_sensitivity_": calibration.gradient_sensitivity,
+            "factorization_sensitivity_": calibration.factorization_sensitivity,
+            "sensitivity_": calibration.sensitivity,
+            "noise_scale_": calibration.noise_scale,
+            "privacy_spent_": calibration.privacy_spent,
+            "_settings": settings,
+        }
+        training_state = TrainingState(
+            theta=theta, learner_index=index, noise=noise, calibration=calibration,
+            noise_at_learners=private and bool(learners.holds_noise),
+        )
+        return release, training_state
+
+    # ------------------------------------------------------------------
+    # prediction
+    # ------------------------------------------------------------------
 
     def _prediction_rows(self, X):
         # rows are clipped to ``feature_clip_norm`` (if set), as in training
-        if self._params["Cx"] is not None:
-            return clip_rows(X, self._params["Cx"])
+        if self._settings.feature_clip_norm is not None:
+            return clip_rows(X, self._settings.feature_clip_norm)
         return X
 
     def predict_proba(self, X):
@@ -750,15 +736,7 @@ default=None
         -------
         proba : ndarray of shape (n_samples, n_classes)
         """
-        scores = self.decision_function(X)
-        if scores.ndim == 1:
-            pos = expit(scores)
-            return np.column_stack([1.0 - pos, pos])
-        prob = expit(scores)
-        total = prob.sum(axis=1, keepdims=True)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            prob = np.where(total > 0, prob / total, 1.0 / prob.shape[1])
-        return prob
+        return logistic_probabilities(self.decision_function(X))
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`."""
@@ -767,8 +745,49 @@ default=None
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.non_deterministic = self.mechanism is not None and self.random_state is None
+        tags.non_deterministic = self.mechanism is not None
         return tags
 
 
-__all__ = ["LogisticRegression"]
+def _n_models(classes):
+    """One logistic model for two classes, else one per class (one-vs-rest)."""
+    return 1 if len(classes) == 2 else len(classes)
+
+
+def _server_step(theta, present, messages, index, labels, settings):
+    """Line 15: ``x^{r+1} = x^r - η_g η τ mean_i ĝ_i^r``.
+
+    Learners new to the stream get the next indices (``index`` and
+    ``labels`` are extended in place); the messages are averaged in
+    increasing learner index. No learner present: the model stays.
+    """
+    codes = np.empty(len(present), dtype=np.intp)
+    for row, label in enumerate(present.tolist()):
+        if label not in index:
+            index[label] = len(index)
+            labels.append(label)
+        codes[row] = index[label]
+    if not codes.size:
+        return theta
+    mean = messages[np.argsort(codes)].mean(axis=0)
+    step = settings.server_learning_rate * settings.learning_rate * settings.local_steps
+    return theta - step * mean.reshape(theta.shape)
+
+
+def logistic_settings(params):
+    """Validate ``LogisticRegression`` hyperparameters; return their settings.
+
+    Parameters
+    ----------
+    params : dict
+        Hyperparameters of :class:`LogisticRegression` (the others take their
+        defaults); checked exactly as the estimator checks them.
+
+    Returns
+    -------
+    settings : LogisticSettings
+    """
+    return LogisticRegression(**params)._validate_params()
+
+
+__all__ = ["LogisticRegression", "LogisticSettings", "logistic_settings", "noise_calibration"]
