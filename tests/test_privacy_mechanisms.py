@@ -162,3 +162,20 @@ def test_symmetric_noise_rejects_bad_sigma():
         symmetric_gaussian_noise(3, -1.0)
     with pytest.raises(ValueError):
         symmetric_gaussian_noise(3, [1.0, 2.0])
+
+
+def test_seeded_noise_warning_points_at_the_users_call():
+    import warnings
+
+    from skfedpriv import DWDClassifier
+    from skfedpriv.privacy import SeededNoiseWarning
+
+    X = np.random.default_rng(0).normal(size=(40, 2))
+    y = (X[:, 0] > 0).astype(int)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        DWDClassifier(mechanism="laplace", clip_norm=3.0, classes=[0, 1],
+                      random_state=0).fit(X, y)
+    seeded = [w for w in caught if issubclass(w.category, SeededNoiseWarning)]
+    assert len(seeded) == 1
+    assert seeded[0].filename == __file__

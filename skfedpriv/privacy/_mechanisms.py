@@ -257,5 +257,19 @@ def warn_if_seeded(random_state, owner):
             "private. Use random_state=None (fresh OS entropy) for a real "
             "release; fixed seeds are for tests and reproducible experiments.",
             SeededNoiseWarning,
-            stacklevel=3,
+            stacklevel=_caller_stacklevel(),
         )
+
+
+def _caller_stacklevel():
+    """The ``stacklevel`` of the first frame outside this package, so a
+    warning points at the user's call (``fit`` in a script, a Pipeline's
+    line), not at package internals."""
+    import os
+    import sys
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
