@@ -26,6 +26,7 @@ def test_demo_prints_private_and_non_private_models():
         "DWDClassifier.partial_fit (8 batches)",
         "DWDClassifier.fit, private 'local-gaussian'",
         "DWDClassifier.fit, private 'gaussian'",
+        "LogisticRegression.fit, local DP 'blt'",
         "sklearn LogisticRegression (pooled rows)",
         "sklearn LinearSVC (pooled rows)",
     ]
@@ -36,7 +37,7 @@ def test_demo_prints_private_and_non_private_models():
         else:  # noised, still well above chance on this split
             assert 0.8 < accuracy <= 1.0
             assert privacy == (1.0, 1e-5)
-    assert text.count("(1, 1e-05)") == 2 and text.count("not private") == 4
+    assert text.count("(1, 1e-05)") == 3 and text.count("not private") == 4
 
 
 def test_main_demo_exit_code(capsys):
