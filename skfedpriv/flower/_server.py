@@ -94,6 +94,7 @@ class RemoteSites:
         self.weight_sum = float(sum(r["weight_sum"] for r in replies))
         self.has_positive = np.any([r["has_positive"] for r in replies], axis=0)
         self.has_negative = np.any([r["has_negative"] for r in replies], axis=0)
+        self.two_sided = self.has_positive & self.has_negative
         self.n_requests = 1
 
     @property
@@ -143,13 +144,6 @@ class RemoteSites:
         return sum(np.asarray(r["value"]) for r in replies)
 
 
-class _BatchInfo:
-    """What ``DWDClassifier._private_step`` reads from a batch."""
-
-    def __init__(self, n_sites):
-        self.n_sites = n_sites
-
-
 def _describe(transport, batch):
     replies = transport({"protocol": PROTOCOL_VERSION, "op": "describe", "batch": int(batch)})
     n_features = {int(r["n_features"]) for r in replies}
@@ -186,7 +180,7 @@ def federated_fit(estimator, transport, batch=0, classes=None):
     """
     if isinstance(estimator, LogisticRegression):
         return _logistic_fit(estimator, transport, batch, classes)
-    estimator._check_params()
+    estimator._validate_params()
     n_features, labels, _ = _describe(transport, batch)
     # under a mechanism the label set is declared, never read from the sites
     classes = estimator._declared_classes(classes, first_call=True)
@@ -201,7 +195,7 @@ def federated_partial_fit(estimator, transport, batch, classes=None):
     """
     if isinstance(estimator, LogisticRegression):
         return _logistic_partial_fit(estimator, transport, batch, classes)
-    estimator._check_params()
+    estimator._validate_params()
     estimator._check_can_continue()
     first = not hasattr(estimator, "_training_state")
     n_features, labels, _ = _describe(transport, batch)
@@ -220,15 +214,12 @@ def federated_partial_fit(estimator, transport, batch, classes=None):
 
 
 def _fit_batch(estimator, transport, batch, classes, n_features, *, first):
-    """``DWDClassifier._update`` with the sites remote (mirrors it step by step)."""
+    """``DWDClassifier._update`` with the sites remote."""
     est = estimator
-    est._check_params()
-    est._check_stream_settings(first)
+    settings = est._validate_params()
     if len(classes) < 2:
         raise ValueError(f"Classifier can't train when only one class is present: classes={classes!r}.")
     private = est.mechanism is not None
-    if private and est.class_weight is not None:
-        raise ValueError("class_weight must be None with a privacy mechanism.")
     local = est.mechanism == "local-gaussian"
     sites = RemoteSites(
         transport, batch, classes, fit_intercept=bool(est.fit_intercept),
@@ -236,25 +227,13 @@ def _fit_batch(estimator, transport, batch, classes, n_features, *, first):
         clip_norm=float(est.clip_norm) if private and not local else None,
         cache=not private,
     )
-    n_models = 1 if len(classes) == 2 else len(classes)
-    p1 = n_features + int(bool(est.fit_intercept))
-    state = est._stream_state(first, p1, n_models)
-    rng = privacy = None
-    if private:
-        rng = est._noise_generator(first)
-        theta, curvature, n_iter, privacy = est._private_step(
-            sites, _BatchInfo(sites.n_sites), state, first, rng
-        )
-        started = np.ones(n_models, dtype=bool)
-    else:
-        # the two-sidedness test of _renewable_step, from the sites' flags
-        Y = np.vstack([np.where(sites.has_positive, 1.0, 0.0), np.where(sites.has_negative, -1.0, 0.0)])
-        theta, curvature, n_iter, started = est._renewable_step(sites, Y, np.ones(2), state)
+    sites.n_features = n_features
+    release, training_state = est._update_sites(sites, classes, settings, first=first)
     if first:
         est.n_features_in_ = n_features
         if hasattr(est, "feature_names_in_"):
             del est.feature_names_in_
-    est._commit(classes, sites.weight_sum, state, theta, curvature, n_iter, started, privacy, rng)
+    est._commit(release, training_state)
     est.n_requests_ = sites.n_requests
     return est
 

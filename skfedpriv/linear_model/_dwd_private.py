@@ -13,6 +13,7 @@ References
    (objective perturbation over a closed convex set).
 """
 
+import functools
 import math
 
 import numpy as np
@@ -25,6 +26,7 @@ from ..privacy import (
     gaussian_noise,
     symmetric_gaussian_noise,
 )
+from .._param_validation import Registry
 from ._dwd_solver import _ridge_mask, _solve_psd, augmented_gram
 
 # -- bounds ------------------------------------------------------------------
@@ -188,11 +190,20 @@ def local_gaussian_releases(n_models, online_steps, first):
     return n_models * (online_steps + 1) + (1 if first else 0)
 
 
+#: Gaussian calibrations of 'local-gaussian': name -> ``(epsilon, delta,
+#: sensitivity) -> sigma``: the exact analytic Gaussian mechanism (Balle &
+#: Wang 2018), or the classic / zCDP conversions.
+CALIBRATIONS = Registry("calibration", {
+    name: functools.partial(gaussian_sigma, method=name)
+    for name in ("analytic", "classic", "zcdp")
+})
+
+
 def local_gaussian_sigma(epsilon, delta, n_releases, calibration):
     """Noise multiplier of a unit-sensitivity release, for ``n_releases``
     composed adaptively: together one Gaussian mechanism of L2 sensitivity
     ``sqrt(n_releases)``."""
-    return gaussian_sigma(epsilon, delta, math.sqrt(n_releases), method=calibration)
+    return CALIBRATIONS[calibration](epsilon, delta, math.sqrt(n_releases))
 
 
 def _project_psd(matrices, noise_std=0.0):

@@ -224,6 +224,11 @@ class SiteData:
         else:
             self.parts = [(X[rows], Y[rows], weights[rows]) for rows in site_rows]
         self.weight_sum = float(weights.sum())
+        self.n_sites = len(site_rows)
+        self.n_features = X.shape[1]
+        positive = weights > 0
+        self.two_sided = (np.any(positive[:, None] & (Y > 0), 0)
+                          & np.any(positive[:, None] & (Y < 0), 0))
         self.n_jobs = n_jobs
         self.fit_intercept = fit_intercept
         self.rounds = 0
