@@ -35,7 +35,7 @@ from skfedpriv.flower import (  # noqa: E402
     federated_partial_fit,
 )
 from skfedpriv.flower._apps import decode, encode  # noqa: E402
-from skfedpriv.linear_model._dwd_private import (  # noqa: E402
+from skfedpriv.privacy._objective_perturbation import (  # noqa: E402
     clip_augmented_rows,
     gradient_sensitivity,
     local_gaussian_releases,

@@ -126,8 +126,9 @@ class RemoteSites:
         self.n_requests += 1
         return gendwd_curvature_bound(q) * sum(np.asarray(r["gram"]) for r in replies)
 
-    def noised_summary(self, kind, point, q, std):
-        """Sum of the sites' noised summaries (each site draws its own noise).
+    def noised_summary(self, kind, point, q, std, random_state=None):
+        """Sum of the sites' noised summaries (each site draws its own noise,
+        ``random_state`` is not used).
 
         Every site reports the noise std it used, computed from its own
         privacy parameters; it must be the ``std`` the server's

@@ -26,18 +26,18 @@ import sqlite3
 import numpy as np
 
 from .._losses import check_q
-from ..linear_model._dwd_private import (
-    clip_augmented_rows,
-    curvature_sensitivity,
-    gradient_sensitivity,
-    gram_sensitivity,
-    local_gaussian_releases,
-    local_gaussian_sigma,
-)
 from ..linear_model._dwd_solver import augmented_gram, site_summary
 from ..linear_model._logistic import LogisticRegression
-from ..privacy import check_privacy_params, gaussian_noise, symmetric_gaussian_noise
+from ..privacy import check_privacy_params
 from ..privacy._budget import write_transaction
+from ..privacy._objective_perturbation import (
+    CALIBRATIONS,
+    clip_augmented_rows,
+    local_gaussian_releases,
+    local_gaussian_sigma,
+    site_noise,
+    summary_sensitivity,
+)
 
 PROTOCOL_VERSION = 1
 
@@ -203,7 +203,7 @@ class SitePrivacy:
             raise ValueError(f"online_steps must be an integer >= 1, got {online_steps!r}.")
         self.online_steps = int(online_steps)
         self.fit_intercept = bool(fit_intercept)
-        if calibration not in ("analytic", "classic", "zcdp"):
+        if calibration not in CALIBRATIONS:
             raise ValueError(f"unknown calibration {calibration!r}.")
         self.calibration = calibration
         if random_state is not None and (
@@ -405,19 +405,14 @@ class DWDSite(_Site):
             None if privacy.random_state is None else [privacy.random_state, batch, used]
         )
         Theta = np.asarray(request["theta"], dtype=float)
-        if kind == "gradient":
-            std = sigma * gradient_sensitivity(privacy.clip_norm)
-            _, grad, _ = site_summary(X, Y, w, Theta, privacy.q, fit_intercept, False)
-            value = grad + gaussian_noise(std, (p1, n_models), random_state=rng)
-        elif kind == "curvature":
-            std = sigma * curvature_sensitivity(privacy.q, privacy.clip_norm)
-            _, _, curvature = site_summary(X, Y, w, Theta, privacy.q, fit_intercept, True)
-            value = curvature + np.stack([
-                symmetric_gaussian_noise(p1, std, random_state=rng) for _ in range(n_models)
-            ])
-        elif kind == "gram":
-            std = sigma * gram_sensitivity(privacy.clip_norm)
-            value = augmented_gram(X, w, fit_intercept) + symmetric_gaussian_noise(p1, std, random_state=rng)
+        std = sigma * summary_sensitivity(kind, privacy.q, privacy.clip_norm)
+        if kind == "gram":
+            value = augmented_gram(X, w, fit_intercept)
+        else:
+            _, grad, curvature = site_summary(X, Y, w, Theta, privacy.q, fit_intercept,
+                                              kind == "curvature")
+            value = grad if kind == "gradient" else curvature
+        value = value + site_noise(kind, std, p1, n_models, rng)
         reply.update(value=value, std=float(std))
         return reply
 

@@ -13,15 +13,14 @@ from .._param_validation import Interval, InvalidParameterError, Options, Regist
 from .._sites import site_row_indices
 from ._base import FederatedClassifierMixin, TrainingState, is_balanced_class_weight
 from ..privacy import PrivacyBudget, as_generator, gaussian_epsilon, warn_if_seeded
-from ._dwd_private import (
+from ..privacy._objective_perturbation import (
     CALIBRATIONS,
     PublishedCalibration,
     clip_augmented_rows,
     local_gaussian_releases,
     local_gaussian_sigma,
-    local_gaussian_update,
-    published_private_update,
 )
+from ._dwd_private import local_gaussian_update, published_private_update
 from ._dwd_solver import SiteData, published_step, solve_batch
 
 def _stream_signature(params):
@@ -95,7 +94,7 @@ def _local_gaussian(sites, stream, settings, *, first):
     theta, curvature, noise_var = local_gaussian_update(
         sites, stream.theta, stream.prior, first, sigma, stream.rng,
         prior_noise_var=stream.curvature_noise_var,
-        n_sites=sites.n_sites, online_steps=settings["online_steps"], q=settings["q"],
+        online_steps=settings["online_steps"], q=settings["q"],
         alpha=settings["alpha"], fit_intercept=settings["fit_intercept"],
         clip_norm=settings["clip_norm"], step_radius=settings["step_radius"],
     )

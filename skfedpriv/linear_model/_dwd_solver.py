@@ -46,6 +46,7 @@ from .._losses import (
     gendwd_smoothed_curvature,
 )
 from .._sites import dask_client, map_sites, runs_in_process, scatter_sites
+from ..privacy._objective_perturbation import site_noise
 
 _ARMIJO_SLOPE = 1e-4
 _MAX_HALVINGS = 50
@@ -330,6 +331,25 @@ class SiteData:
             out = sum(self._map(site_line_losses, _site_line_losses, rest, rest))
         self._count(out)
         return out
+
+    def noised_summary(self, kind, Theta, q, std, random_state):
+        """Sum over sites of each site's summary ``kind`` plus its own noise.
+
+        ``kind``: 'gradient' (at ``Theta``), 'curvature' (at ``Theta``) or
+        'gram' (the augmented Gram matrix). Each of the ``n_sites`` sites adds
+        independent noise of std ``std``
+        (:func:`~skfedpriv.privacy._objective_perturbation.site_noise`),
+        drawn here from ``random_state``.
+        """
+        if kind == "gram":
+            value = sum(augmented_gram(X, w, self.fit_intercept) for X, _, w in self.parts)
+            self._count(value)
+        else:
+            _, grad, curvature = self.summaries(Theta, q, kind == "curvature")
+            value = grad if kind == "gradient" else curvature
+        p1, n_models = Theta.shape
+        return value + sum(site_noise(kind, std, p1, n_models, random_state)
+                           for _ in range(self.n_sites))
 
     def advance(self, Theta, S, steps):
         """``Theta + steps * S`` (one step per model); sites that kept the
