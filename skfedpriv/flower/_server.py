@@ -1,12 +1,13 @@
 """The server side of the federated protocols (no Flower import).
 
-:class:`RemoteSites` is a drop-in for the estimator's in-process
-``SiteData``: its ``summaries`` asks every site, through a *transport*, for
-its sums at ``Theta`` and adds them up, so the server code of
-:class:`~skfedpriv.DWDClassifier` (``solve_batch``, ``published_step``,
-``local_gaussian_update``, ...) runs unchanged. :func:`federated_fit` and
-:func:`federated_partial_fit` are ``fit`` / ``partial_fit`` for rows that
-stay at the sites.
+:class:`RemoteSites` implements the sites interface of
+:class:`~skfedpriv.DWDClassifier` (:class:`~skfedpriv.linear_model.DWDSites`,
+as the in-process ``SiteData`` does): each request goes to every site
+through a *transport* and the replies are added up.
+:func:`federated_fit` and :func:`federated_partial_fit` are thin drivers:
+they build the :class:`RemoteSites` of a batch and call the estimator's
+public ``fit_sites`` / ``partial_fit_sites``, which run the same update as
+``fit`` / ``partial_fit``.
 
 A transport is any callable ``request (dict) -> list of reply dicts`` (one
 per site). :class:`LocalTransport` calls :class:`DWDSite` objects in this
@@ -24,6 +25,7 @@ import numpy as np
 from sklearn.utils.multiclass import unique_labels
 
 from .._losses import gendwd_curvature_bound
+from ..linear_model._dwd_sites import DWDSites
 from ..linear_model._logistic import LogisticRegression
 from ._site import PROTOCOL_VERSION, logistic_request_params
 
@@ -56,52 +58,79 @@ def _ask(transport, request):
     return sorted(replies, key=lambda r: r["site"])  # fixed summation order
 
 
-class RemoteSites:
-    """The sites of one batch, reached through a transport (a ``SiteData``).
+class RemoteSites(DWDSites):
+    """The sites of one batch, reached through a transport (a :class:`DWDSites`).
+
+    Built before the estimator is involved: it asks the sites to describe
+    their rows of batch ``batch`` (features, and labels unless private).
+    :meth:`~skfedpriv.DWDClassifier.fit_sites` then prepares it and sends
+    every summary request through the transport.
 
     Parameters
     ----------
     transport : callable
+        ``request (dict) -> list of reply dicts`` (one per site).
     batch : int
-    classes : ndarray
-    fit_intercept : bool
-    class_weight : ndarray of shape (n_classes,) or None
-    clip_norm : float or None
-        Asks non-private sites to clip their rows (Algorithm 2 on a trusted
-        server).
-    cache : bool
-        Ask for the curvature with every summary and answer the next request
-        at the same point from it (one round trip per Newton iteration
-        instead of two). Off for private runs, where every release counts.
+    cache : bool, default=True
+        Without a privacy mechanism: ask for the curvature with every
+        summary and answer the next request at the same point from it (one
+        round trip per Newton iteration instead of two). Always off under a
+        mechanism (``prepare`` with a ``clip_norm``), where every release
+        counts.
+
+    Attributes
+    ----------
+    n_requests : int
+        Requests sent since ``prepare`` (``prepare`` included).
     """
 
-    def __init__(self, transport, batch, classes, *, fit_intercept, class_weight=None,
-                 clip_norm=None, cache=True):
+    def __init__(self, transport, batch, *, cache=True):
         self.transport = transport
+        self.batch = int(batch)
+        self._cache_wanted = bool(cache)
+        self._cache = None
+        replies = _ask(transport, {"protocol": PROTOCOL_VERSION, "op": "describe",
+                                   "batch": self.batch})
+        n_features = {int(r["n_features"]) for r in replies}
+        if len(n_features) != 1:
+            raise ValueError(f"sites disagree on the number of features: {sorted(n_features)}")
+        self.n_features = n_features.pop()
+        self._labels = None if any("labels" not in r for r in replies) else [
+            label for r in replies for label in r["labels"]]
+        self.site_names = [r["site"] for r in replies]
+        self.n_sites = len(replies)
+        self.n_requests = 0
+
+    def labels(self):
+        """The sites' labels, or None when a site is private (it does not
+        release its label set)."""
+        return self._labels
+
+    def prepare(self, classes, *, fit_intercept, class_weight=None, clip_norm=None):
+        """Send the batch's settings to the sites; they reply with their
+        weight sums and which sides their rows are on."""
         self.fit_intercept = bool(fit_intercept)
         self._base = {
-            "protocol": PROTOCOL_VERSION, "batch": int(batch),
+            "protocol": PROTOCOL_VERSION, "batch": self.batch,
             "classes": np.asarray(classes).tolist(), "fit_intercept": self.fit_intercept,
         }
         if class_weight is not None:
             self._base["class_weight"] = [float(v) for v in class_weight]
         if clip_norm is not None:
             self._base["clip_norm"] = float(clip_norm)
-        self._cache = {} if cache else None
+        self._cache = {} if self._cache_wanted and clip_norm is None else None
         replies = self._ask(op="prepare")
-        self.site_names = [r["site"] for r in replies]
-        self.n_sites = len(replies)
         self.weight_sum = float(sum(r["weight_sum"] for r in replies))
-        self.has_positive = np.any([r["has_positive"] for r in replies], axis=0)
-        self.has_negative = np.any([r["has_negative"] for r in replies], axis=0)
-        self.two_sided = self.has_positive & self.has_negative
-        self.n_requests = 1
+        has_positive = np.any([r["has_positive"] for r in replies], axis=0)
+        has_negative = np.any([r["has_negative"] for r in replies], axis=0)
+        self.two_sided = has_positive & has_negative
 
     @property
-    def parts(self):
-        raise AttributeError("the rows of remote sites are not here")
+    def rounds(self):
+        return self.n_requests
 
     def _ask(self, **request):
+        self.n_requests += 1
         return _ask(self.transport, {**self._base, **request})
 
     def summaries(self, Theta, q, with_curvature):
@@ -111,7 +140,6 @@ class RemoteSites:
             return self._cache[key]
         replies = self._ask(op="summary", theta=np.asarray(Theta, dtype=float), q=float(q),
                             with_curvature=bool(with_curvature or self._cache is not None))
-        self.n_requests += 1
         loss = sum(np.asarray(r["loss"]) for r in replies)
         grad = sum(np.asarray(r["grad"]) for r in replies)
         curvature = sum(np.asarray(r["curvature"]) for r in replies) if "curvature" in replies[0] else None
@@ -123,10 +151,21 @@ class RemoteSites:
     def majorizer(self, q):
         """``(q+1)²/q Σ_i w_i x̄_i x̄_iᵀ`` from the sites' Gram matrices."""
         replies = self._ask(op="gram")
-        self.n_requests += 1
         return gendwd_curvature_bound(q) * sum(np.asarray(r["gram"]) for r in replies)
 
-    def noised_summary(self, kind, point, q, std, random_state=None):
+    #: line losses are asked one summary round per step
+    batched_line_search = False
+
+    def line_losses(self, Theta, S, steps, q):
+        """Summed losses along ``S``, one summary round per step."""
+        return np.array([self.summaries(Theta + t * S, q, False)[0] for t in steps])
+
+    def curvature_product(self, Theta, V, q):
+        """Curvature-vector products from the summed curvature matrix."""
+        curvature = self.summaries(Theta, q, True)[2]
+        return np.einsum("kij,jk->ik", curvature, V)
+
+    def noised_summary(self, kind, Theta, q, std, random_state=None):
         """Sum of the sites' noised summaries (each site draws its own noise,
         ``random_state`` is not used).
 
@@ -134,8 +173,7 @@ class RemoteSites:
         privacy parameters; it must be the ``std`` the server's
         post-processing assumes.
         """
-        replies = self._ask(op="noised", kind=kind, theta=np.asarray(point, dtype=float), q=float(q))
-        self.n_requests += 1
+        replies = self._ask(op="noised", kind=kind, theta=np.asarray(Theta, dtype=float), q=float(q))
         for r in replies:
             if not np.isclose(float(r["std"]), std, rtol=1e-9, atol=0.0):
                 raise RuntimeError(
@@ -145,98 +183,38 @@ class RemoteSites:
         return sum(np.asarray(r["value"]) for r in replies)
 
 
-def _describe(transport, batch):
-    replies = transport({"protocol": PROTOCOL_VERSION, "op": "describe", "batch": int(batch)})
-    n_features = {int(r["n_features"]) for r in replies}
-    if len(n_features) != 1:
-        raise ValueError(f"sites disagree on the number of features: {sorted(n_features)}")
-    labels = [label for r in replies for label in r.get("labels", ())]
-    return n_features.pop(), labels, replies
-
-
-def _class_weight_vector(estimator, classes):
-    class_weight = estimator.class_weight
-    if class_weight is None:
-        return None
-    if isinstance(class_weight, dict):
-        unknown = set(class_weight) - set(classes.tolist())
-        if unknown:
-            raise ValueError(f"class_weight names labels {sorted(unknown, key=str)!r} that are not classes.")
-        return np.array([float(class_weight.get(c, 1.0)) for c in classes.tolist()])
-    raise NotImplementedError(
-        "class_weight='balanced' needs the class counts of every site; pass a dict."
-    )
-
-
 def federated_fit(estimator, transport, batch=0, classes=None):
     """``estimator.fit`` on rows that stay at the sites.
 
-    ``DWDClassifier``: batch ``batch``, the same server update as ``fit``;
-    the sites compute every sum over rows. ``LogisticRegression``: a new
-    stream of ``n_rounds`` rounds, round ``r`` on batch ``batch + r`` of
-    every learner (as ``fit`` splits each learner's rows into ``n_rounds``
-    blocks). ``classes`` (default: the labels the sites report) is required
-    when a learner is private: a private learner does not report its labels.
-    Returns the fitted estimator.
+    ``DWDClassifier``: :meth:`~skfedpriv.DWDClassifier.fit_sites` on the
+    :class:`RemoteSites` of batch ``batch``; the sites compute every sum
+    over rows. ``LogisticRegression``: a new stream of ``n_rounds`` rounds,
+    round ``r`` on batch ``batch + r`` of every learner (as ``fit`` splits
+    each learner's rows into ``n_rounds`` blocks). ``classes`` (default: the
+    labels the sites report) is required when a site or learner is private:
+    it does not report its labels. Returns the fitted estimator.
     """
     if isinstance(estimator, LogisticRegression):
         return _logistic_fit(estimator, transport, batch, classes)
-    estimator._validate_params()
-    n_features, labels, _ = _describe(transport, batch)
-    # under a mechanism the label set is declared, never read from the sites
-    classes = estimator._declared_classes(classes, first_call=True)
-    classes = unique_labels(np.asarray(labels if classes is None else classes))
-    return _fit_batch(estimator, transport, batch, classes, n_features, first=True)
+    sites = RemoteSites(transport, batch)
+    estimator.fit_sites(sites, classes=classes)
+    estimator.n_requests_ = sites.n_requests
+    return estimator
 
 
 def federated_partial_fit(estimator, transport, batch, classes=None):
     """``estimator.partial_fit`` on batch ``batch`` held at the sites.
 
-    For a ``LogisticRegression``: one communication round on batch ``batch``.
+    ``DWDClassifier``: :meth:`~skfedpriv.DWDClassifier.partial_fit_sites`
+    on the :class:`RemoteSites` of the batch. ``LogisticRegression``: one
+    communication round on batch ``batch``.
     """
     if isinstance(estimator, LogisticRegression):
         return _logistic_partial_fit(estimator, transport, batch, classes)
-    estimator._validate_params()
-    estimator._check_can_continue()
-    first = not hasattr(estimator, "_training_state")
-    n_features, labels, _ = _describe(transport, batch)
-    if first:
-        classes = estimator._declared_classes(classes, first_call=True)
-        if classes is None:
-            raise ValueError("classes must be passed on the first call to partial_fit.")
-        classes = unique_labels(np.asarray(classes))
-    else:
-        if classes is not None and not np.array_equal(unique_labels(np.asarray(classes)), estimator.classes_):
-            raise ValueError("classes differ from those of the earlier batches.")
-        classes = estimator.classes_
-        if n_features != estimator.n_features_in_:
-            raise ValueError(f"sites have {n_features} features, the model {estimator.n_features_in_}.")
-    return _fit_batch(estimator, transport, batch, classes, n_features, first=first)
-
-
-def _fit_batch(estimator, transport, batch, classes, n_features, *, first):
-    """``DWDClassifier._update`` with the sites remote."""
-    est = estimator
-    settings = est._validate_params()
-    if len(classes) < 2:
-        raise ValueError(f"Classifier can't train when only one class is present: classes={classes!r}.")
-    private = est.mechanism is not None
-    local = est.mechanism == "local-gaussian"
-    sites = RemoteSites(
-        transport, batch, classes, fit_intercept=bool(est.fit_intercept),
-        class_weight=_class_weight_vector(est, classes),
-        clip_norm=float(est.clip_norm) if private and not local else None,
-        cache=not private,
-    )
-    sites.n_features = n_features
-    release, training_state = est._update_sites(sites, classes, settings, first=first)
-    if first:
-        est.n_features_in_ = n_features
-        if hasattr(est, "feature_names_in_"):
-            del est.feature_names_in_
-    est._commit(release, training_state)
-    est.n_requests_ = sites.n_requests
-    return est
+    sites = RemoteSites(transport, batch)
+    estimator.partial_fit_sites(sites, classes=classes)
+    estimator.n_requests_ = sites.n_requests
+    return estimator
 
 
 # -- the logistic protocol ------------------------------------------------------

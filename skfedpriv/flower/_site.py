@@ -26,13 +26,13 @@ import sqlite3
 import numpy as np
 
 from .._losses import check_q
+from ..linear_model._dwd_sites import prepare_rows
 from ..linear_model._dwd_solver import augmented_gram, site_summary
 from ..linear_model._logistic import LogisticRegression
 from ..privacy import check_privacy_params
 from ..privacy._budget import write_transaction
 from ..privacy._objective_perturbation import (
     CALIBRATIONS,
-    clip_augmented_rows,
     local_gaussian_releases,
     local_gaussian_sigma,
     site_noise,
@@ -299,22 +299,14 @@ class DWDSite(_Site):
         X, y, w = self._rows(request["batch"])
         classes = _as_labels(request["classes"])
         self._check_labels(y, classes)
-        if len(classes) == 2:
-            Y = np.where(y == classes[1], 1.0, -1.0)[:, None]
-        else:
-            Y = np.where(y[:, None] == classes[None, :], 1.0, -1.0)
-        if "class_weight" in request:
-            per_class = np.asarray(request["class_weight"], dtype=float)
-            w = w * per_class[np.searchsorted(classes, y)] if len(y) else w
         fit_intercept = bool(request["fit_intercept"])
+        clip_norm = request.get("clip_norm")  # Algorithm 2 on a trusted server: clip here
         if self.privacy is not None:
-            if not np.all(w == 1.0):
-                raise ValueError("a private site needs every row to weigh one (no weights).")
             if fit_intercept != self.privacy.fit_intercept:
                 raise ValueError("server and site disagree on fit_intercept.")
-            X = clip_augmented_rows(X, self.privacy.clip_norm, fit_intercept)
-        elif "clip_norm" in request:  # Algorithm 2 on a trusted server: clip here
-            X = clip_augmented_rows(X, float(request["clip_norm"]), fit_intercept)
+            clip_norm = self.privacy.clip_norm  # the site's own bound
+        X, Y, w = prepare_rows(X, y, w, classes, fit_intercept=fit_intercept,
+                               class_weight=request.get("class_weight"), clip_norm=clip_norm)
         return X, Y, w, fit_intercept
 
     # -- requests -------------------------------------------------------------

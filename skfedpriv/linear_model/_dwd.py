@@ -7,6 +7,8 @@ from types import SimpleNamespace
 
 import numpy as np
 from sklearn.base import BaseEstimator
+from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.multiclass import unique_labels
 
 from .._losses import gendwd_curvature_bound
 from .._param_validation import Interval, InvalidParameterError, Options, Registry
@@ -16,11 +18,11 @@ from ..privacy import PrivacyBudget, as_generator, gaussian_epsilon, warn_if_see
 from ..privacy._objective_perturbation import (
     CALIBRATIONS,
     PublishedCalibration,
-    clip_augmented_rows,
     local_gaussian_releases,
     local_gaussian_sigma,
 )
 from ._dwd_private import local_gaussian_update, published_private_update
+from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step, solve_batch
 
 def _stream_signature(params):
@@ -581,44 +583,147 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             settings["step_radius"] = float(params["step_radius"])
         return settings
 
-    def _fit_batch(self, X, y, sample_group, sample_weight=None, classes=None, *,
-                   new_stream):
+    def fit_sites(self, sites, classes=None):
+        """Offline federated fit on rows held at ``sites`` (``fit`` without rows).
+
+        The same update as :meth:`fit` (same parameter checks, budget
+        charges and errors), every sum over rows computed by the sites: a
+        federated runtime (e.g. :mod:`skfedpriv.flower`) passes an object
+        implementing :class:`~skfedpriv.linear_model.DWDSites`.
+
+        Parameters
+        ----------
+        sites : DWDSites
+            The sites of one batch.
+        classes : array-like of shape (n_classes,), default=None
+            The label set; default the ``classes`` hyperparameter, else the
+            labels the sites report. Required under a privacy mechanism
+            unless the hyperparameter declares it (private sites do not
+            report their labels).
+
+        Returns
+        -------
+        self : DWDClassifier
+        """
+        return self._fit_sites(sites, classes, new_stream=True)
+
+    def partial_fit_sites(self, sites, classes=None):
+        """Update the model with one batch held at ``sites`` (``partial_fit``
+        without rows).
+
+        The same update as :meth:`partial_fit` (checks, charges, errors:
+        a release raises :class:`ReleasedModelError`), the sums over rows
+        computed by the sites.
+
+        Parameters
+        ----------
+        sites : DWDSites
+            The sites of the next batch of the stream.
+        classes : array-like of shape (n_classes,), default=None
+            As for :meth:`partial_fit`: the stream's label set, needed on
+            the first call unless the ``classes`` hyperparameter holds it.
+
+        Returns
+        -------
+        self : DWDClassifier
+        """
+        return self._fit_sites(sites, classes, new_stream=False)
+
+    def _check_call(self, new_stream):
+        """What ``fit``/``partial_fit`` (and the ``*_sites`` variants) check
+        before anything else; returns the settings."""
+        settings = self._validate_params()
         if not new_stream and is_balanced_class_weight(self.class_weight):
-            self._validate_params()
             raise InvalidParameterError(
                 "class_weight='balanced' is not supported by partial_fit (a "
                 "stream has no class counts to balance by); pass a dict."
             )
+        return settings
+
+    def _fit_batch(self, X, y, sample_group, sample_weight=None, classes=None, *,
+                   new_stream):
+        self._check_call(new_stream)
         return super()._fit_batch(X, y, sample_group, sample_weight, classes,
                                   new_stream=new_stream)
+
+    def _fit_sites(self, sites, classes, *, new_stream):
+        """:meth:`_fit_batch` for a :class:`DWDSites`: validate, update, commit."""
+        if not isinstance(sites, DWDSites):
+            raise TypeError(f"sites must be a DWDSites, got {type(sites).__name__}.")
+        settings = self._check_call(new_stream)
+        if not new_stream:
+            self._check_can_continue()
+        first = new_stream or not hasattr(self, "_training_state")
+        declared = self._declared_classes(classes, first_call=first)
+        labels = sites.labels()
+        if new_stream and declared is None:
+            if labels is None:
+                raise ValueError("The sites do not report their labels: pass classes.")
+            declared = unique_labels(np.asarray(labels))
+        classes = self._resolve_classes(
+            np.asarray([] if labels is None else labels), declared, first_call=first)
+        if not first and sites.n_features != self.n_features_in_:
+            raise ValueError(
+                f"The sites have {sites.n_features} features, but {type(self).__name__} "
+                f"is expecting {self.n_features_in_} features as input."
+            )
+        release, training_state = self._update_sites(sites, classes, settings, first=first)
+        if first:
+            release["n_features_in_"] = sites.n_features
+        self._commit(release, training_state)
+        if first and hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_  # the sites' features have no names
+        return self
+
+    def _class_weight_vector(self, classes, y=None):
+        """The weight of each class (``class_weight``), or None; 'balanced'
+        needs the batch's labels ``y``."""
+        class_weight = self.class_weight
+        if class_weight is None:
+            return None
+        if is_balanced_class_weight(class_weight):
+            if y is None:
+                raise InvalidParameterError(
+                    "class_weight='balanced' needs the class counts of every site; "
+                    "pass a dict."
+                )
+            present = np.unique(y)
+            lookup = dict(zip(present.tolist(),
+                              compute_class_weight("balanced", classes=present, y=y)))
+        else:
+            unknown = set(class_weight) - set(classes.tolist())
+            if unknown:
+                raise ValueError(
+                    f"class_weight names labels {sorted(unknown, key=str)!r} "
+                    f"that are not classes {classes!r}."
+                )
+            lookup = class_weight
+        return np.array([float(lookup.get(c, 1.0)) for c in classes.tolist()])
 
     # -- the algorithm box ------------------------------------------------
 
     def _update(self, batch, classes, settings, *, first):
-        """Validated batch -> sites -> summaries -> server update -> release.
+        """Validated batch -> sites in this process -> :meth:`_update_sites`."""
+        sites = SiteData.from_rows(
+            batch.X, batch.y, batch.sample_weight,
+            site_row_indices(batch.site_codes, batch.n_sites), settings["n_jobs"],
+        )
+        return self._update_sites(sites, classes, settings, first=first,
+                                  class_weight=self._class_weight_vector(classes, batch.y))
+
+    def _update_sites(self, sites, classes, settings, *, first, class_weight=None):
+        """One batch: sites -> summaries -> server update -> release.
 
         Pure: reads the estimator's stream state, writes nothing (the random
-        generator is a copy); the base class commits what it returns.
+        generator is a copy); returns ``(release, training_state)``.
         """
-        if settings["mechanism"] is not None and not np.all(batch.sample_weight == 1.0):
-            raise ValueError(
-                "sample_weight is not supported with a privacy mechanism: the "
-                "sensitivity bounds assume every row weighs one."
-            )
-        weights = self._row_weights(batch, classes)
-        Y = self._one_vs_rest_targets(batch.y, classes)
-        X = batch.X
-        if settings["mechanism"] is not None:
-            X = clip_augmented_rows(X, settings["clip_norm"], settings["fit_intercept"])
-        sites = SiteData(
-            X, Y, weights, site_row_indices(batch.site_codes, batch.n_sites),
-            settings["n_jobs"], settings["fit_intercept"],
-        )
-        return self._update_sites(sites, classes, settings, first=first)
-
-    def _update_sites(self, sites, classes, settings, *, first):
-        """One batch on sites that answer the summary requests (pure)."""
         self._check_stream_settings(settings, first)
+        if class_weight is None:
+            class_weight = self._class_weight_vector(classes)
+        private = settings["mechanism"] is not None
+        sites.prepare(classes, fit_intercept=settings["fit_intercept"],
+                      class_weight=class_weight,
+                      clip_norm=settings["clip_norm"] if private else None)
         n_models = 1 if len(classes) == 2 else len(classes)
         p1 = sites.n_features + int(settings["fit_intercept"])
         stream = self._stream_start(first, p1, n_models, settings)
