@@ -80,8 +80,11 @@ class RemoteSites(DWDSites):
 
     Attributes
     ----------
+    rounds : int
+        Requests sent after ``prepare`` (each one message to every site and
+        one reply), as ``SiteData`` counts them in process.
     n_requests : int
-        Requests sent since ``prepare`` (``prepare`` included).
+        ``rounds`` plus the ``prepare`` request.
     """
 
     def __init__(self, transport, batch, *, cache=True):
@@ -99,7 +102,7 @@ class RemoteSites(DWDSites):
             label for r in replies for label in r["labels"]]
         self.site_names = [r["site"] for r in replies]
         self.n_sites = len(replies)
-        self.n_requests = 0
+        self.rounds = self.floats_sent = 0
 
     def labels(self):
         """The sites' labels, or None when a site is private (it does not
@@ -126,18 +129,24 @@ class RemoteSites(DWDSites):
         self.two_sided = has_positive & has_negative
 
     @property
-    def rounds(self):
-        return self.n_requests
+    def n_requests(self):
+        return self.rounds + 1 if hasattr(self, "weight_sum") else 0
 
     def _ask(self, **request):
-        self.n_requests += 1
-        return _ask(self.transport, {**self._base, **request})
+        """Every site's reply to one request of this batch; counted as a round
+        (``prepare`` excepted) with the numbers one site sent back."""
+        replies = _ask(self.transport, {**self._base, **request})
+        if request["op"] != "prepare":
+            self.rounds += 1
+            self.floats_sent += sum(int(np.size(v)) for k, v in replies[0].items()
+                                    if k not in ("site", "std"))
+        return replies
 
     def summaries(self, Theta, q, with_curvature):
         """Sum of the sites' summaries at ``Theta`` (loss, gradient, curvature)."""
-        key = (np.asarray(Theta, dtype=float).tobytes(), Theta.shape, float(q))
-        if self._cache is not None and key in self._cache:
-            return self._cache[key]
+        cached = self._cached(Theta, q)
+        if cached is not None:
+            return cached if with_curvature else (cached[0], cached[1], None)
         replies = self._ask(op="summary", theta=np.asarray(Theta, dtype=float), q=float(q),
                             with_curvature=bool(with_curvature or self._cache is not None))
         loss = sum(np.asarray(r["loss"]) for r in replies)
@@ -145,25 +154,46 @@ class RemoteSites(DWDSites):
         curvature = sum(np.asarray(r["curvature"]) for r in replies) if "curvature" in replies[0] else None
         result = (loss, grad, curvature)
         if self._cache is not None:
-            self._cache = {key: result}
+            self._cache = {self._key(Theta, q): result}
         return result if with_curvature else (loss, grad, None)
+
+    @staticmethod
+    def _key(Theta, q):
+        return (np.asarray(Theta, dtype=float).tobytes(), Theta.shape, float(q))
+
+    def _cached(self, Theta, q):
+        """The summaries (curvature included) at ``Theta``, if cached."""
+        if self._cache is None:
+            return None
+        return self._cache.get(self._key(Theta, q))
 
     def majorizer(self, q):
         """``(q+1)²/q Σ_i w_i x̄_i x̄_iᵀ`` from the sites' Gram matrices."""
         replies = self._ask(op="gram")
         return gendwd_curvature_bound(q) * sum(np.asarray(r["gram"]) for r in replies)
 
-    #: line losses are asked one summary round per step
-    batched_line_search = False
-
     def line_losses(self, Theta, S, steps, q):
-        """Summed losses along ``S``, one summary round per step."""
-        return np.array([self.summaries(Theta + t * S, q, False)[0] for t in steps])
+        """Summed losses at ``Theta + t S`` for each ``t`` in ``steps``, one round.
+
+        With the cache, a single step is asked as a full summary: if the
+        step is taken, the next request (at that point) needs no round.
+        """
+        steps = [float(t) for t in steps]
+        if self._cache is not None and len(steps) == 1:
+            return np.array([self.summaries(Theta + steps[0] * S, q, False)[0]])
+        replies = self._ask(op="line_losses", theta=np.asarray(Theta, dtype=float),
+                            s=np.asarray(S, dtype=float), steps=steps, q=float(q))
+        return sum(np.asarray(r["value"]) for r in replies)
 
     def curvature_product(self, Theta, V, q):
-        """Curvature-vector products from the summed curvature matrix."""
-        curvature = self.summaries(Theta, q, True)[2]
-        return np.einsum("kij,jk->ik", curvature, V)
+        """Summed curvature-vector products at ``Theta``, one round (none
+        when the curvature at ``Theta`` is cached)."""
+        cached = self._cached(Theta, q)
+        if cached is not None:
+            return np.einsum("kij,jk->ik", cached[2], V)
+        replies = self._ask(op="curvature_product", theta=np.asarray(Theta, dtype=float),
+                            v=np.asarray(V, dtype=float), q=float(q))
+        return sum(np.asarray(r["value"]) for r in replies)
 
     def noised_summary(self, kind, Theta, q, std, random_state=None):
         """Sum of the sites' noised summaries (each site draws its own noise,

@@ -26,8 +26,13 @@ import sqlite3
 import numpy as np
 
 from .._losses import check_q
-from ..linear_model._dwd_sites import prepare_rows
-from ..linear_model._dwd_solver import augmented_gram, site_summary
+from ..linear_model._dwd_sites import prepare_rows, side_flags
+from ..linear_model._dwd_solver import (
+    augmented_gram,
+    site_curvature_product,
+    site_line_losses,
+    site_summary,
+)
 from ..linear_model._logistic import LogisticRegression
 from ..privacy import check_privacy_params
 from ..privacy._budget import write_transaction
@@ -39,7 +44,9 @@ from ..privacy._objective_perturbation import (
     summary_sensitivity,
 )
 
-PROTOCOL_VERSION = 1
+#: Version 2: DWD sites answer ``curvature_product`` and ``line_losses``, so a
+#: remote fit takes the rounds of an in-process one.
+PROTOCOL_VERSION = 2
 
 
 class SiteLedgerFile:
@@ -338,12 +345,9 @@ class DWDSite(_Site):
             return reply
         X, Y, w, fit_intercept = self._prepared(request)
         if op == "prepare":
-            positive = w > 0
-            reply.update(
-                weight_sum=float(w.sum()),
-                has_positive=np.any(positive[:, None] & (Y > 0), 0).tolist(),
-                has_negative=np.any(positive[:, None] & (Y < 0), 0).tolist(),
-            )
+            has_positive, has_negative = side_flags(Y, w)
+            reply.update(weight_sum=float(w.sum()), has_positive=has_positive.tolist(),
+                         has_negative=has_negative.tolist())
             return reply
         if op == "noised":
             return self._noised(request, X, Y, w, fit_intercept, ledger, reply)
@@ -362,6 +366,16 @@ class DWDSite(_Site):
             return reply
         if op == "gram":
             reply["gram"] = augmented_gram(X, w, fit_intercept)
+            return reply
+        theta, q = np.asarray(request["theta"], dtype=float), float(request["q"])
+        if op == "curvature_product":
+            reply["value"] = site_curvature_product(
+                X, Y, w, theta, np.asarray(request["v"], dtype=float), q, fit_intercept)
+            return reply
+        if op == "line_losses":
+            reply["value"] = site_line_losses(
+                X, Y, w, theta, np.asarray(request["s"], dtype=float),
+                [float(t) for t in request["steps"]], q, fit_intercept)
             return reply
         raise ValueError(f"unknown request {op!r}.")
 

@@ -20,7 +20,15 @@ import numpy as np
 
 from ..privacy._objective_perturbation import clip_augmented_rows
 
-__all__ = ["DWDSites", "prepare_rows"]
+__all__ = ["DWDSites", "prepare_rows", "side_flags"]
+
+
+def side_flags(Y, weights):
+    """Whether each class model has rows of positive weight with target +1,
+    and with target -1: two boolean arrays of shape (K,)."""
+    positive = weights > 0
+    return (np.any(positive[:, None] & (Y > 0), 0),
+            np.any(positive[:, None] & (Y < 0), 0))
 
 
 def prepare_rows(X, y, sample_weight, classes, *, fit_intercept, class_weight=None,

@@ -47,7 +47,7 @@ from .._losses import (
 )
 from .._sites import dask_client, map_sites, runs_in_process, scatter_sites
 from ..privacy._objective_perturbation import site_noise
-from ._dwd_sites import DWDSites, prepare_rows
+from ._dwd_sites import DWDSites, prepare_rows, side_flags
 
 _ARMIJO_SLOPE = 1e-4
 _MAX_HALVINGS = 50
@@ -262,9 +262,8 @@ class SiteData(DWDSites):
         self.weight_sum = float(weights.sum())
         self.n_sites = len(site_rows)
         self.n_features = X.shape[1]
-        positive = weights > 0
-        self.two_sided = (np.any(positive[:, None] & (Y > 0), 0)
-                          & np.any(positive[:, None] & (Y < 0), 0))
+        has_positive, has_negative = side_flags(Y, weights)
+        self.two_sided = has_positive & has_negative
         self.n_jobs = n_jobs
         self.fit_intercept = fit_intercept
         self.rounds = 0
