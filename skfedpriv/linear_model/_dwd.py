@@ -25,6 +25,7 @@ from ._dwd_private import local_gaussian_update, published_private_update
 from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step, solve_batch
 
+
 def _stream_signature(params):
     """The settings a stream's guarantee and accumulated state depend on
     (without a mechanism: the parameter layout, ``fit_intercept``)."""
@@ -480,7 +481,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         "max_iter": [Interval(numbers.Integral, 1, None)],
         "tol": [Interval(numbers.Real, 0, None, closed="neither")],
         "online_steps": [Interval(numbers.Integral, 1, None)],
-        "n_jobs": [numbers.Integral, None],
+        "n_jobs": [Interval(numbers.Integral, None, None), None],
         "random_state": ["random_state"],
         "mechanism": [None, MECHANISMS],
         "epsilon": [Interval(numbers.Real, 0, None, closed="neither")],
