@@ -226,10 +226,7 @@ def federated_fit(estimator, transport, batch=0, classes=None):
     """
     if isinstance(estimator, LogisticRegression):
         return _logistic_fit(estimator, transport, batch, classes)
-    sites = RemoteSites(transport, batch)
-    estimator.fit_sites(sites, classes=classes)
-    estimator.n_requests_ = sites.n_requests
-    return estimator
+    return _dwd_on_remote_sites(estimator, transport, batch, classes, new_stream=True)
 
 
 def federated_partial_fit(estimator, transport, batch, classes=None):
@@ -241,8 +238,15 @@ def federated_partial_fit(estimator, transport, batch, classes=None):
     """
     if isinstance(estimator, LogisticRegression):
         return _logistic_partial_fit(estimator, transport, batch, classes)
+    return _dwd_on_remote_sites(estimator, transport, batch, classes, new_stream=False)
+
+
+def _dwd_on_remote_sites(estimator, transport, batch, classes, *, new_stream):
+    """``fit_sites`` (new stream) or ``partial_fit_sites`` on the batch's
+    :class:`RemoteSites`; ``n_requests_`` records the requests it took."""
     sites = RemoteSites(transport, batch)
-    estimator.partial_fit_sites(sites, classes=classes)
+    fit = estimator.fit_sites if new_stream else estimator.partial_fit_sites
+    fit(sites, classes=classes)
     estimator.n_requests_ = sites.n_requests
     return estimator
 
