@@ -17,7 +17,6 @@ the global model the server sends and replies with ``g_i^r``; with a
 replies only with ``ĝ_i^r = g_i^r +`` its noise increment.
 """
 
-import math
 import numbers
 import os
 import pickle
@@ -25,7 +24,8 @@ import sqlite3
 
 import numpy as np
 
-from .._losses import check_q
+from .._param_validation import Interval, validate_parameters
+from ..linear_model._dwd import PARAMETER_CONSTRAINTS as DWD_CONSTRAINTS
 from ..linear_model._dwd_sites import prepare_rows, side_flags
 from ..linear_model._dwd_solver import (
     augmented_gram,
@@ -34,10 +34,9 @@ from ..linear_model._dwd_solver import (
     site_summary,
 )
 from ..linear_model._logistic import LogisticRegression
-from ..privacy import check_privacy_params
 from ..privacy._budget import write_transaction
 from ..privacy._objective_perturbation import (
-    CALIBRATIONS,
+    check_augmented_clip_norm,
     local_gaussian_releases,
     local_gaussian_sigma,
     site_noise,
@@ -165,6 +164,19 @@ def _ledger_file(ledger_path):
     return None if ledger_path is None else SiteLedgerFile(ledger_path)
 
 
+#: The checks of :class:`SitePrivacy`: those of the estimator's parameters of
+#: the same names, with ``delta > 0`` and ``clip_norm`` required; the seed an
+#: integer (it must survive processes).
+_SITE_PRIVACY_CONSTRAINTS = {
+    **{name: DWD_CONSTRAINTS[name]
+       for name in ("epsilon", "q", "online_steps", "fit_intercept", "calibration")},
+    "delta": [Interval(numbers.Real, 0, 1, closed="neither")],
+    "clip_norm": [Interval(numbers.Real, 0, None, closed="neither")],
+    "random_state": [Interval(numbers.Integral, 0, None), None],
+    "ledger_path": [str, os.PathLike, None],
+}
+
+
 class SitePrivacy:
     """Site-local Gaussian privacy of ``DWDClassifier(mechanism='local-gaussian')``.
 
@@ -199,24 +211,14 @@ class SitePrivacy:
     def __init__(self, epsilon, delta, clip_norm, *, q=1.0, online_steps=10,
                  fit_intercept=True, calibration="analytic", random_state=None,
                  ledger_path=None):
-        self.epsilon, self.delta = check_privacy_params(epsilon, delta, require_delta=True)
-        if not (isinstance(clip_norm, numbers.Real) and math.isfinite(clip_norm) and clip_norm > 0):
-            raise ValueError(f"clip_norm must be finite and > 0, got {clip_norm!r}.")
-        if fit_intercept and clip_norm <= 1:
-            raise ValueError("clip_norm bounds ‖(1, x)‖ and must be > 1 with fit_intercept.")
-        self.clip_norm = float(clip_norm)
-        self.q = check_q(q)
-        if isinstance(online_steps, bool) or not isinstance(online_steps, numbers.Integral) or online_steps < 1:
-            raise ValueError(f"online_steps must be an integer >= 1, got {online_steps!r}.")
-        self.online_steps = int(online_steps)
-        self.fit_intercept = bool(fit_intercept)
-        if calibration not in CALIBRATIONS:
-            raise ValueError(f"unknown calibration {calibration!r}.")
-        self.calibration = calibration
-        if random_state is not None and (
-            isinstance(random_state, bool) or not isinstance(random_state, numbers.Integral)
-        ):
-            raise TypeError("random_state must be an int or None (it must survive processes).")
+        validate_parameters(_SITE_PRIVACY_CONSTRAINTS, dict(
+            epsilon=epsilon, delta=delta, clip_norm=clip_norm, q=q, online_steps=online_steps,
+            fit_intercept=fit_intercept, calibration=calibration, random_state=random_state,
+            ledger_path=ledger_path), "SitePrivacy")
+        check_augmented_clip_norm(clip_norm, fit_intercept)
+        self.epsilon, self.delta, self.clip_norm = float(epsilon), float(delta), float(clip_norm)
+        self.q, self.online_steps = float(q), int(online_steps)
+        self.fit_intercept, self.calibration = bool(fit_intercept), calibration
         self.random_state = random_state
         self.ledger_file = _ledger_file(ledger_path)
 

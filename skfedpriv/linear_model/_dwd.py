@@ -18,6 +18,7 @@ from ..privacy import PrivacyBudget, as_generator, gaussian_epsilon, warn_if_see
 from ..privacy._objective_perturbation import (
     CALIBRATIONS,
     PublishedCalibration,
+    check_augmented_clip_norm,
     local_gaussian_releases,
     local_gaussian_sigma,
 )
@@ -149,6 +150,30 @@ MECHANISMS = Registry("mechanism", {
     "gaussian": _published,
     "local-gaussian": _local_gaussian,
 })
+
+
+#: Accepted values of each hyperparameter of :class:`DWDClassifier` (see
+#: :mod:`skfedpriv._param_validation`).
+PARAMETER_CONSTRAINTS = {
+    "q": [Interval(numbers.Real, 0, None, closed="neither")],
+    "alpha": [Interval(numbers.Real, 0, None, closed="left")],
+    "fit_intercept": ["boolean"],
+    "class_weight": [dict, Options("balanced"), None],
+    "max_iter": [Interval(numbers.Integral, 1, None)],
+    "tol": [Interval(numbers.Real, 0, None, closed="neither")],
+    "online_steps": [Interval(numbers.Integral, 1, None)],
+    "n_jobs": [Interval(numbers.Integral, None, None), None],
+    "random_state": ["random_state"],
+    "mechanism": [None, MECHANISMS],
+    "epsilon": [Interval(numbers.Real, 0, None, closed="neither")],
+    "delta": [Interval(numbers.Real, 0, 1, closed="left")],
+    "clip_norm": [Interval(numbers.Real, 0, None, closed="neither"), None],
+    "rho": [Interval(numbers.Real, 0, None, closed="left"), None],
+    "step_radius": [Interval(numbers.Real, 0, None, closed="neither"), None],
+    "calibration": [CALIBRATIONS],
+    "budget": [PrivacyBudget, None],
+    "classes": ["array-like", None],
+}
 
 
 class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
@@ -473,26 +498,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         self.budget = budget
         self.classes = classes
 
-    _parameter_constraints = {
-        "q": [Interval(numbers.Real, 0, None, closed="neither")],
-        "alpha": [Interval(numbers.Real, 0, None, closed="left")],
-        "fit_intercept": ["boolean"],
-        "class_weight": [dict, Options("balanced"), None],
-        "max_iter": [Interval(numbers.Integral, 1, None)],
-        "tol": [Interval(numbers.Real, 0, None, closed="neither")],
-        "online_steps": [Interval(numbers.Integral, 1, None)],
-        "n_jobs": [Interval(numbers.Integral, None, None), None],
-        "random_state": ["random_state"],
-        "mechanism": [None, MECHANISMS],
-        "epsilon": [Interval(numbers.Real, 0, None, closed="neither")],
-        "delta": [Interval(numbers.Real, 0, 1, closed="left")],
-        "clip_norm": [Interval(numbers.Real, 0, None, closed="neither"), None],
-        "rho": [Interval(numbers.Real, 0, None, closed="left"), None],
-        "step_radius": [Interval(numbers.Real, 0, None, closed="neither"), None],
-        "calibration": [CALIBRATIONS],
-        "budget": [PrivacyBudget, None],
-        "classes": ["array-like", None],
-    }
+    _parameter_constraints = PARAMETER_CONSTRAINTS
 
     def fit(self, X, y, sample_group=None, sample_weight=None):
         """Offline federated fit on all rows (the paper's OffWP).
@@ -562,11 +568,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
                 "clip_norm must be set with a privacy mechanism: it bounds the norm "
                 "of the augmented row (1, x) and is never read from the data."
             )
-        if params["fit_intercept"] and params["clip_norm"] <= 1:
-            raise InvalidParameterError(
-                "clip_norm bounds the norm of (1, x) when fit_intercept=True and "
-                f"must be > 1, got {params['clip_norm']!r}."
-            )
+        check_augmented_clip_norm(params["clip_norm"], params["fit_intercept"])
         if params["class_weight"] is not None:
             raise InvalidParameterError(
                 "class_weight must be None with a privacy mechanism: the "

@@ -33,7 +33,7 @@ import math
 import numpy as np
 
 from .._losses import gendwd_curvature_bound
-from .._param_validation import Registry
+from .._param_validation import InvalidParameterError, Registry
 from ._accounting import gaussian_sigma
 from ._clipping import clip_rows
 from ._mechanisms import gaussian_noise, laplace_noise, symmetric_gaussian_noise
@@ -41,6 +41,7 @@ from ._mechanisms import gaussian_noise, laplace_noise, symmetric_gaussian_noise
 __all__ = [
     "CALIBRATIONS",
     "PublishedCalibration",
+    "check_augmented_clip_norm",
     "clip_augmented_rows",
     "curvature_sensitivity",
     "gradient_sensitivity",
@@ -54,15 +55,22 @@ __all__ = [
 # -- bounds ------------------------------------------------------------------
 
 
+def check_augmented_clip_norm(clip_norm, fit_intercept):
+    """Raise :class:`~skfedpriv._param_validation.InvalidParameterError` when
+    no row fits: with an intercept ``‖(1, x)‖₂ >= 1``, so ``clip_norm`` must
+    exceed 1."""
+    if fit_intercept and clip_norm <= 1.0:
+        raise InvalidParameterError(
+            "clip_norm bounds the norm of (1, x) when fit_intercept=True and "
+            f"must be > 1, got {clip_norm!r}."
+        )
+
+
 def clip_augmented_rows(X, clip_norm, fit_intercept):
     """Scale rows so that ``‖(1, x_i)‖₂ <= clip_norm`` (or ``‖x_i‖₂`` without
     intercept). Rows inside the ball are unchanged."""
+    check_augmented_clip_norm(clip_norm, fit_intercept)
     if fit_intercept:
-        if clip_norm <= 1.0:
-            raise ValueError(
-                "clip_norm bounds the norm of (1, x) when fit_intercept=True and "
-                f"must be > 1, got {clip_norm!r}."
-            )
         return clip_rows(X, math.sqrt(clip_norm**2 - 1.0))
     return clip_rows(X, clip_norm)
 
