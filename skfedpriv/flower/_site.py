@@ -36,6 +36,7 @@ from ..linear_model._dwd_solver import (
 from ..linear_model._logistic import LogisticRegression
 from ..privacy._budget import write_transaction
 from ..privacy._objective_perturbation import (
+    SUMMARY_KINDS,
     check_augmented_clip_norm,
     local_gaussian_releases,
     local_gaussian_sigma,
@@ -392,7 +393,7 @@ class DWDSite(_Site):
         first = batch == 0
         p1 = X.shape[1] + int(fit_intercept)
         sigma = privacy.unit_sigma(n_models, first)
-        if kind not in ("gradient", "curvature", "gram"):
+        if kind not in SUMMARY_KINDS:
             raise ValueError(f"unknown noised summary {kind!r}.")
         cost = 1 if kind == "gram" else n_models
         if kind == "gram" and not first:

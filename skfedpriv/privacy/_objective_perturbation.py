@@ -41,6 +41,7 @@ from ._mechanisms import gaussian_noise, laplace_noise, symmetric_gaussian_noise
 __all__ = [
     "CALIBRATIONS",
     "PublishedCalibration",
+    "SUMMARY_KINDS",
     "check_augmented_clip_norm",
     "clip_augmented_rows",
     "curvature_sensitivity",
