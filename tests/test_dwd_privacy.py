@@ -12,7 +12,8 @@ from sklearn.model_selection import GridSearchCV
 from skfedpriv import DWDClassifier
 from skfedpriv._losses import gendwd_derivative, gendwd_smoothed_curvature
 from skfedpriv.datasets import make_federated_gaussians
-from skfedpriv.linear_model._dwd_private import (
+from skfedpriv.linear_model._dwd_private import trust_region_step
+from skfedpriv.privacy._objective_perturbation import (
     PublishedCalibration,
     clip_augmented_rows,
     curvature_sensitivity,
@@ -20,7 +21,6 @@ from skfedpriv.linear_model._dwd_private import (
     gram_sensitivity,
     local_gaussian_releases,
     local_gaussian_sigma,
-    trust_region_step,
 )
 from skfedpriv.linear_model._base import ReleasedModelError
 from skfedpriv.privacy import (

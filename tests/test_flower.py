@@ -35,7 +35,9 @@ from skfedpriv.flower import (  # noqa: E402
     federated_partial_fit,
 )
 from skfedpriv.flower._apps import decode, encode  # noqa: E402
-from skfedpriv.linear_model._dwd_private import (  # noqa: E402
+from skfedpriv.flower._server import RemoteSites  # noqa: E402
+from skfedpriv.flower._site import PROTOCOL_VERSION  # noqa: E402
+from skfedpriv.privacy._objective_perturbation import (  # noqa: E402
     clip_augmented_rows,
     gradient_sensitivity,
     local_gaussian_releases,
@@ -84,6 +86,36 @@ def test_protocol_matches_in_process_fit_and_stream(params):
     np.testing.assert_array_equal(remote.predict(X), local.predict(X))
 
 
+@pytest.mark.parametrize("params", [dict(), dict(q=0.5, alpha=1e-2, online_steps=1),
+                                    dict(q=2.0, fit_intercept=False, max_iter=3)])
+def test_remote_fit_takes_the_rounds_of_an_in_process_fit(params):
+    """Curvature products and line losses are protocol ops: one round each,
+    as in process, so a remote fit and stream take the same rounds (fewer
+    with the curvature cache) and reach the same model."""
+    from skfedpriv.linear_model._dwd_solver import SiteData
+
+    X, y, g, b = make_data()
+    transport = LocalTransport(local_sites(X, y, g, b))
+    local, remote, cached = (DWDClassifier(**params) for _ in range(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # max_iter=3 stops early, on every side alike
+        for batch in (0, 1):
+            m = b == batch
+            rows = [np.flatnonzero(g[m] == s) for s in range(N_SITES)]
+            in_process = SiteData.from_rows(X[m], y[m], np.ones(m.sum()), rows)
+            by_transport = RemoteSites(transport, batch, cache=False)
+            with_cache = RemoteSites(transport, batch)
+            local.partial_fit_sites(in_process, classes=[0, 1])
+            remote.partial_fit_sites(by_transport, classes=[0, 1])
+            cached.partial_fit_sites(with_cache, classes=[0, 1])
+            assert by_transport.rounds == in_process.rounds >= 1
+            assert with_cache.rounds <= in_process.rounds
+            np.testing.assert_allclose(remote.coef_, local.coef_, atol=1e-10, rtol=0)
+            np.testing.assert_allclose(cached.coef_, local.coef_, atol=1e-10, rtol=0)
+    ops = {request["op"] for request, _ in transport.log}
+    assert {"curvature_product", "line_losses"} & ops
+
+
 def test_protocol_multiclass_and_class_weight():
     X, _, g, b = make_data()
     y = np.digitize(X[:, 0], [-0.5, 0.5])
@@ -101,10 +133,12 @@ def test_server_only_receives_sums():
     transport = LocalTransport(local_sites(X, y, g, b))
     federated_fit(DWDClassifier(), transport)
     p1 = X.shape[1] + 1
-    for _, replies in transport.log:
+    for request, replies in transport.log:
+        # line losses (protocol 2): one number per step asked for
+        bound = len(request["steps"]) if request["op"] == "line_losses" else p1 * p1
         for reply in replies:
             for value in reply.values():
-                assert np.size(value) <= p1 * p1
+                assert np.size(value) <= bound
 
 
 def private_estimator(**kw):
@@ -200,7 +234,7 @@ def test_private_protocol_is_reproducible_and_runs_the_estimators_update():
         federated_partial_fit(a, transport, 1)
     site = transport.sites[0]
     with pytest.raises(PermissionError, match="noised summaries only"):
-        site.handle({"protocol": 1, "op": "summary", "batch": 0, "classes": [0, 1],
+        site.handle({"protocol": PROTOCOL_VERSION, "op": "summary", "batch": 0, "classes": [0, 1],
                      "fit_intercept": True, "theta": np.zeros((4, 1)), "q": 1.0,
                      "with_curvature": False}, {})
 

@@ -2,10 +2,12 @@
 
 ``pip install "skfedpriv[flower]"``. Each site runs a Flower ClientApp that
 holds its own rows (:func:`make_client_app`); the server runs a ServerApp
-holding a :class:`~skfedpriv.DWDClassifier` (:func:`make_server_app`). The
-server code of the estimator runs unchanged on :class:`RemoteSites`, whose
-summaries are the sums of the sites' replies, so the fitted model equals the
-in-process ``fit`` on the pooled rows up to floating-point summation order.
+holding a :class:`~skfedpriv.DWDClassifier` (:func:`make_server_app`).
+:class:`RemoteSites` implements the estimator's sites interface
+(:class:`~skfedpriv.linear_model.DWDSites`) over a transport, and the server
+calls the estimator's public ``fit_sites`` / ``partial_fit_sites`` on it, so
+the fitted model equals the in-process ``fit`` on the pooled rows up to
+floating-point summation order, in the same number of rounds.
 
 With a :class:`SitePrivacy` (``mechanism='local-gaussian'``), clipping,
 noise and release counting happen at the site; the server only ever
@@ -13,8 +15,9 @@ receives noised summaries.
 
 Requests (``op``): ``describe`` (row count, feature count, labels),
 ``prepare`` (weight sum; which sides of each one-vs-rest model are present),
-``summary`` and ``gram`` (raw sums, refused by private sites) and ``noised``
-(gradient, curvature or Gram matrix plus the site's own Gaussian noise).
+``summary``, ``gram``, ``curvature_product`` and ``line_losses`` (raw sums,
+refused by private sites) and ``noised`` (gradient, curvature or Gram
+matrix plus the site's own Gaussian noise).
 
 Logistic regression (Algorithm 1 of the correlated-noise paper): each
 learner is a :class:`LogisticSite` (``make_client_app(...,

@@ -1,12 +1,13 @@
 """The server side of the federated protocols (no Flower import).
 
-:class:`RemoteSites` is a drop-in for the estimator's in-process
-``SiteData``: its ``summaries`` asks every site, through a *transport*, for
-its sums at ``Theta`` and adds them up, so the server code of
-:class:`~skfedpriv.DWDClassifier` (``solve_batch``, ``published_step``,
-``local_gaussian_update``, ...) runs unchanged. :func:`federated_fit` and
-:func:`federated_partial_fit` are ``fit`` / ``partial_fit`` for rows that
-stay at the sites.
+:class:`RemoteSites` implements the sites interface of
+:class:`~skfedpriv.DWDClassifier` (:class:`~skfedpriv.linear_model.DWDSites`,
+as the in-process ``SiteData`` does): each request goes to every site
+through a *transport* and the replies are added up.
+:func:`federated_fit` and :func:`federated_partial_fit` are thin drivers:
+they build the :class:`RemoteSites` of a batch and call the estimator's
+public ``fit_sites`` / ``partial_fit_sites``, which run the same update as
+``fit`` / ``partial_fit``.
 
 A transport is any callable ``request (dict) -> list of reply dicts`` (one
 per site). :class:`LocalTransport` calls :class:`DWDSite` objects in this
@@ -25,9 +26,9 @@ sends the global model, every learner present replies with its (noised)
 
 
 import numpy as np
-from sklearn.utils.multiclass import unique_labels
 
 from .._losses import gendwd_curvature_bound
+from ..linear_model._dwd_sites import DWDSites
 from ..linear_model._local_steps import LogisticLearners
 from ..linear_model._logistic import LogisticRegression
 from ._site import PROTOCOL_VERSION, logistic_request_params
@@ -61,84 +62,152 @@ def _ask(transport, request):
     return sorted(replies, key=lambda r: r["site"])  # fixed summation order
 
 
-class RemoteSites:
-    """The sites of one batch, reached through a transport (a ``SiteData``).
+class RemoteSites(DWDSites):
+    """The sites of one batch, reached through a transport (a :class:`DWDSites`).
+
+    Built before the estimator is involved: it asks the sites to describe
+    their rows of batch ``batch`` (features, and labels unless private).
+    :meth:`~skfedpriv.DWDClassifier.fit_sites` then prepares it and sends
+    every summary request through the transport.
 
     Parameters
     ----------
     transport : callable
+        ``request (dict) -> list of reply dicts`` (one per site).
     batch : int
-    classes : ndarray
-    fit_intercept : bool
-    class_weight : ndarray of shape (n_classes,) or None
-    clip_norm : float or None
-        Asks non-private sites to clip their rows (Algorithm 2 on a trusted
-        server).
-    cache : bool
-        Ask for the curvature with every summary and answer the next request
-        at the same point from it (one round trip per Newton iteration
-        instead of two). Off for private runs, where every release counts.
+    cache : bool, default=True
+        Without a privacy mechanism: ask for the curvature with every
+        summary and answer the next request at the same point from it (one
+        round trip per Newton iteration instead of two). Always off under a
+        mechanism (``prepare`` with a ``clip_norm``), where every release
+        counts.
+
+    Attributes
+    ----------
+    rounds : int
+        Requests sent after ``prepare`` (each one message to every site and
+        one reply), as ``SiteData`` counts them in process.
+    n_requests : int
+        ``rounds`` plus the ``prepare`` request.
     """
 
-    def __init__(self, transport, batch, classes, *, fit_intercept, class_weight=None,
-                 clip_norm=None, cache=True):
+    def __init__(self, transport, batch, *, cache=True):
         self.transport = transport
+        self.batch = int(batch)
+        self._cache_wanted = bool(cache)
+        self._cache = None
+        replies = _ask(transport, {"protocol": PROTOCOL_VERSION, "op": "describe",
+                                   "batch": self.batch})
+        n_features = {int(r["n_features"]) for r in replies}
+        if len(n_features) != 1:
+            raise ValueError(f"sites disagree on the number of features: {sorted(n_features)}")
+        self.n_features = n_features.pop()
+        self._labels = None if any("labels" not in r for r in replies) else [
+            label for r in replies for label in r["labels"]]
+        self.site_names = [r["site"] for r in replies]
+        self.n_sites = len(replies)
+        self.rounds = self.floats_sent = 0
+
+    def labels(self):
+        """The sites' labels, or None when a site is private (it does not
+        release its label set)."""
+        return self._labels
+
+    def prepare(self, classes, *, fit_intercept, class_weight=None, clip_norm=None):
+        """Send the batch's settings to the sites; they reply with their
+        weight sums and which sides their rows are on."""
         self.fit_intercept = bool(fit_intercept)
         self._base = {
-            "protocol": PROTOCOL_VERSION, "batch": int(batch),
+            "protocol": PROTOCOL_VERSION, "batch": self.batch,
             "classes": np.asarray(classes).tolist(), "fit_intercept": self.fit_intercept,
         }
         if class_weight is not None:
             self._base["class_weight"] = [float(v) for v in class_weight]
         if clip_norm is not None:
             self._base["clip_norm"] = float(clip_norm)
-        self._cache = {} if cache else None
+        self._cache = {} if self._cache_wanted and clip_norm is None else None
         replies = self._ask(op="prepare")
-        self.site_names = [r["site"] for r in replies]
-        self.n_sites = len(replies)
         self.weight_sum = float(sum(r["weight_sum"] for r in replies))
-        self.has_positive = np.any([r["has_positive"] for r in replies], axis=0)
-        self.has_negative = np.any([r["has_negative"] for r in replies], axis=0)
-        self.n_requests = 1
+        has_positive = np.any([r["has_positive"] for r in replies], axis=0)
+        has_negative = np.any([r["has_negative"] for r in replies], axis=0)
+        self.two_sided = has_positive & has_negative
 
     @property
-    def parts(self):
-        raise AttributeError("the rows of remote sites are not here")
+    def n_requests(self):
+        return self.rounds + 1 if hasattr(self, "weight_sum") else 0
 
     def _ask(self, **request):
-        return _ask(self.transport, {**self._base, **request})
+        """Every site's reply to one request of this batch; counted as a round
+        (``prepare`` excepted) with the numbers one site sent back."""
+        replies = _ask(self.transport, {**self._base, **request})
+        if request["op"] != "prepare":
+            self.rounds += 1
+            self.floats_sent += sum(int(np.size(v)) for k, v in replies[0].items()
+                                    if k not in ("site", "std"))
+        return replies
 
     def summaries(self, Theta, q, with_curvature):
         """Sum of the sites' summaries at ``Theta`` (loss, gradient, curvature)."""
-        key = (np.asarray(Theta, dtype=float).tobytes(), Theta.shape, float(q))
-        if self._cache is not None and key in self._cache:
-            return self._cache[key]
+        cached = self._cached(Theta, q)
+        if cached is not None:
+            return cached if with_curvature else (cached[0], cached[1], None)
         replies = self._ask(op="summary", theta=np.asarray(Theta, dtype=float), q=float(q),
                             with_curvature=bool(with_curvature or self._cache is not None))
-        self.n_requests += 1
         loss = sum(np.asarray(r["loss"]) for r in replies)
         grad = sum(np.asarray(r["grad"]) for r in replies)
         curvature = sum(np.asarray(r["curvature"]) for r in replies) if "curvature" in replies[0] else None
         result = (loss, grad, curvature)
         if self._cache is not None:
-            self._cache = {key: result}
+            self._cache = {self._key(Theta, q): result}
         return result if with_curvature else (loss, grad, None)
+
+    @staticmethod
+    def _key(Theta, q):
+        return (np.asarray(Theta, dtype=float).tobytes(), Theta.shape, float(q))
+
+    def _cached(self, Theta, q):
+        """The summaries (curvature included) at ``Theta``, if cached."""
+        if self._cache is None:
+            return None
+        return self._cache.get(self._key(Theta, q))
 
     def majorizer(self, q):
         """``(q+1)²/q Σ_i w_i x̄_i x̄_iᵀ`` from the sites' Gram matrices."""
         replies = self._ask(op="gram")
-        self.n_requests += 1
         return gendwd_curvature_bound(q) * sum(np.asarray(r["gram"]) for r in replies)
 
-    def noised_summary(self, kind, point, q, std):
-        """Sum of the sites' noised summaries (each site draws its own noise).
+    def line_losses(self, Theta, S, steps, q):
+        """Summed losses at ``Theta + t S`` for each ``t`` in ``steps``, one round.
+
+        With the cache, a single step is asked as a full summary: if the
+        step is taken, the next request (at that point) needs no round.
+        """
+        steps = [float(t) for t in steps]
+        if self._cache is not None and len(steps) == 1:
+            return np.array([self.summaries(Theta + steps[0] * S, q, False)[0]])
+        replies = self._ask(op="line_losses", theta=np.asarray(Theta, dtype=float),
+                            s=np.asarray(S, dtype=float), steps=steps, q=float(q))
+        return sum(np.asarray(r["value"]) for r in replies)
+
+    def curvature_product(self, Theta, V, q):
+        """Summed curvature-vector products at ``Theta``, one round (none
+        when the curvature at ``Theta`` is cached)."""
+        cached = self._cached(Theta, q)
+        if cached is not None:
+            return np.einsum("kij,jk->ik", cached[2], V)
+        replies = self._ask(op="curvature_product", theta=np.asarray(Theta, dtype=float),
+                            v=np.asarray(V, dtype=float), q=float(q))
+        return sum(np.asarray(r["value"]) for r in replies)
+
+    def noised_summary(self, kind, Theta, q, std, random_state=None):
+        """Sum of the sites' noised summaries (each site draws its own noise,
+        ``random_state`` is not used).
 
         Every site reports the noise std it used, computed from its own
         privacy parameters; it must be the ``std`` the server's
         post-processing assumes.
         """
-        replies = self._ask(op="noised", kind=kind, theta=np.asarray(point, dtype=float), q=float(q))
-        self.n_requests += 1
+        replies = self._ask(op="noised", kind=kind, theta=np.asarray(Theta, dtype=float), q=float(q))
         for r in replies:
             if not np.isclose(float(r["std"]), std, rtol=1e-9, atol=0.0):
                 raise RuntimeError(
@@ -148,120 +217,42 @@ class RemoteSites:
         return sum(np.asarray(r["value"]) for r in replies)
 
 
-class _BatchInfo:
-    """What ``DWDClassifier._private_step`` reads from a batch."""
-
-    def __init__(self, n_sites):
-        self.n_sites = n_sites
-
-
-def _describe(transport, batch):
-    replies = transport({"protocol": PROTOCOL_VERSION, "op": "describe", "batch": int(batch)})
-    n_features = {int(r["n_features"]) for r in replies}
-    if len(n_features) != 1:
-        raise ValueError(f"sites disagree on the number of features: {sorted(n_features)}")
-    labels = [label for r in replies for label in r.get("labels", ())]
-    return n_features.pop(), labels, replies
-
-
-def _class_weight_vector(estimator, classes):
-    class_weight = estimator.class_weight
-    if class_weight is None:
-        return None
-    if isinstance(class_weight, dict):
-        unknown = set(class_weight) - set(classes.tolist())
-        if unknown:
-            raise ValueError(f"class_weight names labels {sorted(unknown, key=str)!r} that are not classes.")
-        return np.array([float(class_weight.get(c, 1.0)) for c in classes.tolist()])
-    raise NotImplementedError(
-        "class_weight='balanced' needs the class counts of every site; pass a dict."
-    )
-
-
 def federated_fit(estimator, transport, batch=0, classes=None):
     """``estimator.fit`` on rows that stay at the sites.
 
-    ``DWDClassifier``: batch ``batch``, the same server update as ``fit``;
-    the sites compute every sum over rows. ``LogisticRegression``: a new
-    stream of ``n_rounds`` rounds, round ``r`` on batch ``batch + r`` of
-    every learner (as ``fit`` splits each learner's rows into ``n_rounds``
-    blocks). ``classes`` (default: the labels the sites report) is required
-    when a learner is private: a private learner does not report its labels.
-    Returns the fitted estimator.
+    ``DWDClassifier``: :meth:`~skfedpriv.DWDClassifier.fit_sites` on the
+    :class:`RemoteSites` of batch ``batch``; the sites compute every sum
+    over rows. ``LogisticRegression``: a new stream of ``n_rounds`` rounds,
+    round ``r`` on batch ``batch + r`` of every learner (as ``fit`` splits
+    each learner's rows into ``n_rounds`` blocks). ``classes`` (default: the
+    labels the sites report) is required when a site or learner is private:
+    it does not report its labels. Returns the fitted estimator.
     """
     if isinstance(estimator, LogisticRegression):
         return _logistic_fit(estimator, transport, batch, classes)
-    estimator._check_params()
-    n_features, labels, _ = _describe(transport, batch)
-    # under a mechanism the label set is declared, never read from the sites
-    classes = estimator._declared_classes(classes, first_call=True)
-    classes = unique_labels(np.asarray(labels if classes is None else classes))
-    return _fit_batch(estimator, transport, batch, classes, n_features, first=True)
+    return _dwd_on_remote_sites(estimator, transport, batch, classes, new_stream=True)
 
 
 def federated_partial_fit(estimator, transport, batch, classes=None):
     """``estimator.partial_fit`` on batch ``batch`` held at the sites.
 
-    For a ``LogisticRegression``: one communication round on batch ``batch``.
+    ``DWDClassifier``: :meth:`~skfedpriv.DWDClassifier.partial_fit_sites`
+    on the :class:`RemoteSites` of the batch. ``LogisticRegression``: one
+    communication round on batch ``batch``.
     """
     if isinstance(estimator, LogisticRegression):
         return _logistic_partial_fit(estimator, transport, batch, classes)
-    estimator._check_params()
-    estimator._check_can_continue()
-    first = not hasattr(estimator, "_training_state")
-    n_features, labels, _ = _describe(transport, batch)
-    if first:
-        classes = estimator._declared_classes(classes, first_call=True)
-        if classes is None:
-            raise ValueError("classes must be passed on the first call to partial_fit.")
-        classes = unique_labels(np.asarray(classes))
-    else:
-        if classes is not None and not np.array_equal(unique_labels(np.asarray(classes)), estimator.classes_):
-            raise ValueError("classes differ from those of the earlier batches.")
-        classes = estimator.classes_
-        if n_features != estimator.n_features_in_:
-            raise ValueError(f"sites have {n_features} features, the model {estimator.n_features_in_}.")
-    return _fit_batch(estimator, transport, batch, classes, n_features, first=first)
+    return _dwd_on_remote_sites(estimator, transport, batch, classes, new_stream=False)
 
 
-def _fit_batch(estimator, transport, batch, classes, n_features, *, first):
-    """``DWDClassifier._update`` with the sites remote (mirrors it step by step)."""
-    est = estimator
-    est._check_params()
-    est._check_stream_settings(first)
-    if len(classes) < 2:
-        raise ValueError(f"Classifier can't train when only one class is present: classes={classes!r}.")
-    private = est.mechanism is not None
-    if private and est.class_weight is not None:
-        raise ValueError("class_weight must be None with a privacy mechanism.")
-    local = est.mechanism == "local-gaussian"
-    sites = RemoteSites(
-        transport, batch, classes, fit_intercept=bool(est.fit_intercept),
-        class_weight=_class_weight_vector(est, classes),
-        clip_norm=float(est.clip_norm) if private and not local else None,
-        cache=not private,
-    )
-    n_models = 1 if len(classes) == 2 else len(classes)
-    p1 = n_features + int(bool(est.fit_intercept))
-    state = est._stream_state(first, p1, n_models)
-    rng = privacy = None
-    if private:
-        rng = est._noise_generator(first)
-        theta, curvature, n_iter, privacy = est._private_step(
-            sites, _BatchInfo(sites.n_sites), state, first, rng
-        )
-        started = np.ones(n_models, dtype=bool)
-    else:
-        # the two-sidedness test of _renewable_step, from the sites' flags
-        Y = np.vstack([np.where(sites.has_positive, 1.0, 0.0), np.where(sites.has_negative, -1.0, 0.0)])
-        theta, curvature, n_iter, started = est._renewable_step(sites, Y, np.ones(2), state)
-    if first:
-        est.n_features_in_ = n_features
-        if hasattr(est, "feature_names_in_"):
-            del est.feature_names_in_
-    est._commit(classes, sites.weight_sum, state, theta, curvature, n_iter, started, privacy, rng)
-    est.n_requests_ = sites.n_requests
-    return est
+def _dwd_on_remote_sites(estimator, transport, batch, classes, *, new_stream):
+    """``fit_sites`` (new stream) or ``partial_fit_sites`` on the batch's
+    :class:`RemoteSites`; ``n_requests_`` records the requests it took."""
+    sites = RemoteSites(transport, batch)
+    fit = estimator.fit_sites if new_stream else estimator.partial_fit_sites
+    fit(sites, classes=classes)
+    estimator.n_requests_ = sites.n_requests
+    return estimator
 
 
 # -- the logistic protocol ------------------------------------------------------

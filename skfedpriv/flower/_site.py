@@ -17,7 +17,6 @@ the global model the server sends and replies with ``g_i^r``; with a
 replies only with ``ĝ_i^r = g_i^r +`` its noise increment.
 """
 
-import math
 import numbers
 import os
 import pickle
@@ -25,23 +24,31 @@ import sqlite3
 
 import numpy as np
 
-from .._losses import check_q
-from ..linear_model._dwd_private import (
-    clip_augmented_rows,
-    curvature_sensitivity,
-    gradient_sensitivity,
-    gram_sensitivity,
+from .._param_validation import Interval, validate_parameters
+from ..linear_model._dwd import PARAMETER_CONSTRAINTS as DWD_CONSTRAINTS
+from ..linear_model._dwd_sites import prepare_rows, side_flags
+from ..linear_model._dwd_solver import (
+    augmented_gram,
+    site_curvature_product,
+    site_line_losses,
+    site_summary,
+)
+from ..privacy import write_transaction
+from ..privacy._objective_perturbation import (
+    SUMMARY_KINDS,
+    check_augmented_clip_norm,
     local_gaussian_releases,
     local_gaussian_sigma,
+    site_noise,
+    summary_sensitivity,
 )
-from ..linear_model._dwd_solver import augmented_gram, site_summary
 from ..linear_model._local_steps import learner_messages
 from ..linear_model._logistic import logistic_settings, noise_calibration
-from ..privacy import check_privacy_params, gaussian_noise, symmetric_gaussian_noise
-from ..privacy import write_transaction
 from ..privacy._gradient_noise import LearnerNoise
 
-PROTOCOL_VERSION = 1
+#: Version 2: DWD sites answer ``curvature_product`` and ``line_losses``, so a
+#: remote fit takes the rounds of an in-process one.
+PROTOCOL_VERSION = 2
 
 
 class SiteLedgerFile:
@@ -160,6 +167,19 @@ def _ledger_file(ledger_path):
     return None if ledger_path is None else SiteLedgerFile(ledger_path)
 
 
+#: The checks of :class:`SitePrivacy`: those of the estimator's parameters of
+#: the same names, with ``delta > 0`` and ``clip_norm`` required; the seed an
+#: integer (it must survive processes).
+_SITE_PRIVACY_CONSTRAINTS = {
+    **{name: DWD_CONSTRAINTS[name]
+       for name in ("epsilon", "q", "online_steps", "fit_intercept", "calibration")},
+    "delta": [Interval(numbers.Real, 0, 1, closed="neither")],
+    "clip_norm": [Interval(numbers.Real, 0, None, closed="neither")],
+    "random_state": [Interval(numbers.Integral, 0, None), None],
+    "ledger_path": [str, os.PathLike, None],
+}
+
+
 class SitePrivacy:
     """Site-local Gaussian privacy of ``DWDClassifier(mechanism='local-gaussian')``.
 
@@ -194,24 +214,14 @@ class SitePrivacy:
     def __init__(self, epsilon, delta, clip_norm, *, q=1.0, online_steps=10,
                  fit_intercept=True, calibration="analytic", random_state=None,
                  ledger_path=None):
-        self.epsilon, self.delta = check_privacy_params(epsilon, delta, require_delta=True)
-        if not (isinstance(clip_norm, numbers.Real) and math.isfinite(clip_norm) and clip_norm > 0):
-            raise ValueError(f"clip_norm must be finite and > 0, got {clip_norm!r}.")
-        if fit_intercept and clip_norm <= 1:
-            raise ValueError("clip_norm bounds ‖(1, x)‖ and must be > 1 with fit_intercept.")
-        self.clip_norm = float(clip_norm)
-        self.q = check_q(q)
-        if isinstance(online_steps, bool) or not isinstance(online_steps, numbers.Integral) or online_steps < 1:
-            raise ValueError(f"online_steps must be an integer >= 1, got {online_steps!r}.")
-        self.online_steps = int(online_steps)
-        self.fit_intercept = bool(fit_intercept)
-        if calibration not in ("analytic", "classic", "zcdp"):
-            raise ValueError(f"unknown calibration {calibration!r}.")
-        self.calibration = calibration
-        if random_state is not None and (
-            isinstance(random_state, bool) or not isinstance(random_state, numbers.Integral)
-        ):
-            raise TypeError("random_state must be an int or None (it must survive processes).")
+        validate_parameters(_SITE_PRIVACY_CONSTRAINTS, dict(
+            epsilon=epsilon, delta=delta, clip_norm=clip_norm, q=q, online_steps=online_steps,
+            fit_intercept=fit_intercept, calibration=calibration, random_state=random_state,
+            ledger_path=ledger_path), "SitePrivacy")
+        check_augmented_clip_norm(clip_norm, fit_intercept)
+        self.epsilon, self.delta, self.clip_norm = float(epsilon), float(delta), float(clip_norm)
+        self.q, self.online_steps = float(q), int(online_steps)
+        self.fit_intercept, self.calibration = bool(fit_intercept), calibration
         self.random_state = random_state
         self.ledger_file = _ledger_file(ledger_path)
 
@@ -301,22 +311,14 @@ class DWDSite(_Site):
         X, y, w = self._rows(request["batch"])
         classes = _as_labels(request["classes"])
         self._check_labels(y, classes)
-        if len(classes) == 2:
-            Y = np.where(y == classes[1], 1.0, -1.0)[:, None]
-        else:
-            Y = np.where(y[:, None] == classes[None, :], 1.0, -1.0)
-        if "class_weight" in request:
-            per_class = np.asarray(request["class_weight"], dtype=float)
-            w = w * per_class[np.searchsorted(classes, y)] if len(y) else w
         fit_intercept = bool(request["fit_intercept"])
+        clip_norm = request.get("clip_norm")  # Algorithm 2 on a trusted server: clip here
         if self.privacy is not None:
-            if not np.all(w == 1.0):
-                raise ValueError("a private site needs every row to weigh one (no weights).")
             if fit_intercept != self.privacy.fit_intercept:
                 raise ValueError("server and site disagree on fit_intercept.")
-            X = clip_augmented_rows(X, self.privacy.clip_norm, fit_intercept)
-        elif "clip_norm" in request:  # Algorithm 2 on a trusted server: clip here
-            X = clip_augmented_rows(X, float(request["clip_norm"]), fit_intercept)
+            clip_norm = self.privacy.clip_norm  # the site's own bound
+        X, Y, w = prepare_rows(X, y, w, classes, fit_intercept=fit_intercept,
+                               class_weight=request.get("class_weight"), clip_norm=clip_norm)
         return X, Y, w, fit_intercept
 
     # -- requests -------------------------------------------------------------
@@ -348,12 +350,9 @@ class DWDSite(_Site):
             return reply
         X, Y, w, fit_intercept = self._prepared(request)
         if op == "prepare":
-            positive = w > 0
-            reply.update(
-                weight_sum=float(w.sum()),
-                has_positive=np.any(positive[:, None] & (Y > 0), 0).tolist(),
-                has_negative=np.any(positive[:, None] & (Y < 0), 0).tolist(),
-            )
+            has_positive, has_negative = side_flags(Y, w)
+            reply.update(weight_sum=float(w.sum()), has_positive=has_positive.tolist(),
+                         has_negative=has_negative.tolist())
             return reply
         if op == "noised":
             return self._noised(request, X, Y, w, fit_intercept, ledger, reply)
@@ -373,6 +372,16 @@ class DWDSite(_Site):
         if op == "gram":
             reply["gram"] = augmented_gram(X, w, fit_intercept)
             return reply
+        theta, q = np.asarray(request["theta"], dtype=float), float(request["q"])
+        if op == "curvature_product":
+            reply["value"] = site_curvature_product(
+                X, Y, w, theta, np.asarray(request["v"], dtype=float), q, fit_intercept)
+            return reply
+        if op == "line_losses":
+            reply["value"] = site_line_losses(
+                X, Y, w, theta, np.asarray(request["s"], dtype=float),
+                [float(t) for t in request["steps"]], q, fit_intercept)
+            return reply
         raise ValueError(f"unknown request {op!r}.")
 
     def _noised(self, request, X, Y, w, fit_intercept, ledger, reply):
@@ -386,7 +395,7 @@ class DWDSite(_Site):
         first = batch == 0
         p1 = X.shape[1] + int(fit_intercept)
         sigma = privacy.unit_sigma(n_models, first)
-        if kind not in ("gradient", "curvature", "gram"):
+        if kind not in SUMMARY_KINDS:
             raise ValueError(f"unknown noised summary {kind!r}.")
         cost = 1 if kind == "gram" else n_models
         if kind == "gram" and not first:
@@ -407,19 +416,14 @@ class DWDSite(_Site):
             None if privacy.random_state is None else [privacy.random_state, batch, used]
         )
         Theta = np.asarray(request["theta"], dtype=float)
-        if kind == "gradient":
-            std = sigma * gradient_sensitivity(privacy.clip_norm)
-            _, grad, _ = site_summary(X, Y, w, Theta, privacy.q, fit_intercept, False)
-            value = grad + gaussian_noise(std, (p1, n_models), random_state=rng)
-        elif kind == "curvature":
-            std = sigma * curvature_sensitivity(privacy.q, privacy.clip_norm)
-            _, _, curvature = site_summary(X, Y, w, Theta, privacy.q, fit_intercept, True)
-            value = curvature + np.stack([
-                symmetric_gaussian_noise(p1, std, random_state=rng) for _ in range(n_models)
-            ])
-        elif kind == "gram":
-            std = sigma * gram_sensitivity(privacy.clip_norm)
-            value = augmented_gram(X, w, fit_intercept) + symmetric_gaussian_noise(p1, std, random_state=rng)
+        std = sigma * summary_sensitivity(kind, privacy.q, privacy.clip_norm)
+        if kind == "gram":
+            value = augmented_gram(X, w, fit_intercept)
+        else:
+            _, grad, curvature = site_summary(X, Y, w, Theta, privacy.q, fit_intercept,
+                                              kind == "curvature")
+            value = grad if kind == "gradient" else curvature
+        value = value + site_noise(kind, std, p1, n_models, rng)
         reply.update(value=value, std=float(std))
         return reply
 

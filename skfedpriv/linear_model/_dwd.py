@@ -3,37 +3,177 @@
 import copy
 import math
 import numbers
+from types import SimpleNamespace
 
 import numpy as np
 from sklearn.base import BaseEstimator
+from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.multiclass import unique_labels
 
-from .._losses import check_q, gendwd_curvature_bound
+from .._losses import gendwd_curvature_bound
+from .._param_validation import Interval, InvalidParameterError, Options, Registry
 from .._sites import site_row_indices
-from ._base import (
-    FederatedClassifierMixin,
-    TrainingState,
-    _restore_feature_attributes_on_error,
-    is_balanced_class_weight,
-)
-from ..privacy import (
-    PrivacyBudget,
-    as_generator,
-    check_privacy_params,
-    gaussian_epsilon,
-    warn_if_seeded,
-)
-from ._dwd_private import (
+from ._base import FederatedClassifierMixin, TrainingState, is_balanced_class_weight
+from ..privacy import PrivacyBudget, as_generator, gaussian_epsilon, warn_if_seeded
+from ..privacy._objective_perturbation import (
+    CALIBRATIONS,
     PublishedCalibration,
-    clip_augmented_rows,
+    check_augmented_clip_norm,
     local_gaussian_releases,
     local_gaussian_sigma,
-    local_gaussian_update,
-    published_private_update,
 )
+from ._dwd_private import local_gaussian_update, published_private_update
+from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step, solve_batch
 
 
-_MECHANISMS = ("laplace", "gaussian", "local-gaussian")
+def _stream_signature(params):
+    """The settings a stream's guarantee and accumulated state depend on
+    (without a mechanism: the parameter layout, ``fit_intercept``)."""
+    if params["mechanism"] is None:
+        return (None, bool(params["fit_intercept"]))
+    return tuple(params[name] for name in (
+        "mechanism", "epsilon", "delta", "clip_norm", "rho", "step_radius",
+        "calibration", "online_steps", "q", "alpha", "fit_intercept"))
+
+
+def _renewable_step(sites, stream, settings):
+    """Non-private update: eq. 26 for a model's first batch, then eq. 30/37."""
+    common = dict(q=settings["q"], alpha=settings["alpha"],
+                  fit_intercept=settings["fit_intercept"])
+    theta, prior, started = stream.theta, stream.prior, stream.started
+    # A model whose rows so far all sit on one side has no minimizer (the
+    # intercept would run off): it starts once a batch shows both sides.
+    starting = ~started & sites.two_sided
+    curvature = np.zeros((theta.shape[1],) + theta.shape[:1] * 2)
+    n_iter = 0
+    if starting.any() or not started.any():
+        # eq. 26: a model's first estimate solves its batch's equation
+        new, curv, info = solve_batch(
+            sites, theta, prior=prior, center=theta, max_iter=settings["max_iter"],
+            tol=settings["tol"], frozen=~starting, **common,
+        )
+        theta = np.where(starting, new, theta)
+        curvature[~started] = curv[~started]
+        n_iter = info["n_iter"]
+    if started.any():
+        if settings["online_steps"] == 1:  # Algorithm 1 as published (eq. 37)
+            new, curv = published_step(sites, theta, prior=prior, **common)
+            n_iter = max(n_iter, 1)
+        else:  # renewable estimating equation (30), curvature at θ_{b-1} (eq. 35)
+            new, curv, info = solve_batch(
+                sites, theta, prior=prior, center=theta,
+                max_iter=settings["online_steps"], tol=settings["tol"],
+                scale=stream.seen + sites.weight_sum, refresh_curvature=False,
+                warn=False, frozen=~started, **common,
+            )
+            n_iter = max(n_iter, info["n_iter"])
+        theta = np.where(started, new, theta)
+        curvature[started] = curv[started]
+    return theta, curvature, n_iter, started | starting
+
+
+def _charge(settings, epsilon, delta, *, note, **details):
+    """Charge the shared budget, if any (raises before any noise is drawn)."""
+    if settings["budget"] is not None:
+        settings["budget"].spend(
+            epsilon, delta,
+            note=f"DWDClassifier(mechanism={settings['mechanism']!r}): {note}", **details,
+        )
+
+
+def _local_gaussian(sites, stream, settings, *, first):
+    """Site-local Gaussian perturbation of every summary; the budget is
+    charged once per stream, before any noise is drawn."""
+    epsilon, delta = settings["epsilon"], settings["delta"]
+    n_models = stream.theta.shape[1]
+    releases = local_gaussian_releases(n_models, settings["online_steps"], first)
+    sigma = local_gaussian_sigma(epsilon, delta, releases, settings["calibration"])
+    if first:
+        spent = (_gaussian_claim(epsilon, delta, sigma, releases), delta)
+        _charge(settings, *spent, note="a new stream (all batches: disjoint rows)",
+                mechanism="gaussian", sigma=sigma, sensitivity=math.sqrt(releases))
+    else:
+        spent = stream.privacy_spent
+    theta, curvature, noise_var = local_gaussian_update(
+        sites, stream.theta, stream.prior, first, sigma, stream.rng,
+        prior_noise_var=stream.curvature_noise_var,
+        online_steps=settings["online_steps"], q=settings["q"],
+        alpha=settings["alpha"], fit_intercept=settings["fit_intercept"],
+        clip_norm=settings["clip_norm"], step_radius=settings["step_radius"],
+    )
+    release = dict(privacy_spent_=spent, noise_scale_=sigma, rho_=None)
+    return theta, curvature, settings["online_steps"], release, (
+        noise_var + stream.curvature_noise_var)
+
+
+def _published(sites, stream, settings, *, first):
+    """Algorithm 2: one release per batch, each charged before its noise is
+    drawn; one-vs-rest models split the budget."""
+    epsilon, delta = settings["epsilon"], settings["delta"]
+    p1, n_models = stream.theta.shape
+    per_model = (epsilon / n_models, delta / n_models)
+    calibration = PublishedCalibration(
+        settings["mechanism"], *per_model, q=settings["q"], alpha=settings["alpha"],
+        clip_norm=settings["clip_norm"], step_radius=settings["step_radius"],
+        rho=settings["rho"], p1=p1, n_seen=stream.seen + sites.weight_sum,
+    )
+    _charge(settings, epsilon, delta, note=f"release of batch {stream.n_batches}",
+            mechanism="laplace" if settings["mechanism"] == "laplace" else "approx")
+    before = (0.0, 0.0) if first else stream.privacy_spent
+    spent = (before[0] + epsilon, before[1] + delta)
+    theta, h_bar = published_private_update(
+        sites, stream.theta, stream.prior, [calibration] * n_models, stream.rng,
+        q=settings["q"], alpha=settings["alpha"], fit_intercept=settings["fit_intercept"],
+        step_radius=settings["step_radius"],
+    )
+    release = dict(privacy_spent_=spent, noise_scale_=calibration.scale, rho_=calibration.rho)
+    return theta, h_bar, 1, release, 0.0
+
+
+def _gaussian_claim(epsilon, delta, sigma, releases):
+    """ε of ``releases`` composed unit-sensitivity Gaussian releases of noise
+    multiplier σ: exactly one Gaussian mechanism of sensitivity
+    ``sqrt(releases)`` (Dong, Roth, Su 2022, Cor. 3.3), its exact analytic ε
+    at δ. The analytic calibration meets ``epsilon`` up to root-finding
+    rounding, which is reported as ``epsilon``; the classic and zCDP
+    calibrations add more noise, and their exact, smaller ε is reported."""
+    exact = gaussian_epsilon(sigma, delta, math.sqrt(releases))
+    return float(epsilon) if abs(exact - epsilon) <= 1e-9 * epsilon else exact
+
+
+#: Privacy mechanisms of :class:`DWDClassifier`: name -> the private update
+#: ``(sites, stream, settings, *, first) -> (theta, curvature, n_iter,
+#: release, curvature noise variance)``.
+MECHANISMS = Registry("mechanism", {
+    "laplace": _published,
+    "gaussian": _published,
+    "local-gaussian": _local_gaussian,
+})
+
+
+#: Accepted values of each hyperparameter of :class:`DWDClassifier` (see
+#: :mod:`skfedpriv._param_validation`).
+PARAMETER_CONSTRAINTS = {
+    "q": [Interval(numbers.Real, 0, None, closed="neither")],
+    "alpha": [Interval(numbers.Real, 0, None, closed="left")],
+    "fit_intercept": ["boolean"],
+    "class_weight": [dict, Options("balanced"), None],
+    "max_iter": [Interval(numbers.Integral, 1, None)],
+    "tol": [Interval(numbers.Real, 0, None, closed="neither")],
+    "online_steps": [Interval(numbers.Integral, 1, None)],
+    "n_jobs": [Interval(numbers.Integral, None, None), None],
+    "random_state": ["random_state"],
+    "mechanism": [None, MECHANISMS],
+    "epsilon": [Interval(numbers.Real, 0, None, closed="neither")],
+    "delta": [Interval(numbers.Real, 0, 1, closed="left")],
+    "clip_norm": [Interval(numbers.Real, 0, None, closed="neither"), None],
+    "rho": [Interval(numbers.Real, 0, None, closed="left"), None],
+    "step_radius": [Interval(numbers.Real, 0, None, closed="neither"), None],
+    "calibration": [CALIBRATIONS],
+    "budget": [PrivacyBudget, None],
+    "classes": ["array-like", None],
+}
 
 
 class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
@@ -110,9 +250,9 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         δ of the guarantee (0 < δ < 1) for the Gaussian mechanisms; ignored
         by 'laplace' (pure ε).
     clip_norm : float or None, default=None
-        C2, the bound enforced on the augmented row norm ``‖(1, x)‖₂`` (or
-        ``‖x‖₂`` without intercept): every training row is scaled into that
-        ball before any summary is formed. Required with a mechanism; never
+        Bound on the Euclidean norm of the augmented row (1, x) (of ``x``
+        without intercept), the paper's C2: every training row is scaled into
+        that ball before any summary is formed. Required with a mechanism; never
         read from the data. The paper's L1 bound ``C1 = sqrt(p + 1) C2``
         follows from it. Prediction uses unclipped rows.
     rho : float or None, default=None
@@ -179,8 +319,8 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         it is ``online_steps`` ('local-gaussian') or 1 (Algorithm 2),
         data-independent.
     privacy_spent_ : tuple of float
-        ``(epsilon, delta)`` charged for the stream so far; defined when
-        ``mechanism`` is set. 'local-gaussian': the exact ε at δ of the one
+        ``(epsilon, delta)`` charged for the stream so far; ``(inf, 0.0)``
+        without a mechanism (no finite guarantee). 'local-gaussian': the exact ε at δ of the one
         Gaussian mechanism the stream is (``epsilon`` with the default
         analytic calibration, smaller with 'classic'/'zcdp'), fixed over the
         stream. 'laplace'/'gaussian': the sum over the stream's batches of
@@ -188,13 +328,14 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         what the budget was charged; see Notes for what it does and does
         not cover.
     noise_scale_ : float
-        Last noise scale: Laplace η or Gaussian τ of Algorithm 2, or the
+        Defined with a mechanism. Last noise scale: Laplace η or Gaussian τ of Algorithm 2, or the
         unit noise multiplier σ of 'local-gaussian' (a summary with
         sensitivity Δ gets noise of std ``σ Δ``). A function of the
         hyperparameters and the (public) row count.
     rho_ : float or None
-        ρ used by the last 'laplace'/'gaussian' release (a function of the
-        hyperparameters and the row count).
+        Defined with a mechanism. ρ used by the last 'laplace'/'gaussian'
+        release (a function of the hyperparameters and the row count); None
+        under 'local-gaussian'.
 
     See Also
     --------
@@ -357,6 +498,8 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         self.budget = budget
         self.classes = classes
 
+    _parameter_constraints = PARAMETER_CONSTRAINTS
+
     def fit(self, X, y, sample_group=None, sample_weight=None):
         """Offline federated fit on all rows (the paper's OffWP).
 
@@ -372,13 +515,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         -------
         self : DWDClassifier
         """
-        self._check_params()
-        with _restore_feature_attributes_on_error(self):
-            batch, classes = self._validate_batch(
-                X, y, sample_group, sample_weight, reset=True, infer_classes=True
-            )
-            self._update(batch, classes, first=True)
-        return self
+        return self._fit_batch(X, y, sample_group, sample_weight, new_stream=True)
 
     def partial_fit(self, X, y, sample_group=None, sample_weight=None, classes=None):
         """Update the model with one batch of a stream (renewable estimation).
@@ -403,327 +540,262 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         -------
         self : DWDClassifier
         """
-        self._check_params()
-        if is_balanced_class_weight(self.class_weight):
-            raise ValueError(
+        return self._fit_batch(X, y, sample_group, sample_weight, classes, new_stream=False)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = self.mechanism is not None
+        return tags
+
+    # -- parameters -------------------------------------------------------
+
+    def _check_param_combinations(self, params):
+        """Cross-parameter rules; returns the settings the update reads."""
+        settings = dict(params)
+        mechanism = params["mechanism"]
+        settings["q"], settings["alpha"] = float(params["q"]), float(params["alpha"])
+        settings["fit_intercept"] = bool(params["fit_intercept"])
+        settings["signature"] = _stream_signature(params)
+        if mechanism is None:
+            return settings
+        if mechanism != "laplace" and params["delta"] == 0:
+            raise InvalidParameterError(
+                f"delta must be > 0 with mechanism={mechanism!r} (a Gaussian "
+                "mechanism has no pure-epsilon guarantee), got 0."
+            )
+        if params["clip_norm"] is None:
+            raise InvalidParameterError(
+                "clip_norm must be set with a privacy mechanism: it bounds the norm "
+                "of the augmented row (1, x) and is never read from the data."
+            )
+        check_augmented_clip_norm(params["clip_norm"], params["fit_intercept"])
+        if params["class_weight"] is not None:
+            raise InvalidParameterError(
+                "class_weight must be None with a privacy mechanism: the "
+                "sensitivity bounds assume every row weighs one."
+            )
+        settings["epsilon"] = float(params["epsilon"])
+        settings["delta"] = 0.0 if mechanism == "laplace" else float(params["delta"])
+        settings["clip_norm"] = float(params["clip_norm"])
+        if params["step_radius"] is None:
+            # R = q / ((q+1)² C2): the curvature part of T1 (eq. 61) equals
+            # its gradient part
+            settings["step_radius"] = 1.0 / (
+                gendwd_curvature_bound(settings["q"]) * settings["clip_norm"])
+        else:
+            settings["step_radius"] = float(params["step_radius"])
+        return settings
+
+    def fit_sites(self, sites, classes=None):
+        """Offline federated fit on rows held at ``sites`` (``fit`` without rows).
+
+        The same update as :meth:`fit` (same parameter checks, budget
+        charges and errors), every sum over rows computed by the sites: a
+        federated runtime (e.g. :mod:`skfedpriv.flower`) passes an object
+        implementing :class:`~skfedpriv.linear_model.DWDSites`.
+
+        Parameters
+        ----------
+        sites : DWDSites
+            The sites of one batch.
+        classes : array-like of shape (n_classes,), default=None
+            The label set; default the ``classes`` hyperparameter, else the
+            labels the sites report. Required under a privacy mechanism
+            unless the hyperparameter declares it (private sites do not
+            report their labels).
+
+        Returns
+        -------
+        self : DWDClassifier
+        """
+        return self._fit_sites(sites, classes, new_stream=True)
+
+    def partial_fit_sites(self, sites, classes=None):
+        """Update the model with one batch held at ``sites`` (``partial_fit``
+        without rows).
+
+        The same update as :meth:`partial_fit` (checks, charges, errors:
+        a release raises :class:`ReleasedModelError`), the sums over rows
+        computed by the sites.
+
+        Parameters
+        ----------
+        sites : DWDSites
+            The sites of the next batch of the stream.
+        classes : array-like of shape (n_classes,), default=None
+            As for :meth:`partial_fit`: the stream's label set, needed on
+            the first call unless the ``classes`` hyperparameter holds it.
+
+        Returns
+        -------
+        self : DWDClassifier
+        """
+        return self._fit_sites(sites, classes, new_stream=False)
+
+    def _check_call(self, new_stream):
+        """What ``fit``/``partial_fit`` (and the ``*_sites`` variants) check
+        before anything else; returns the settings."""
+        settings = self._validate_params()
+        if not new_stream and is_balanced_class_weight(self.class_weight):
+            raise InvalidParameterError(
                 "class_weight='balanced' is not supported by partial_fit (a "
                 "stream has no class counts to balance by); pass a dict."
             )
-        self._check_can_continue()
-        first = not hasattr(self, "_training_state")
-        with _restore_feature_attributes_on_error(self):
-            batch, classes = self._validate_batch(
-                X, y, sample_group, sample_weight, reset=first, classes=classes
+        return settings
+
+    def _fit_batch(self, X, y, sample_group, sample_weight=None, classes=None, *,
+                   new_stream):
+        self._check_call(new_stream)
+        return super()._fit_batch(X, y, sample_group, sample_weight, classes,
+                                  new_stream=new_stream)
+
+    def _fit_sites(self, sites, classes, *, new_stream):
+        """:meth:`_fit_batch` for a :class:`DWDSites`: validate, update, commit."""
+        if not isinstance(sites, DWDSites):
+            raise TypeError(f"sites must be a DWDSites, got {type(sites).__name__}.")
+        settings = self._check_call(new_stream)
+        if not new_stream:
+            self._check_can_continue()
+        first = new_stream or not hasattr(self, "_training_state")
+        declared = self._declared_classes(classes, first_call=first)
+        labels = sites.labels()
+        if new_stream and declared is None:
+            if labels is None:
+                raise ValueError("The sites do not report their labels: pass classes.")
+            declared = unique_labels(np.asarray(labels))
+        classes = self._resolve_classes(
+            np.asarray([] if labels is None else labels), declared, first_call=first)
+        if not first and sites.n_features != self.n_features_in_:
+            raise ValueError(
+                f"The sites have {sites.n_features} features, but {type(self).__name__} "
+                f"is expecting {self.n_features_in_} features as input."
             )
-            self._update(batch, classes, first=first)
+        release, training_state = self._update_sites(sites, classes, settings, first=first)
+        if first:
+            release["n_features_in_"] = sites.n_features
+        self._commit(release, training_state)
+        if first and hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_  # the sites' features have no names
         return self
+
+    def _class_weight_vector(self, classes, y=None):
+        """The weight of each class (``class_weight``), or None; 'balanced'
+        needs the batch's labels ``y``."""
+        class_weight = self.class_weight
+        if class_weight is None:
+            return None
+        if is_balanced_class_weight(class_weight):
+            if y is None:
+                raise InvalidParameterError(
+                    "class_weight='balanced' needs the class counts of every site; "
+                    "pass a dict."
+                )
+            present = np.unique(y)
+            lookup = dict(zip(present.tolist(),
+                              compute_class_weight("balanced", classes=present, y=y)))
+        else:
+            unknown = set(class_weight) - set(classes.tolist())
+            if unknown:
+                raise ValueError(
+                    f"class_weight names labels {sorted(unknown, key=str)!r} "
+                    f"that are not classes {classes!r}."
+                )
+            lookup = class_weight
+        return np.array([float(lookup.get(c, 1.0)) for c in classes.tolist()])
 
     # -- the algorithm box ------------------------------------------------
 
-    def _update(self, batch, classes, *, first):
-        """Validated batch -> sites -> summaries -> server update -> state.
-
-        Everything is computed into local variables first (the random
-        generator is a copy); the estimator is only written at the end, so
-        a call that raises changes nothing.
-        """
-        private = self.mechanism is not None
-        self._check_stream_settings(first)
-        if private:
-            self._check_private_batch(batch)
-        weights = self._row_weights(batch, classes)
-        Y = self._one_vs_rest_targets(batch.y, classes)
-        X = batch.X
-        if private:
-            X = clip_augmented_rows(X, float(self.clip_norm), bool(self.fit_intercept))
-        p1 = X.shape[1] + int(bool(self.fit_intercept))
-        sites = SiteData(
-            X, Y, weights, site_row_indices(batch.site_codes, batch.n_sites),
-            self.n_jobs, bool(self.fit_intercept),
+    def _update(self, batch, classes, settings, *, first):
+        """Validated batch -> sites in this process -> :meth:`_update_sites`."""
+        sites = SiteData.from_rows(
+            batch.X, batch.y, batch.sample_weight,
+            site_row_indices(batch.site_codes, batch.n_sites), settings["n_jobs"],
         )
-        n_models = Y.shape[1]
-        state = self._stream_state(first, p1, n_models)
-        rng = privacy = None
-        if private:
-            rng = self._noise_generator(first)
-            theta, curvature, n_iter, privacy = self._private_step(
-                sites, batch, state, first, rng
-            )
-            started = np.ones(n_models, dtype=bool)
-        else:
-            theta, curvature, n_iter, started = self._renewable_step(sites, Y, weights, state)
-        self._commit(classes, sites.weight_sum, state, theta, curvature, n_iter, started,
-                     privacy, rng)
+        return self._update_sites(sites, classes, settings, first=first,
+                                  class_weight=self._class_weight_vector(classes, batch.y))
 
-    def _check_stream_settings(self, first):
-        """Refuse a continuation whose privacy settings differ from the stream's."""
+    def _update_sites(self, sites, classes, settings, *, first, class_weight=None):
+        """One batch: sites -> summaries -> server update -> release.
+
+        Pure: reads the estimator's stream state, writes nothing (the random
+        generator is a copy); returns ``(release, training_state)``.
+        """
+        self._check_stream_settings(settings, first)
+        if class_weight is None:
+            class_weight = self._class_weight_vector(classes)
+        private = settings["mechanism"] is not None
+        sites.prepare(classes, fit_intercept=settings["fit_intercept"],
+                      class_weight=class_weight,
+                      clip_norm=settings["clip_norm"] if private else None)
+        n_models = 1 if len(classes) == 2 else len(classes)
+        p1 = sites.n_features + int(settings["fit_intercept"])
+        stream = self._stream_start(first, p1, n_models, settings)
+        if settings["mechanism"] is None:
+            theta, curvature, n_iter, started = _renewable_step(sites, stream, settings)
+            step = dict(privacy_spent_=(math.inf, 0.0))
+            noise_var, rng = 0.0, None
+        else:
+            mechanism = MECHANISMS[settings["mechanism"]]
+            theta, curvature, n_iter, step, noise_var = mechanism(
+                sites, stream, settings, first=first)
+            started, rng = np.ones(n_models, dtype=bool), stream.rng
+        training_state = TrainingState(
+            theta=theta,
+            curvature=(0.0 if stream.prior is None else stream.prior) + curvature,
+            started=started,
+            stream_privacy=settings["signature"],
+            rng=rng,
+            curvature_noise_var=noise_var,
+        )
+        release = dict(
+            step,
+            classes_=classes,
+            n_samples_seen_=stream.seen + sites.weight_sum,
+            n_batches_=stream.n_batches + 1,
+            n_iter_=n_iter,
+        )
+        if settings["mechanism"] is None:
+            # a raw statistic of the rows: public only without a mechanism
+            release["curvature_"] = training_state.curvature
+        if settings["fit_intercept"]:
+            release["intercept_"], release["coef_"] = theta[0].copy(), theta[1:].T.copy()
+        else:
+            release["intercept_"], release["coef_"] = np.zeros(theta.shape[1]), theta.T.copy()
+        return release, training_state
+
+    def _check_stream_settings(self, settings, first):
+        """Refuse a continuation whose settings differ from the stream's."""
         if first:
             return
         was = self._training_state.stream_privacy
-        if was != self._privacy_signature():
+        if was != settings["signature"]:
             raise ValueError(
                 "The stream's hyperparameters changed in the middle of a stream "
-                f"(was {was}, now {self._privacy_signature()}); the accumulated "
+                f"(was {was}, now {settings['signature']}); the accumulated "
                 "curvature and the guarantee belong to the stream's settings. "
                 "Call fit, or start a new estimator."
             )
 
-    def _noise_generator(self, first):
-        """The generator of this batch's noise: a new one when a private
-        stream starts (warning on a fixed seed), else a copy of the stream's,
-        so a call that raises leaves the stream's generator untouched."""
-        if first:
-            warn_if_seeded(self.random_state, "DWDClassifier")
-            return as_generator(self.random_state)
-        return copy.deepcopy(self._training_state.rng)
-
-    def _stream_state(self, first, p1, n_models):
+    def _stream_start(self, first, p1, n_models, settings):
         """What the update starts from: nothing on a new stream, else the
-        parameters and the accumulated curvature of the earlier batches."""
+        parameters and the accumulated curvature of the earlier batches, and
+        the batch's noise generator (a copy of the stream's, so a call that
+        raises leaves the stream's generator untouched)."""
+        private = settings["mechanism"] is not None
         if first:
-            return dict(
+            if private:
+                warn_if_seeded(settings["random_state"], "DWDClassifier")
+            return SimpleNamespace(
                 theta=np.zeros((p1, n_models)), prior=None, seen=0.0, n_batches=0,
                 started=np.zeros(n_models, dtype=bool), curvature_noise_var=0.0,
                 privacy_spent=None,
+                rng=as_generator(settings["random_state"]) if private else None,
             )
         training = self._training_state
-        return dict(
+        return SimpleNamespace(
             theta=training.theta, prior=training.curvature, seen=self.n_samples_seen_,
             n_batches=self.n_batches_, started=training.started,
             curvature_noise_var=training.curvature_noise_var,
-            privacy_spent=getattr(self, "privacy_spent_", None),
+            privacy_spent=self.privacy_spent_,
+            rng=copy.deepcopy(training.rng),
         )
-
-    def _commit(self, classes, weight_sum, state, theta, curvature, n_iter, started,
-                privacy=None, rng=None):
-        """Write the fitted state; called once every number is computed.
-
-        Secret training state (parameters in solver layout, the accumulated
-        curvature, the noise generator) goes into ``_training_state``; public
-        attributes are the release (see the class docstring).
-        """
-        prior = 0.0 if state["prior"] is None else state["prior"]
-        privacy = privacy or {}
-        self._training_state = TrainingState(
-            theta=theta,
-            curvature=prior + curvature,
-            started=started,
-            stream_privacy=self._privacy_signature(),
-            rng=rng,
-            curvature_noise_var=privacy.get("curvature_noise_var", 0.0),
-        )
-        for stale in ("curvature_", "privacy_spent_", "noise_scale_", "rho_"):
-            if stale in vars(self):
-                delattr(self, stale)
-        self.classes_ = classes
-        if self.mechanism is None:
-            # a raw statistic of the rows: public only without a mechanism
-            self.curvature_ = self._training_state.curvature
-        self.n_samples_seen_ = state["seen"] + weight_sum
-        self.n_batches_ = state["n_batches"] + 1
-        self.n_iter_ = n_iter
-        if privacy:
-            self.privacy_spent_ = privacy["spent"]
-            self.noise_scale_ = privacy["scale"]
-            self.rho_ = privacy.get("rho")
-        if self.fit_intercept:
-            self.intercept_, self.coef_ = theta[0].copy(), theta[1:].T.copy()
-        else:
-            self.intercept_, self.coef_ = np.zeros(theta.shape[1]), theta.T.copy()
-
-    def _renewable_step(self, sites, Y, weights, state):
-        """Non-private update: eq. 26 for a model's first batch, then eq. 30/37."""
-        common = dict(q=check_q(self.q), alpha=float(self.alpha), fit_intercept=self.fit_intercept)
-        theta, prior, started = state["theta"], state["prior"], state["started"]
-        # A model whose rows so far all sit on one side has no minimizer (the
-        # intercept would run off): it starts once a batch shows both sides.
-        positive = weights > 0
-        two_sided = np.any(positive[:, None] & (Y > 0), 0) & np.any(positive[:, None] & (Y < 0), 0)
-        starting = ~started & two_sided
-        curvature = np.zeros((Y.shape[1],) + theta.shape[:1] * 2)
-        n_iter = 0
-        if starting.any() or not started.any():
-            # eq. 26: a model's first estimate solves its batch's equation
-            new, curv, info = solve_batch(
-                sites, theta, prior=prior, center=theta, max_iter=self.max_iter,
-                tol=self.tol, frozen=~starting, **common,
-            )
-            theta = np.where(starting, new, theta)
-            curvature[~started] = curv[~started]
-            n_iter = info["n_iter"]
-        if started.any():
-            if self.online_steps == 1:  # Algorithm 1 as published (eq. 37)
-                new, curv = published_step(sites, theta, prior=prior, **common)
-                n_iter = max(n_iter, 1)
-            else:  # renewable estimating equation (30), curvature at θ_{b-1} (eq. 35)
-                new, curv, info = solve_batch(
-                    sites, theta, prior=prior, center=theta,
-                    max_iter=self.online_steps, tol=self.tol,
-                    scale=state["seen"] + sites.weight_sum, refresh_curvature=False,
-                    warn=False, frozen=~started, **common,
-                )
-                n_iter = max(n_iter, info["n_iter"])
-            theta = np.where(started, new, theta)
-            curvature[started] = curv[started]
-        return theta, curvature, n_iter, started | starting
-
-    def _private_step(self, sites, batch, state, first, rng):
-        """One private release per batch (Algorithm 2) or site-local Gaussian.
-
-        The budget is charged before any noise is drawn: once per stream for
-        'local-gaussian', once per batch (each batch is a release) for
-        'laplace'/'gaussian'.
-        """
-        q, alpha = check_q(self.q), float(self.alpha)
-        epsilon, delta = self._privacy_params()
-        n_models = state["theta"].shape[1]
-        p1 = state["theta"].shape[0]
-        if self.mechanism == "local-gaussian":
-            releases = local_gaussian_releases(n_models, self.online_steps, first)
-            sigma = local_gaussian_sigma(epsilon, delta, releases, self.calibration)
-            if first:
-                spent = (_gaussian_claim(epsilon, delta, sigma, releases), delta)
-                self._spend(
-                    *spent, note="a new stream (all batches: disjoint rows)",
-                    mechanism="gaussian", sigma=sigma, sensitivity=math.sqrt(releases),
-                )
-            else:
-                spent = state["privacy_spent"]
-            theta, curvature, noise_var = local_gaussian_update(
-                sites, state["theta"], state["prior"], first, sigma, rng,
-                prior_noise_var=state["curvature_noise_var"],
-                n_sites=batch.n_sites, online_steps=self.online_steps, q=q, alpha=alpha,
-                fit_intercept=self.fit_intercept, clip_norm=float(self.clip_norm),
-                step_radius=self._step_radius(q),
-            )
-            noise_var += state["curvature_noise_var"]
-            return theta, curvature, self.online_steps, dict(
-                spent=spent, scale=sigma, curvature_noise_var=noise_var
-            )
-        # Algorithm 2: one release per batch; one-vs-rest splits the budget
-        per_model = (epsilon / n_models, delta / n_models)
-        calibrations = [
-            PublishedCalibration(
-                self.mechanism, *per_model, q=q, alpha=alpha,
-                clip_norm=float(self.clip_norm), step_radius=self._step_radius(q),
-                rho=self.rho, p1=p1, n_seen=state["seen"] + sites.weight_sum,
-            )
-        ] * n_models
-        self._spend(
-            epsilon, delta, note=f"release of batch {state['n_batches']}",
-            mechanism="laplace" if self.mechanism == "laplace" else "approx",
-        )
-        before = (0.0, 0.0) if first else state["privacy_spent"]
-        spent = (before[0] + epsilon, before[1] + delta)
-        theta, h_bar = published_private_update(
-            sites, state["theta"], state["prior"], calibrations, rng, q=q, alpha=alpha,
-            fit_intercept=self.fit_intercept, step_radius=self._step_radius(q),
-        )
-        return theta, h_bar, 1, dict(
-            spent=spent, scale=calibrations[0].scale, rho=calibrations[0].rho
-        )
-
-    def _privacy_signature(self):
-        """The settings a stream's guarantee and accumulated state depend on
-        (without a mechanism: the parameter layout, ``fit_intercept``)."""
-        if self.mechanism is None:
-            return (None, bool(self.fit_intercept))
-        return (self.mechanism, self.epsilon, self.delta, self.clip_norm, self.rho,
-                self.step_radius, self.calibration, self.online_steps, self.q,
-                self.alpha, self.fit_intercept)
-
-    def _step_radius(self, q):
-        """R; by default ``q / ((q+1)² C2)``, which makes the curvature part of
-        T1 (eq. 61) equal to its gradient part."""
-        if self.step_radius is None:
-            return 1.0 / (gendwd_curvature_bound(q) * float(self.clip_norm))
-        return float(self.step_radius)
-
-    def _privacy_params(self):
-        delta = 0.0 if self.mechanism == "laplace" else self.delta
-        return check_privacy_params(
-            self.epsilon, delta, require_delta=self.mechanism != "laplace"
-        )
-
-    def _spend(self, epsilon, delta, *, note, **details):
-        """Charge the shared budget, if any (raises before any state changes)."""
-        if self.budget is not None:
-            self.budget.spend(
-                epsilon, delta,
-                note=f"DWDClassifier(mechanism={self.mechanism!r}): {note}", **details,
-            )
-
-    def _check_private_batch(self, batch):
-        if not np.all(batch.sample_weight == 1.0):
-            raise ValueError(
-                "sample_weight is not supported with a privacy mechanism: the "
-                "sensitivity bounds assume every row weighs one."
-            )
-        if self.class_weight is not None:
-            raise ValueError(
-                "class_weight must be None with a privacy mechanism: the "
-                "sensitivity bounds assume every row weighs one."
-            )
-
-    def _check_params(self):
-        check_q(self.q)
-        for name, low in (("alpha", 0.0), ("tol", 0.0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise TypeError(f"{name} must be a real number, got {value!r}.")
-            if not np.isfinite(value) or value < low or (name == "tol" and value == 0):
-                raise ValueError(f"{name} must be finite and >= {low}, got {value!r}.")
-        for name in ("max_iter", "online_steps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
-        if not isinstance(self.fit_intercept, (bool, np.bool_)):
-            raise ValueError(f"fit_intercept must be a bool, got {self.fit_intercept!r}.")
-        if self.mechanism is None:
-            return
-        if self.mechanism not in _MECHANISMS:
-            raise ValueError(
-                f"mechanism must be one of {(None,) + _MECHANISMS}, got {self.mechanism!r}."
-            )
-        self._privacy_params()
-        if self.clip_norm is None:
-            raise ValueError(
-                "clip_norm must be set with a privacy mechanism: it bounds the norm "
-                "of the augmented row (1, x) and is never read from the data."
-            )
-        for name in ("clip_norm", "step_radius"):
-            value = getattr(self, name)
-            if name == "step_radius" and value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-                math.isfinite(value) and value > 0
-            ):
-                raise ValueError(f"{name} must be finite and > 0, got {value!r}.")
-        if self.fit_intercept and self.clip_norm <= 1:
-            raise ValueError(
-                "clip_norm bounds the norm of (1, x) when fit_intercept=True and "
-                f"must be > 1, got {self.clip_norm!r}."
-            )
-        if self.rho is not None and (
-            isinstance(self.rho, bool) or not isinstance(self.rho, numbers.Real)
-            or not (math.isfinite(self.rho) and self.rho >= 0)
-        ):
-            raise ValueError(f"rho must be None or finite and >= 0, got {self.rho!r}.")
-        if self.calibration not in ("analytic", "classic", "zcdp"):
-            raise ValueError(
-                "calibration must be 'analytic', 'classic' or 'zcdp', got "
-                f"{self.calibration!r}."
-            )
-        if self.budget is not None and not isinstance(self.budget, PrivacyBudget):
-            raise TypeError(f"budget must be a PrivacyBudget or None, got {self.budget!r}.")
-
-
-def _gaussian_claim(epsilon, delta, sigma, releases):
-    """ε of ``releases`` composed unit-sensitivity Gaussian releases of noise
-    multiplier σ: exactly one Gaussian mechanism of sensitivity
-    ``sqrt(releases)`` (Dong, Roth, Su 2022, Cor. 3.3), its exact analytic ε
-    at δ. The analytic calibration meets ``epsilon`` up to root-finding
-    rounding, which is reported as ``epsilon``; the classic and zCDP
-    calibrations add more noise, and their exact, smaller ε is reported."""
-    exact = gaussian_epsilon(sigma, delta, math.sqrt(releases))
-    return float(epsilon) if abs(exact - epsilon) <= 1e-9 * epsilon else exact

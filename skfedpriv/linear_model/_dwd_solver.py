@@ -46,6 +46,8 @@ from .._losses import (
     gendwd_smoothed_curvature,
 )
 from .._sites import dask_client, map_sites, runs_in_process, scatter_sites
+from ..privacy._objective_perturbation import site_noise
+from ._dwd_sites import DWDSites, prepare_rows, side_flags
 
 _ARMIJO_SLOPE = 1e-4
 _MAX_HALVINGS = 50
@@ -191,8 +193,14 @@ def _site_line_losses(part, Theta, S, steps, q, fit_intercept):
     return site_line_losses(X, Y, weights, Theta, S, steps, q, fit_intercept)
 
 
-class SiteData:
-    """The rows of each site of one batch, as the per-site work needs them.
+class SiteData(DWDSites):
+    """The rows of each site of one batch, in this process (a :class:`DWDSites`).
+
+    ``SiteData(X, Y, weights, site_rows, n_jobs, fit_intercept)`` holds rows
+    already prepared (targets ``Y``, weights, clipping done; ``prepare``
+    only checks ``fit_intercept``); :meth:`from_rows` holds raw rows and
+    labels, which ``prepare`` turns into summaries' rows
+    (:func:`~skfedpriv.linear_model._dwd_sites.prepare_rows`).
 
     When joblib would run the sites one after another in this process
     (``n_jobs=None``, no ``parallel_config``), the sum of the sites'
@@ -219,11 +227,43 @@ class SiteData:
     _CACHE_SIZE = 4
 
     def __init__(self, X, Y, weights, site_rows, n_jobs, fit_intercept):
+        self._raw = None
+        self._setup(X, Y, weights, site_rows, n_jobs, fit_intercept)
+
+    @classmethod
+    def from_rows(cls, X, y, sample_weight, site_rows, n_jobs=None):
+        """Sites holding raw rows: features, labels and row weights, with
+        ``site_rows[s]`` the row indices of site ``s``."""
+        sites = cls.__new__(cls)
+        sites._raw = (X, y, sample_weight, site_rows, n_jobs)
+        sites.n_features, sites.n_sites = X.shape[1], len(site_rows)
+        return sites
+
+    def labels(self):
+        """The rows' labels (None for rows built already prepared)."""
+        return None if self._raw is None else self._raw[1]
+
+    def prepare(self, classes, *, fit_intercept, class_weight=None, clip_norm=None):
+        """Targets, weights and clipping of the raw rows (see :class:`DWDSites`)."""
+        if self._raw is None:
+            if bool(fit_intercept) != self.fit_intercept:
+                raise ValueError("these sites were prepared with another fit_intercept.")
+            return
+        X, y, sample_weight, site_rows, n_jobs = self._raw
+        X, Y, weights = prepare_rows(X, y, sample_weight, classes, fit_intercept=fit_intercept,
+                                     class_weight=class_weight, clip_norm=clip_norm)
+        self._setup(X, Y, weights, site_rows, n_jobs, bool(fit_intercept))
+
+    def _setup(self, X, Y, weights, site_rows, n_jobs, fit_intercept):
         if len(site_rows) == 1 or runs_in_process(n_jobs):
             self.parts = [(X, Y, weights)]
         else:
             self.parts = [(X[rows], Y[rows], weights[rows]) for rows in site_rows]
         self.weight_sum = float(weights.sum())
+        self.n_sites = len(site_rows)
+        self.n_features = X.shape[1]
+        has_positive, has_negative = side_flags(Y, weights)
+        self.two_sided = has_positive & has_negative
         self.n_jobs = n_jobs
         self.fit_intercept = fit_intercept
         self.rounds = 0
@@ -325,6 +365,25 @@ class SiteData:
             out = sum(self._map(site_line_losses, _site_line_losses, rest, rest))
         self._count(out)
         return out
+
+    def noised_summary(self, kind, Theta, q, std, random_state):
+        """Sum over sites of each site's summary ``kind`` plus its own noise.
+
+        ``kind``: 'gradient' (at ``Theta``), 'curvature' (at ``Theta``) or
+        'gram' (the augmented Gram matrix). Each of the ``n_sites`` sites adds
+        independent noise of std ``std``
+        (:func:`~skfedpriv.privacy._objective_perturbation.site_noise`),
+        drawn here from ``random_state``.
+        """
+        if kind == "gram":
+            value = sum(augmented_gram(X, w, self.fit_intercept) for X, _, w in self.parts)
+            self._count(value)
+        else:
+            _, grad, curvature = self.summaries(Theta, q, kind == "curvature")
+            value = grad if kind == "gradient" else curvature
+        p1, n_models = Theta.shape
+        return value + sum(site_noise(kind, std, p1, n_models, random_state)
+                           for _ in range(self.n_sites))
 
     def advance(self, Theta, S, steps):
         """``Theta + steps * S`` (one step per model); sites that kept the
