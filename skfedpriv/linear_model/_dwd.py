@@ -320,18 +320,18 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         data-independent.
     privacy_spent_ : tuple of float
         ``(epsilon, delta)`` charged for the stream so far; ``(inf, 0.0)``
-        without a mechanism (no finite guarantee). 'local-gaussian': the exact ε at δ of the one
-        Gaussian mechanism the stream is (``epsilon`` with the default
+        without a mechanism (no finite guarantee). 'local-gaussian': the exact
+        ε at δ of the one Gaussian mechanism the stream is (``epsilon`` with the default
         analytic calibration, smaller with 'classic'/'zcdp'), fixed over the
         stream. 'laplace'/'gaussian': the sum over the stream's batches of
         the per-release ``(epsilon, delta)`` (basic composition), which is
         what the budget was charged; see Notes for what it does and does
         not cover.
     noise_scale_ : float
-        Defined with a mechanism. Last noise scale: Laplace η or Gaussian τ of Algorithm 2, or the
+        Last noise scale: Laplace η or Gaussian τ of Algorithm 2, or the
         unit noise multiplier σ of 'local-gaussian' (a summary with
-        sensitivity Δ gets noise of std ``σ Δ``). A function of the
-        hyperparameters and the (public) row count.
+        sensitivity Δ gets noise of std ``σ Δ``); 0 without a mechanism. A
+        function of the hyperparameters and the (public) row count.
     rho_ : float or None
         Defined with a mechanism. ρ used by the last 'laplace'/'gaussian'
         release (a function of the hyperparameters and the row count); None
@@ -732,7 +732,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         stream = self._stream_start(first, p1, n_models, settings)
         if settings["mechanism"] is None:
             theta, curvature, n_iter, started = _renewable_step(sites, stream, settings)
-            step = dict(privacy_spent_=(math.inf, 0.0))
+            step = dict(privacy_spent_=(math.inf, 0.0), noise_scale_=0.0)
             noise_var, rng = 0.0, None
         else:
             mechanism = MECHANISMS[settings["mechanism"]]
