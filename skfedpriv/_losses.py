@@ -54,6 +54,14 @@ def split_intercept(theta, fit_intercept):
     return theta.copy(), np.zeros(theta.shape[:-1])
 
 
+def one_vs_rest_targets(y, classes):
+    """Targets in {-1, +1}: one column for two classes, else one per class."""
+    if len(classes) == 2:
+        return np.where(y == classes[1], 1.0, -1.0)[:, None]
+    return np.where(y[:, None] == classes[None, :], 1.0, -1.0)
+
+
+
 # -- genDWD ----------------------------------------------------------------------
 
 # Half-width of the window around the kink u0 = q/(q+1) in which the paper's
@@ -157,13 +165,6 @@ def gendwd_smoothed_curvature(u, q, width=SMOOTHING_WIDTH):
 # LogisticRegression: one binary logistic model per class (one model for two
 # classes), elementwise on margins ``u = s * (x_bar @ theta)`` with targets
 # ``s`` in {-1, +1}.
-
-
-def one_vs_rest_targets(y, classes):
-    """Targets in {-1, +1}: one column for two classes, else one per class."""
-    if len(classes) == 2:
-        return np.where(y == classes[1], 1.0, -1.0)[:, None]
-    return np.where(y[:, None] == classes[None, :], 1.0, -1.0)
 
 
 def logistic_loss(u):

@@ -130,6 +130,12 @@ class FederatedClassifierMixin(ClassifierMixin):
         """Whether a privacy mechanism is switched on."""
         return getattr(self, "mechanism", None) is not None
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # fresh noise at every fit under a mechanism
+        tags.non_deterministic = self._is_private()
+        return tags
+
     # -- one stream pattern: validate, compute, then commit -----------------
 
     def _validate_params(self):
@@ -353,12 +359,6 @@ class FederatedClassifierMixin(ClassifierMixin):
             )
         per_row = np.array([lookup[label] for label in batch.y.tolist()], dtype=float)
         return batch.sample_weight * per_row
-
-    def _one_vs_rest_targets(self, y, classes):
-        """Targets in {-1, +1}: one column for two classes, else one per class."""
-        if len(classes) == 2:
-            return np.where(y == classes[1], 1.0, -1.0)[:, None]
-        return np.where(y[:, None] == classes[None, :], 1.0, -1.0)
 
     def decision_function(self, X):
         """Signed distance-like score of each row to each class's hyperplane.

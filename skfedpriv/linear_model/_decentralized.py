@@ -1043,8 +1043,4 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         i = matches[0]
         return self.learner_coef_[i], self.learner_intercept_[i]
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.non_deterministic = self.mechanism is not None
-        return tags
 

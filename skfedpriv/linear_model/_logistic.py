@@ -743,10 +743,6 @@ default=None
         with np.errstate(divide="ignore"):
             return np.log(self.predict_proba(X))
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.non_deterministic = self.mechanism is not None
-        return tags
 
 
 def _n_models(classes):
