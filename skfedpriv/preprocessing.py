@@ -120,7 +120,8 @@ class RowNormClipper(_DataIndependentTransformer):
     Attributes
     ----------
     n_features_in_ : int
-        Number of features seen by ``fit``.
+        Number of features seen by ``fit`` (the only thing ``fit`` records,
+        with the names below).
     feature_names_in_ : ndarray of shape (``n_features_in_``,)
         Defined when X has string feature names.
 
@@ -162,7 +163,7 @@ class RowNormClipper(_DataIndependentTransformer):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Finite values.
+            Finite values, of any norm; each row is mapped on its own.
 
         Returns
         -------
@@ -211,9 +212,11 @@ class BoundedScaler(_DataIndependentTransformer):
     Attributes
     ----------
     n_features_in_ : int
-        Number of features seen by ``fit``.
+        Number of features seen by ``fit``; a scalar bound applies to each,
+        an array bound must have this length.
     feature_names_in_ : ndarray of shape (``n_features_in_``,)
-        Defined when X has string feature names.
+        Defined when X has string feature names; passed through by
+        ``get_feature_names_out``.
 
     See Also
     --------
@@ -292,7 +295,8 @@ class BoundedScaler(_DataIndependentTransformer):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Finite values.
+            Finite values; column ``j`` is read against ``lower[j]`` and
+            ``upper[j]``.
 
         Returns
         -------

@@ -12,7 +12,6 @@ import copy
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
-from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets, unique_labels
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -335,31 +334,6 @@ class FederatedClassifierMixin(ClassifierMixin):
             )
         return classes
 
-    def _row_weights(self, batch, classes):
-        """Row weights: ``sample_weight`` times ``class_weight`` of the row's class."""
-        class_weight = getattr(self, "class_weight", None)
-        if class_weight is None:
-            return batch.sample_weight
-        if isinstance(class_weight, str) and class_weight == "balanced":
-            present = np.unique(batch.y)
-            per_class = compute_class_weight("balanced", classes=present, y=batch.y)
-            lookup = dict(zip(present.tolist(), per_class))
-        elif isinstance(class_weight, dict):
-            unknown = set(class_weight) - set(classes.tolist())
-            if unknown:
-                raise ValueError(
-                    f"class_weight names labels {sorted(unknown, key=str)!r} "
-                    f"that are not classes {classes!r}."
-                )
-            lookup = {c: float(class_weight.get(c, 1.0)) for c in classes.tolist()}
-        else:
-            raise ValueError(
-                "class_weight must be None, 'balanced' or a dict, got "
-                f"{class_weight!r}."
-            )
-        per_row = np.array([lookup[label] for label in batch.y.tolist()], dtype=float)
-        return batch.sample_weight * per_row
-
     def decision_function(self, X):
         """Signed distance-like score of each row to each class's hyperplane.
 
@@ -383,15 +357,18 @@ class FederatedClassifierMixin(ClassifierMixin):
         return X
 
     def predict(self, X):
-        """Predict class labels.
+        """Predict class labels: the sign of the score for two classes, else
+        the class of the largest score (see :meth:`decision_function`).
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Rows to label; a release predicts exactly as its training model.
 
         Returns
         -------
         labels : ndarray of shape (n_samples,)
+            Each an element of ``classes_``.
         """
         scores = self.decision_function(X)  # checks the fit first
         return scores_to_labels(self.classes_, scores)
