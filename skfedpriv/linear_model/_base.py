@@ -153,33 +153,55 @@ class FederatedClassifierMixin(ClassifierMixin):
         the settings the update uses (by default ``params`` unchanged)."""
         return params
 
+    def _begin_call(self, new_stream, **context):
+        """What every ``fit`` / ``partial_fit`` (and ``fit_sites`` /
+        ``partial_fit_sites``) checks before it reads any data: the
+        hyperparameters, the call (:meth:`_check_call`), that a release is
+        not continued, and that the stream can take this continuation
+        (:meth:`_check_continuation`). Returns ``(settings, first)``, where
+        ``first`` says whether the call starts a stream."""
+        settings = self._validate_params()
+        self._check_call(settings, new_stream)
+        if not new_stream:
+            self._check_can_continue()
+        first = new_stream or not hasattr(self, "_training_state")
+        if not first:
+            self._check_continuation(settings, **context)
+        return settings, first
+
+    def _check_call(self, settings, new_stream):
+        """Rules on the call itself (estimators override); raise to refuse."""
+
+    def _check_continuation(self, settings, **context):
+        """Refuse a continuation the stream cannot take (settings changed
+        since it started, its horizon spent; estimators override)."""
+
     def _fit_batch(self, X, y, sample_group, sample_weight=None, classes=None, *,
                    new_stream):
         """The one code path of ``fit`` (``new_stream=True``) and ``partial_fit``.
 
-        Validate the hyperparameters and the batch, compute the update
+        :meth:`_begin_call`, validate the batch, compute the update
         (:meth:`_update`, which writes nothing on the estimator), then
         :meth:`_commit` it. A call that raises changes nothing (the only
         writes before the commit, ``n_features_in_`` and
         ``feature_names_in_``, are undone).
         """
-        settings = self._validate_params()
-        if not new_stream:
-            self._check_can_continue()
-        first = new_stream or not hasattr(self, "_training_state")
+        settings, first = self._begin_call(new_stream)
         with _restore_feature_attributes_on_error(self):
             batch, classes = self._validate_batch(
                 X, y, sample_group, sample_weight, reset=first, classes=classes,
                 infer_classes=new_stream,
             )
-            release, training_state = self._update(batch, classes, settings, first=first)
+            release, training_state = self._update(
+                batch, classes, settings, first=first, new_stream=new_stream)
         self._commit(release, training_state)
         return self
 
-    def _update(self, batch, classes, settings, *, first):
+    def _update(self, batch, classes, settings, *, first, new_stream):
         """One batch of the algorithm; returns ``(release, training_state)``:
         the public fitted attributes (dict) and the secret
-        :class:`TrainingState`. Must not write on the estimator."""
+        :class:`TrainingState`. Must not write on the estimator. ``first``:
+        the call starts a stream; ``new_stream``: the call is ``fit``."""
         raise NotImplementedError
 
     def _commit(self, release, training_state):

@@ -876,10 +876,17 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             settings[name] = None if params[name] is None else int(params[name])
         return settings
 
-    def _update(self, batch, classes, settings, *, first):
-        """The rounds of one batch: checks first (horizon, unchanged
-        settings, known learners), then the solver on a copy of the training
-        state. Writes nothing on the estimator; returns ``(release, state)``."""
+    def _check_continuation(self, settings):
+        if not _same_settings(settings, self._training_state.params):
+            raise ValueError(
+                "Hyperparameters changed since the stream started; call fit "
+                "(or clone the estimator) to start a new stream."
+            )
+
+    def _update(self, batch, classes, settings, *, first, new_stream):
+        """The rounds of one batch: checks first (horizon, known learners),
+        then the solver on a copy of the training state. Writes nothing on
+        the estimator; returns ``(release, state)``."""
         if first:
             allocation = allocate_rounds(batch, batch.site_labels)
             if settings["n_rounds"] is not None and allocation.n_rounds > settings["n_rounds"]:
@@ -889,11 +896,6 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
                 )
             release, st = self._init_state(settings, batch, classes, allocation)
         else:
-            if not _same_settings(settings, self._training_state.params):
-                raise ValueError(
-                    "Hyperparameters changed since the stream started; call fit "
-                    "(or clone the estimator) to start a new stream."
-                )
             allocation = allocate_rounds(batch, self.learner_labels_)
             limit = self._training_state.horizon
             seen = self._training_state.rounds_seen

@@ -632,31 +632,18 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         """
         return self._fit_sites(sites, classes, new_stream=False)
 
-    def _check_call(self, new_stream):
-        """What ``fit``/``partial_fit`` (and the ``*_sites`` variants) check
-        before anything else; returns the settings."""
-        settings = self._validate_params()
+    def _check_call(self, settings, new_stream):
         if not new_stream and is_balanced_class_weight(self.class_weight):
             raise InvalidParameterError(
                 "class_weight='balanced' is not supported by partial_fit (a "
                 "stream has no class counts to balance by); pass a dict."
             )
-        return settings
-
-    def _fit_batch(self, X, y, sample_group, sample_weight=None, classes=None, *,
-                   new_stream):
-        self._check_call(new_stream)
-        return super()._fit_batch(X, y, sample_group, sample_weight, classes,
-                                  new_stream=new_stream)
 
     def _fit_sites(self, sites, classes, *, new_stream):
         """:meth:`_fit_batch` for a :class:`DWDSites`: validate, update, commit."""
         if not isinstance(sites, DWDSites):
             raise TypeError(f"sites must be a DWDSites, got {type(sites).__name__}.")
-        settings = self._check_call(new_stream)
-        if not new_stream:
-            self._check_can_continue()
-        first = new_stream or not hasattr(self, "_training_state")
+        settings, first = self._begin_call(new_stream)
         declared = self._declared_classes(classes, first_call=first)
         labels = sites.labels()
         if new_stream and declared is None:
@@ -705,7 +692,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
 
     # -- the algorithm box ------------------------------------------------
 
-    def _update(self, batch, classes, settings, *, first):
+    def _update(self, batch, classes, settings, *, first, new_stream):
         """Validated batch -> sites in this process -> :meth:`_update_sites`."""
         sites = SiteData.from_rows(
             batch.X, batch.y, batch.sample_weight,
@@ -720,7 +707,6 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         Pure: reads the estimator's stream state, writes nothing (the random
         generator is a copy); returns ``(release, training_state)``.
         """
-        self._check_stream_settings(settings, first)
         if class_weight is None:
             class_weight = self._class_weight_vector(classes)
         private = settings["mechanism"] is not None
@@ -763,10 +749,8 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             release["intercept_"], release["coef_"] = np.zeros(theta.shape[1]), theta.T.copy()
         return release, training_state
 
-    def _check_stream_settings(self, settings, first):
+    def _check_continuation(self, settings):
         """Refuse a continuation whose settings differ from the stream's."""
-        if first:
-            return
         was = self._training_state.stream_privacy
         if was != settings["signature"]:
             raise ValueError(

@@ -23,7 +23,7 @@ from ..privacy._gradient_noise import (
     gradient_sensitivity,
     max_non_expansive_step,
 )
-from ._base import FederatedClassifierMixin, TrainingState, _restore_feature_attributes_on_error
+from ._base import FederatedClassifierMixin, TrainingState
 from ._local_steps import BatchLearners, RoundRequest
 
 #: ``learning_rate='auto'``: this step size, lowered under a mechanism to the
@@ -548,14 +548,9 @@ default=None
     # one stream pattern
     # ------------------------------------------------------------------
 
-    def _begin(self, new_stream, holds_noise):
-        """``(settings, first)`` of the call, or raise before any change."""
-        settings = self._validate_params()
-        if not new_stream:
-            self._check_can_continue()  # a release cannot continue a stream
-        first = new_stream or not hasattr(self, "_training_state")
-        if first:
-            return settings, first
+    def _check_continuation(self, settings, holds_noise=False):
+        """Refuse a continuation past the planned rounds, from the other side
+        of the noise streams, or with changed hyperparameters."""
         if self._settings.mechanism is not None:
             if self.n_rounds_seen_ >= self._settings.n_rounds:
                 raise PrivacyBudgetError(
@@ -577,39 +572,30 @@ default=None
                 "noise and the guarantee were planned for the old ones. Call fit or "
                 "use a fresh estimator."
             )
-        return settings, first
 
-    def _fit_batch(self, X, y, sample_group, sample_weight=None, classes=None, *,
-                   new_stream):
-        """``fit`` / ``partial_fit``: the rows' learners in process, then :meth:`_update`."""
-        settings, first = self._begin(new_stream, holds_noise=False)
-        with _restore_feature_attributes_on_error(self):
-            batch, classes = self._validate_batch(
-                X, y, sample_group, sample_weight, reset=first, classes=classes,
-                infer_classes=new_stream,
+    def _update(self, batch, classes, settings, *, first, new_stream):
+        """The rows' learners in this process, then :meth:`_run_rounds`:
+        ``n_rounds`` rounds for ``fit``, one for ``partial_fit``."""
+        n_features = batch.X.shape[1]
+        calibration = noise_calibration(settings) if first else self._training_state.calibration
+        noise = None
+        if settings.mechanism is not None:  # the learners' streams, held here
+            noise = self._training_state.noise if not first else LearnerNoise(
+                calibration.factorization, calibration.noise_scale,
+                _n_models(classes) * (n_features + settings.fit_intercept),
+                as_generator(self.random_state),
             )
-            n_features = batch.X.shape[1]
-            calibration = noise_calibration(settings) if first else self._training_state.calibration
-            noise = None
-            if settings.mechanism is not None:  # the learners' streams, held here
-                noise = self._training_state.noise if not first else LearnerNoise(
-                    calibration.factorization, calibration.noise_scale,
-                    _n_models(classes) * (n_features + settings.fit_intercept),
-                    as_generator(self.random_state),
-                )
-            n_rounds = settings.n_rounds if new_stream else 1
-            learners = BatchLearners(batch.X, batch.y, batch.site_labels, batch.site_codes,
-                                     n_rounds, noise)
-            release, training_state = self._update(
-                learners, classes, settings, calibration, noise, first=first,
-                n_features=n_features, n_rounds=n_rounds,
-            )
-        self._commit(release, training_state)
-        return self
+        n_rounds = settings.n_rounds if new_stream else 1
+        learners = BatchLearners(batch.X, batch.y, batch.site_labels, batch.site_codes,
+                                 n_rounds, noise)
+        return self._run_rounds(
+            learners, classes, settings, calibration, noise, first=first,
+            n_features=n_features, n_rounds=n_rounds,
+        )
 
     def _fit_learners(self, sites, classes, *, new_stream):
         """``fit_sites`` / ``partial_fit_sites``: the same path on learners from outside."""
-        settings, first = self._begin(new_stream, holds_noise=sites.holds_noise)
+        settings, first = self._begin_call(new_stream, holds_noise=sites.holds_noise)
         if settings.mechanism is not None and not sites.holds_noise:
             raise ValueError(
                 "with a mechanism the learners must add their own noise, and these "
@@ -628,7 +614,7 @@ default=None
             n_features = self.n_features_in_  # the learners check the model's shape
             classes = self._resolve_classes(self.classes_[:0], classes, first_call=False)
             calibration = self._training_state.calibration
-        release, training_state = self._update(
+        release, training_state = self._run_rounds(
             sites, classes, settings, calibration, None, first=first,
             n_features=n_features, n_rounds=n_rounds,
         )
@@ -653,8 +639,8 @@ default=None
             )
         return classes
 
-    def _update(self, learners, classes, settings, calibration, noise, *, first, n_features,
-                n_rounds):
+    def _run_rounds(self, learners, classes, settings, calibration, noise, *, first,
+                    n_features, n_rounds):
         """``n_rounds`` rounds of Algorithm 1 on ``learners``; writes nothing here.
 
         Returns ``(release, training_state)``. The only side effects are the
