@@ -25,7 +25,10 @@ protocol='logistic')``) holding its rows and, with a
 :class:`LearnerPrivacy`, its own correlated-noise stream; the server's
 :class:`~skfedpriv.LogisticRegression` sends the global model each round and
 steps with the mean of the learners' messages ``ĝ_i^r`` (request
-``round``). :func:`federated_fit` and :func:`federated_partial_fit` take
+``round``). :class:`RemoteLearners` implements the estimator's learners
+interface (:class:`~skfedpriv.linear_model.LogisticLearners`) over a
+transport, and the server calls the public ``fit_sites`` /
+``partial_fit_sites`` on it. :func:`federated_fit` and :func:`federated_partial_fit` take
 either estimator.
 
 Everything but :func:`make_client_app`, :func:`make_server_app` and
@@ -48,7 +51,13 @@ True
 """
 
 from ._apps import GridTransport, make_client_app, make_server_app
-from ._server import LocalTransport, RemoteSites, federated_fit, federated_partial_fit
+from ._server import (
+    LocalTransport,
+    RemoteLearners,
+    RemoteSites,
+    federated_fit,
+    federated_partial_fit,
+)
 from ._site import DWDSite, LearnerPrivacy, LogisticSite, SiteLedgerFile, SitePrivacy
 
 __all__ = [
@@ -57,6 +66,7 @@ __all__ = [
     "LearnerPrivacy",
     "LocalTransport",
     "LogisticSite",
+    "RemoteLearners",
     "RemoteSites",
     "SiteLedgerFile",
     "SitePrivacy",
