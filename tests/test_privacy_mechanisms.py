@@ -179,3 +179,23 @@ def test_seeded_noise_warning_points_at_the_users_call():
     seeded = [w for w in caught if issubclass(w.category, SeededNoiseWarning)]
     assert len(seeded) == 1
     assert seeded[0].filename == __file__
+
+
+def test_seeded_noise_warning_points_at_the_users_pipeline_call():
+    import warnings
+
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import FunctionTransformer
+
+    from skfedpriv import DWDClassifier
+    from skfedpriv.privacy import SeededNoiseWarning
+
+    X = np.random.default_rng(0).normal(size=(40, 2))
+    y = (X[:, 0] > 0).astype(int)
+    pipe = make_pipeline(FunctionTransformer(), DWDClassifier(
+        mechanism="laplace", clip_norm=3.0, classes=[0, 1], random_state=0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pipe.fit(X, y)
+    seeded = [w for w in caught if issubclass(w.category, SeededNoiseWarning)]
+    assert [w.filename for w in seeded] == [__file__]

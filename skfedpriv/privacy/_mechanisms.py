@@ -262,14 +262,19 @@ def warn_if_seeded(random_state, owner):
 
 
 def _caller_stacklevel():
-    """The ``stacklevel`` of the first frame outside this package, so a
-    warning points at the user's call (``fit`` in a script, a Pipeline's
-    line), not at package internals."""
+    """The ``stacklevel`` of the first frame outside this package and
+    scikit-learn, so a warning points at the user's call (``fit`` in a
+    script, ``pipe.fit``, ``search.fit``), not at library internals."""
     import os
     import sys
 
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    import sklearn
+
+    libraries = tuple(
+        os.path.dirname(os.path.abspath(module.__file__)) + os.sep
+        for module in (sys.modules[__name__.split(".")[0]], sklearn)
+    )
     frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(libraries):
         frame, level = frame.f_back, level + 1
     return level
