@@ -883,3 +883,16 @@ def test_flower_deployment_logistic_matches_in_process(flower_deployment):
     np.testing.assert_allclose(private.coef_, est.coef_, atol=1e-10, rtol=0)
     np.testing.assert_allclose(private.intercept_, est.intercept_, atol=1e-10, rtol=0)
     assert np.abs(private.coef_ - remote.coef_).max() > 1e-3  # the noise is there
+
+
+@pytest.mark.parametrize("bad", [dict(random_state=1.5), dict(random_state=True),
+                                 dict(random_state=np.random.default_rng(0)),
+                                 dict(ledger_path=3)])
+def test_site_and_learner_privacy_refuse_what_cannot_cross_processes_alike(bad):
+    from skfedpriv._param_validation import InvalidParameterError
+
+    name = next(iter(bad))
+    with pytest.raises(InvalidParameterError, match=f"'{name}' parameter of SitePrivacy"):
+        SitePrivacy(1.0, 1e-5, 3.0, **bad)
+    with pytest.raises(InvalidParameterError, match=f"'{name}' parameter of LearnerPrivacy"):
+        LearnerPrivacy("tree", 1.0, 1e-5, **bad)

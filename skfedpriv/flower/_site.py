@@ -24,7 +24,7 @@ import sqlite3
 
 import numpy as np
 
-from .._param_validation import Interval, validate_parameters
+from .._param_validation import InvalidParameterError, Interval, validate_parameters
 from ..linear_model._dwd import PARAMETER_CONSTRAINTS as DWD_CONSTRAINTS
 from ..linear_model._dwd_sites import prepare_rows, side_flags
 from ..linear_model._dwd_solver import (
@@ -170,13 +170,19 @@ def _ledger_file(ledger_path):
 #: The checks of :class:`SitePrivacy`: those of the estimator's parameters of
 #: the same names, with ``delta > 0`` and ``clip_norm`` required; the seed an
 #: integer (it must survive processes).
+#: What a site's privacy settings need to survive processes: an integer seed
+#: (or None) and a ledger file path (or None).
+_PROCESS_SAFE_CONSTRAINTS = {
+    "random_state": [Interval(numbers.Integral, 0, None), None],
+    "ledger_path": [str, os.PathLike, None],
+}
+
 _SITE_PRIVACY_CONSTRAINTS = {
     **{name: DWD_CONSTRAINTS[name]
        for name in ("epsilon", "q", "online_steps", "fit_intercept", "calibration")},
     "delta": [Interval(numbers.Real, 0, 1, closed="neither")],
     "clip_norm": [Interval(numbers.Real, 0, None, closed="neither")],
-    "random_state": [Interval(numbers.Integral, 0, None), None],
-    "ledger_path": [str, os.PathLike, None],
+    **_PROCESS_SAFE_CONSTRAINTS,
 }
 
 
@@ -498,8 +504,11 @@ class LearnerPrivacy:
     def __init__(self, mechanism, epsilon, delta, *, n_rounds=100, local_steps=5,
                  learning_rate="auto", clip_norm=1.0, feature_clip_norm=None, alpha=0.0,
                  fit_intercept=True, random_state=None, ledger_path=None):
+        validate_parameters(_PROCESS_SAFE_CONSTRAINTS, dict(
+            random_state=random_state, ledger_path=ledger_path), "LearnerPrivacy")
         if mechanism is None:
-            raise ValueError("a LearnerPrivacy needs a mechanism (None adds no noise: use privacy=None).")
+            raise InvalidParameterError(
+                "a LearnerPrivacy needs a mechanism (None adds no noise: use privacy=None).")
         # every check of the estimator
         self.settings = logistic_settings(dict(
             mechanism=mechanism, epsilon=epsilon, delta=delta, n_rounds=n_rounds,
@@ -509,10 +518,6 @@ class LearnerPrivacy:
         calibration = noise_calibration(self.settings)
         self.factorization = calibration.factorization
         self.noise_scale = float(calibration.noise_scale)
-        if random_state is not None and (
-            isinstance(random_state, bool) or not isinstance(random_state, numbers.Integral)
-        ):
-            raise TypeError("random_state must be an int or None (it must survive processes).")
         self.random_state = random_state
         self.ledger_file = _ledger_file(ledger_path)
 
