@@ -488,3 +488,40 @@ def _expected_failures(estimator):
 )
 def test_sklearn_compatible(estimator, check):
     check(estimator)
+
+
+def test_a_round_that_fails_midway_leaves_the_noise_streams_unchanged(monkeypatch):
+    """The noise streams are advanced on a copy, committed only on success
+    (an exception after the noise is added must not leave the streams one
+    round ahead of n_rounds_seen_)."""
+    from skfedpriv.linear_model import _logistic
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(60, 3)), rng.integers(0, 2, 60)
+    sites = np.repeat([0, 1, 2], 20)
+    est = LogisticRegression(mechanism="tree", n_rounds=4, feature_clip_norm=2.0,
+                             classes=[0, 1], random_state=0)
+    est.partial_fit(X[:40], y[:40], sample_group=sites[:40])
+    noise = est._training_state.noise
+
+    def streams(noise):  # what a round advances, without the shared generator
+        return (dict(noise.index), noise.pending.copy(),
+                [(start, end, stream.round_) for start, end, stream in noise.cohorts])
+
+    before = streams(noise)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("the server fails after the noise was added")
+
+    monkeypatch.setattr(_logistic, "_server_step", fail)
+    with pytest.raises(RuntimeError):
+        est.partial_fit(X, y, sample_group=sites)  # learner 2 is new
+    assert est._training_state.noise is noise
+    after = streams(noise)
+    assert after[0] == before[0] and after[2] == before[2]
+    np.testing.assert_array_equal(after[1], before[1])
+    assert est.n_rounds_seen_ == 1
+    monkeypatch.undo()
+    for _ in range(3):  # every planned round still runs
+        est.partial_fit(X, y, sample_group=sites)
+    assert est.n_rounds_seen_ == 4

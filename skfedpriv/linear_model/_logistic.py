@@ -580,7 +580,7 @@ default=None
         calibration = noise_calibration(settings) if first else self._training_state.calibration
         noise = None
         if settings.mechanism is not None:  # the learners' streams, held here
-            noise = self._training_state.noise if not first else LearnerNoise(
+            noise = self._training_state.noise.copy() if not first else LearnerNoise(
                 calibration.factorization, calibration.noise_scale,
                 _n_models(classes) * (n_features + settings.fit_intercept),
                 as_generator(self.random_state),
@@ -645,7 +645,8 @@ default=None
 
         Returns ``(release, training_state)``. The only side effects are the
         budget charge of a new stream (before any noise is drawn) and the
-        advance of the learners' noise streams.
+        draws from the noise generator; the noise streams advanced here are
+        a copy (:meth:`LearnerNoise.copy`), committed only with the rest.
         """
         private = settings.mechanism is not None
         if first:

@@ -169,6 +169,17 @@ class LearnerNoise:
         self.cohorts = []  # (first index, end index, NoiseStream)
         self.pending = np.zeros((0, self.size))
 
+    def copy(self):
+        """A copy to advance in a call that may still fail: the streams, the
+        learner index and the unsent increments are copied; the generator is
+        shared (its draws are the call's one side effect, and a user's
+        generator must advance so no other stream reuses its draws) and so
+        is the read-only factorization."""
+        import copy
+
+        return copy.deepcopy(self, memo={id(self.rng): self.rng,
+                                         id(self.factorization): self.factorization})
+
     def add(self, labels, messages):
         """Advance every stream one round; return ``messages`` plus their noise.
 
