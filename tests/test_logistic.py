@@ -525,3 +525,23 @@ def test_a_round_that_fails_midway_leaves_the_noise_streams_unchanged(monkeypatc
     for _ in range(3):  # every planned round still runs
         est.partial_fit(X, y, sample_group=sites)
     assert est.n_rounds_seen_ == 4
+
+
+def test_fit_sites_refuses_labels_outside_the_declared_classes_as_fit_does():
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(30, 2)), np.array([0, 1, 2] * 10)
+    codes = np.arange(30) % 3
+    labels = np.array(["a", "b", "c"])
+    est = LogisticRegression(n_rounds=2, classes=[0, 1])
+    with pytest.raises(ValueError, match="not in classes"):
+        est.fit(X, y, sample_group=labels[codes])
+    with pytest.raises(ValueError, match="not in classes"):
+        est.fit_sites(BatchLearners(X, y, labels, codes, 2, None))
+    assert not hasattr(est, "classes_")
+    ok = y < 2
+    est.fit_sites(BatchLearners(X[ok], y[ok], labels, codes[ok], 2, None))
+    with pytest.raises(ValueError, match="not in classes"):
+        est.partial_fit_sites(BatchLearners(X, y, labels, codes, 1, None))
+    with pytest.raises(ValueError, match="expecting 2 features"):
+        est.partial_fit_sites(BatchLearners(X[ok][:, :1], y[ok], labels, codes[ok], 1, None))
+    assert est.n_rounds_seen_ == 2

@@ -250,7 +250,7 @@ class LogisticLearners(abc.ABC):
 
     @abc.abstractmethod
     def describe(self, n_rounds):
-        """What the learners tell the server before a new stream.
+        """What the learners tell the server at the start of a call.
 
         Parameters
         ----------

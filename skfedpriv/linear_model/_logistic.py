@@ -602,17 +602,23 @@ default=None
                 "sites do not (holds_noise is False); rows in this process go "
                 "through fit / partial_fit."
             )
+        if first and not new_stream and classes is None and self.classes is None:
+            raise ValueError("classes must be passed on the first call to partial_fit.")
+        n_rounds = settings.n_rounds if new_stream else 1
+        n_features, labels = sites.describe(n_rounds)
+        # labels outside the declared set are refused, as fit refuses such rows
+        reported = np.asarray([] if labels is None else labels)
         if first:
-            if not new_stream and classes is None and self.classes is None:
-                raise ValueError("classes must be passed on the first call to partial_fit.")
-            n_rounds = settings.n_rounds if new_stream else 1
-            n_features, labels = sites.describe(n_rounds)
-            classes = self._stream_classes(classes, labels)
+            classes = self._resolve_classes(
+                reported, self._stream_classes(classes, labels), first_call=True)
             calibration = noise_calibration(settings)
         else:
-            n_rounds = 1
-            n_features = self.n_features_in_  # the learners check the model's shape
-            classes = self._resolve_classes(self.classes_[:0], classes, first_call=False)
+            if n_features != self.n_features_in_:
+                raise ValueError(
+                    f"The learners have {n_features} features, but {type(self).__name__} "
+                    f"is expecting {self.n_features_in_} features as input."
+                )
+            classes = self._resolve_classes(reported, classes, first_call=False)
             calibration = self._training_state.calibration
         release, training_state = self._run_rounds(
             sites, classes, settings, calibration, None, first=first,
@@ -632,12 +638,7 @@ default=None
         # the classes hyperparameter, else the classes argument; under a mechanism
         # one of them is required (the label set must not be read from the data)
         declared = self._declared_classes(classes, first_call=True)
-        classes = unique_labels(np.asarray(labels if declared is None else declared))
-        if len(classes) < 2:
-            raise ValueError(
-                f"Classifier can't train when only one class is present: classes={classes!r}."
-            )
-        return classes
+        return unique_labels(np.asarray(labels if declared is None else declared))
 
     def _run_rounds(self, learners, classes, settings, calibration, noise, *, first,
                     n_features, n_rounds):
