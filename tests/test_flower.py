@@ -162,6 +162,10 @@ def test_private_dwd_server_needs_a_declared_label_set_and_sites_hide_theirs():
     # declared: the remote fit runs; its release predicts and cannot continue
     federated_fit(est.set_params(classes=[0, 1]), transport)
     assert est.classes_.tolist() == [0, 1] and not hasattr(est, "curvature_")
+    # nor which sides of the models their rows are on (single labels flip it)
+    prepares = [replies for request, replies in transport.log if request["op"] == "prepare"]
+    assert prepares and all(set(r) == {"site", "weight_sum"}
+                            for replies in prepares for r in replies)
     released = est.release()
     np.testing.assert_array_equal(released.predict(X), est.predict(X))
     with pytest.raises(ReleasedModelError):

@@ -128,6 +128,11 @@ class RemoteSites(DWDSites):
         self._cache = {} if self._cache_wanted and clip_norm is None else None
         replies = self._ask(op="prepare")
         self.weight_sum = float(sum(r["weight_sum"] for r in replies))
+        n_models = 1 if len(classes) == 2 else len(classes)
+        if any("has_positive" not in r for r in replies):
+            # private sites do not say which sides their rows are on
+            self.two_sided = np.ones(n_models, dtype=bool)
+            return
         has_positive = np.any([r["has_positive"] for r in replies], axis=0)
         has_negative = np.any([r["has_negative"] for r in replies], axis=0)
         self.two_sided = has_positive & has_negative

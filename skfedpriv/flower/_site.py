@@ -356,9 +356,14 @@ class DWDSite(_Site):
             return reply
         X, Y, w, fit_intercept = self._prepared(request)
         if op == "prepare":
-            has_positive, has_negative = side_flags(Y, w)
-            reply.update(weight_sum=float(w.sum()), has_positive=has_positive.tolist(),
-                         has_negative=has_negative.tolist())
+            reply.update(weight_sum=float(w.sum()))  # a row count when private (weights are 1)
+            if self.privacy is None:
+                # which sides of each model its rows are on: a function of single
+                # labels (the only row of a class flips it), so never sent by a
+                # private site; the private updates do not read it
+                has_positive, has_negative = side_flags(Y, w)
+                reply.update(has_positive=has_positive.tolist(),
+                             has_negative=has_negative.tolist())
             return reply
         if op == "noised":
             return self._noised(request, X, Y, w, fit_intercept, ledger, reply)
