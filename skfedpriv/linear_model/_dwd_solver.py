@@ -24,9 +24,10 @@ Two server updates:
   majorizer and need not descend). Offline (``refresh_curvature=True``) the
   step is an inexact Newton step: conjugate gradients on the smoothed
   curvature (eq. 8), through curvature-vector products the sites compute,
-  preconditioned by the curvature matrix formed at an earlier iterate; the
-  ``O(n p²)`` matrix is formed only when the preconditioner has gone stale,
-  and once at the returned point (the renewable state). Online
+  unpreconditioned at first; the ``O(n p²)`` curvature matrix of a model is
+  formed (and then preconditions its CG) only when its CG runs out or its
+  steps converge slowly, and once at the returned point (the renewable
+  state): on well-conditioned rows, only there. Online
   (``refresh_curvature=False``, eq. 35) the curvature stays at the starting
   point and each step is one triangular solve.
 * :func:`published_step` is the single update (37) of Algorithm 1, as
@@ -52,11 +53,14 @@ from ._dwd_sites import DWDSites, prepare_rows, side_flags
 _ARMIJO_SLOPE = 1e-4
 _MAX_HALVINGS = 50
 _NEWTON_HALVINGS = 6
-# conjugate-gradient iterations per Newton step; a step that needs more
-# than _STALE of them marks the preconditioner stale (reformed next step)
+# conjugate-gradient iterations per Newton step; a preconditioned step that
+# needs more than _STALE of them marks the preconditioner stale (reformed
+# next step), as does, without one, a CG that runs out or a step that cuts
+# the gradient's max-norm by less than _SLOW
 _MAX_CG = 12
 _STALE = 5
 _LOOSE = 0.5
+_SLOW = 0.5
 
 
 def _gram(X, row_weights):
@@ -457,24 +461,35 @@ def _solve_psd(matrices, rhs):
     return _solve_factored([_factor_psd(matrices[k]) for k in range(rhs.shape[1])], rhs)
 
 
+def _precondition(factors, r):
+    """``M_k^{-1} r_k`` for every model, ``M_k`` given by its Cholesky factor
+    (the identity where the factor is None)."""
+    out = r.copy()
+    for k, factor in enumerate(factors):
+        if factor is not None:
+            out[:, k] = cho_solve(factor, r[:, k], check_finite=False)
+    return out
+
+
 def _conjugate_gradient(product, rhs, factors, rtol, max_iter):
     """Preconditioned CG for ``H_k x_k = rhs_k``, all models at once.
 
-    ``product(V)`` returns ``H_k v_k`` column by column; ``factors`` are
-    Cholesky factors of the preconditioner. Stops a model once its residual
-    is ``<= rtol_k ‖rhs_k‖`` (or on non-positive curvature along a search
-    direction). Returns the solution and the iterations used.
+    ``product(V)`` returns ``H_k v_k`` column by column; ``factors[k]`` is the
+    Cholesky factor of model k's preconditioner (None: none). Stops a model
+    once its residual is ``<= rtol_k ‖rhs_k‖`` (or on non-positive curvature
+    along a search direction); each model's iterates are those of its own CG.
+    Returns the solution and the iterations each model used.
     """
     x = np.zeros_like(rhs)
     r = rhs.copy()
-    z = _solve_factored(factors, r)
+    z = _precondition(factors, r)
     direction = z.copy()
     rz = np.sum(r * z, axis=0)
     target = rtol * np.linalg.norm(rhs, axis=0)
     done = np.linalg.norm(r, axis=0) <= target
-    n_iter = 0
-    while not done.all() and n_iter < max_iter:
-        n_iter += 1
+    used = np.zeros(rhs.shape[1], dtype=int)
+    while not done.all() and used.max() < max_iter:
+        used += ~done
         Hd = product(direction)
         curvature = np.sum(direction * Hd, axis=0)
         done |= curvature <= 0
@@ -482,12 +497,12 @@ def _conjugate_gradient(product, rhs, factors, rtol, max_iter):
         x += step * direction
         r -= step * Hd
         done |= np.linalg.norm(r, axis=0) <= target
-        z = _solve_factored(factors, r)
+        z = _precondition(factors, r)
         rz_new = np.sum(r * z, axis=0)
         beta = np.where(done, 0.0, rz_new / np.where(rz == 0, 1.0, rz))
         direction = z + beta * direction
         rz = rz_new
-    return x, n_iter
+    return x, used
 
 
 def solve_batch(
@@ -578,6 +593,7 @@ def solve_batch(
         """Armijo backtracking for the classes in ``searching``: the full step
         first, then all halvings in one round."""
         slope = np.sum(grad * direction, axis=0)
+        searching_at_start = searching.copy()
         searching = searching & (slope < 0)
         steps = np.zeros(n_models)
         accepted = np.zeros(n_models, dtype=bool)
@@ -599,7 +615,7 @@ def solve_batch(
                 accepted |= ok
                 searching &= ~ok
         new = sites.advance(Theta, direction, steps)
-        full_step[:] = np.all(steps[accepted] == 1.0)
+        full_step[searching_at_start] = steps[searching_at_start] == 1.0
         return new, new_value, accepted
 
     def first_step_grid(direction, searching, value):
@@ -629,15 +645,21 @@ def solve_batch(
     value, grad, curvature = objective_and_gradient(Theta, not refresh_curvature)
     history = [value.copy()]
     active = np.ones(n_models, dtype=bool) if frozen is None else ~np.asarray(frozen)
-    factors = None  # Cholesky factors of the Newton system (preconditioner offline)
+    factors = None  # Cholesky factors of the Newton system (online)
     if not refresh_curvature:
         start_curvature = curvature
     elif np.all(Theta[:, active] == 0) and gendwd_smoothed_curvature(0.0, q) == 0:
         curvature = None  # formed after the first step (it vanishes here)
-    stale = True
-    # whether the last Newton step was taken in full (the local phase, where
-    # solving the Newton system accurately pays); damped steps get loose CG
-    full_step = np.zeros(1, dtype=bool)
+    # Offline, per model: the Cholesky factor of the CG preconditioner, the
+    # curvature matrix of an earlier iterate (None: CG unpreconditioned).
+    # The O(n p²) matrix is formed only for a model whose last CG went
+    # stale, and then gives that model one direct Newton step.
+    preconditioner = [None] * n_models
+    stale = np.zeros(n_models, dtype=bool)
+    # whether each model's last Newton step was taken in full (the local
+    # phase, where solving the Newton system accurately pays); damped steps
+    # get loose CG
+    full_step = np.zeros(n_models, dtype=bool)
     n_iter = 0
     for n_iter in range(1, max_iter + 1):
         active &= np.max(np.abs(grad), axis=0) > tol * scale
@@ -648,28 +670,39 @@ def solve_batch(
         if grid:
             Theta_new, value_new, moved = first_step_grid(-grad / scale, active, value)
         else:
-            if refresh_curvature and stale:
-                if curvature is None:
-                    _, _, curvature = objective_and_gradient(Theta, True)
-                    curvature_at = Theta.copy()
-                factors = [_factor_psd(m) for m in system(curvature)]
-                stale = False
-                newton = -_solve_factored(factors, grad)
-            elif refresh_curvature:
-                # inexact Newton: CG on the curvature at Theta, preconditioned
-                # by the curvature matrix of an earlier iterate
-                def product(V, _T=Theta):
-                    out = sites.curvature_product(_T, V, q) + ridge[:, None] * V
-                    if prior is not None:
-                        out = out + np.einsum("kij,jk->ik", prior, V)
-                    return out
+            if refresh_curvature:
+                newton = np.zeros_like(grad)
+                direct = stale & active
+                if direct.any():
+                    if curvature is None:
+                        _, _, curvature = objective_and_gradient(Theta, True)
+                        curvature_at = Theta.copy()
+                    matrices = system(curvature)
+                    for k in np.flatnonzero(direct):
+                        preconditioner[k] = _factor_psd(matrices[k])
+                        newton[:, k] = -cho_solve(preconditioner[k], grad[:, k],
+                                                  check_finite=False)
+                iterative = active & ~direct
+                stale[:] = False
+                if iterative.any():
+                    # inexact Newton: CG on the curvature at Theta through the
+                    # sites' curvature-vector products
+                    def product(V, _T=Theta):
+                        out = sites.curvature_product(_T, V, q) + ridge[:, None] * V
+                        if prior is not None:
+                            out = out + np.einsum("kij,jk->ik", prior, V)
+                        return out
 
-                gnorm = np.max(np.abs(grad[:, active]), axis=0).max() / scale
-                rtol = min(0.1, np.sqrt(gnorm)) if full_step[0] else _LOOSE
-                newton, used = _conjugate_gradient(
-                    product, -np.where(active, 1.0, 0.0) * grad, factors, rtol, _MAX_CG
-                )
-                stale = used > _STALE
+                    gnorm = np.max(np.abs(grad), axis=0) / scale
+                    rtol = np.where(full_step, np.minimum(0.1, np.sqrt(gnorm)), _LOOSE)
+                    solution, used = _conjugate_gradient(
+                        product, -np.where(iterative, 1.0, 0.0) * grad, preconditioner,
+                        rtol, _MAX_CG)
+                    newton[:, iterative] = solution[:, iterative]
+                    # without a preconditioner only a CG that ran out is stale
+                    limit = np.array([_MAX_CG - 1 if f is None else _STALE
+                                      for f in preconditioner])
+                    stale = iterative & (used > limit)
             else:
                 if factors is None:
                     factors = [_factor_psd(m) for m in system(curvature)]
@@ -689,17 +722,23 @@ def solve_batch(
                 )
                 value_new[fallback] = value_mm[fallback]
                 moved |= moved_mm
-                stale = True
+                stale |= fallback
         # a class that cannot descend any more is at machine precision: freeze it
         # (a grid start that found nothing better leaves the class to Newton)
         decrease = value - value_new
         if not grid:
             active &= moved & (decrease > 4 * np.finfo(float).eps * np.abs(value))
         Theta = Theta_new
+        previous = np.max(np.abs(grad), axis=0)
         _, grad, _ = objective_and_gradient(Theta, False)
+        if refresh_curvature and not grid:
+            # unpreconditioned CG whose Newton steps converge slowly (an
+            # ill-conditioned curvature): form the matrix for that model
+            slow = np.max(np.abs(grad), axis=0) > _SLOW * previous
+            stale |= slow & np.array([f is None for f in preconditioner])
         value = value_new
         history.append(value.copy())
-        if refresh_curvature and (stale or factors is None):
+        if refresh_curvature:
             curvature = None
     else:
         if warn and np.any(active & (np.max(np.abs(grad), axis=0) > tol * scale)):
