@@ -63,19 +63,24 @@ _LOOSE = 0.5
 _SLOW = 0.5
 _BLOCK_BYTES = 1 << 19
 _BLOCK_ELEMENTS = 1 << 14
+_GRAM_ROWS = 4096
 
 
 def _gram(X, row_weights):
     """``Xᵀ diag(d) X`` for ``d >= 0``: rows with ``d = 0`` are skipped and the
-    rest scaled by ``sqrt(d)``, so that numpy forms ``ZᵀZ`` with one symmetric
-    rank-k update (BLAS syrk, half the flops of a general product)."""
-    keep = row_weights > 0
-    if keep.all():
-        Z = X * np.sqrt(row_weights)[:, None]
-    else:
-        Z = X[keep]
-        Z *= np.sqrt(row_weights[keep])[:, None]
-    return Z.T @ Z
+    rest scaled by ``sqrt(d)``, so that numpy forms ``ZᵀZ`` with symmetric
+    rank-k updates (BLAS syrk, half the flops of a general product), on
+    blocks of ``_GRAM_ROWS`` rows (no copy of all rows)."""
+    keep = np.flatnonzero(row_weights > 0)
+    root = np.sqrt(row_weights[keep])
+    gram = np.zeros((X.shape[1], X.shape[1]))
+    all_rows = len(keep) == len(X)
+    for start in range(0, len(keep), _GRAM_ROWS):
+        block = slice(start, start + _GRAM_ROWS)
+        Z = X[block] if all_rows else X[keep[block]]
+        Z = Z * root[block, None]
+        gram += Z.T @ Z
+    return gram
 
 
 def augmented_gram(X, row_weights, fit_intercept):
