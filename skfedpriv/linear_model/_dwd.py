@@ -636,16 +636,20 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         """What ``fit``/``partial_fit`` (and the ``*_sites`` variants) check
         before anything else; returns the settings."""
         settings = self._validate_params()
+        self._refuse_balanced_stream(new_stream)
+        return settings
+
+    def _refuse_balanced_stream(self, new_stream):
         if not new_stream and is_balanced_class_weight(self.class_weight):
             raise InvalidParameterError(
                 "class_weight='balanced' is not supported by partial_fit (a "
                 "stream has no class counts to balance by); pass a dict."
             )
-        return settings
 
     def _fit_batch(self, X, y, sample_group, sample_weight=None, classes=None, *,
                    new_stream):
-        self._check_call(new_stream)
+        # the base class validates the hyperparameters (once per call)
+        self._refuse_balanced_stream(new_stream)
         return super()._fit_batch(X, y, sample_group, sample_weight, classes,
                                   new_stream=new_stream)
 
