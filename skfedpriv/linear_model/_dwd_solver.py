@@ -52,6 +52,7 @@ from ._dwd_sites import DWDSites, prepare_rows, side_flags
 
 _ARMIJO_SLOPE = 1e-4
 _MAX_HALVINGS = 50
+_HALVINGS = 0.5 ** np.arange(1, _MAX_HALVINGS + 1)
 _NEWTON_HALVINGS = 6
 # conjugate-gradient iterations per Newton step; a preconditioned step that
 # needs more than _STALE of them marks the preconditioner stale (reformed
@@ -338,15 +339,17 @@ class SiteData(DWDSites):
 
     def _scores(self, Theta):
         """Scores of the pooled rows at ``Theta`` (cached)."""
-        for key, value in self._cache:
-            if key.shape == Theta.shape and np.array_equal(key, Theta):
+        key = (Theta.shape, Theta.tobytes())
+        for cached, value in self._cache:
+            if cached == key:
                 return value
         value = _scores(self.parts[0][0], Theta, self.fit_intercept)
         self._remember(Theta, value)
         return value
 
     def _remember(self, Theta, scores):
-        self._cache = [(Theta.copy(), scores)] + self._cache[: self._CACHE_SIZE - 1]
+        key = (Theta.shape, Theta.tobytes())
+        self._cache = [(key, scores)] + self._cache[: self._CACHE_SIZE - 1]
 
     def _map(self, pooled_func, site_func, site_args, rest):
         if self.scattered:
@@ -640,7 +643,7 @@ def solve_batch(
         steps = np.zeros(n_models)
         accepted = np.zeros(n_models, dtype=bool)
         new_value = value.copy()
-        halvings = 0.5 ** np.arange(1, max_halvings + 1)
+        halvings = _HALVINGS[:max_halvings]
         trials = ([1.0], halvings) if getattr(sites, "batched_line_search", True) else (
             [[1.0]] + [[t] for t in halvings])
         for trial in trials:
@@ -771,12 +774,12 @@ def solve_batch(
         if not grid:
             active &= moved & (decrease > 4 * np.finfo(float).eps * np.abs(value))
         Theta = Theta_new
-        previous = np.max(np.abs(grad), axis=0)
+        previous = grad
         _, grad, _ = objective_and_gradient(Theta, False)
         if refresh_curvature and not grid:
             # unpreconditioned CG whose Newton steps converge slowly (an
             # ill-conditioned curvature): form the matrix for that model
-            slow = np.max(np.abs(grad), axis=0) > _SLOW * previous
+            slow = np.max(np.abs(grad), axis=0) > _SLOW * np.max(np.abs(previous), axis=0)
             stale |= slow & np.array([f is None for f in preconditioner])
         value = value_new
         history.append(value.copy())
