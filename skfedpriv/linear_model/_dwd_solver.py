@@ -113,8 +113,12 @@ def _scores(X, Theta, fit_intercept):
 
 def _augmented_sum(X, R, fit_intercept):
     """``Σ_i x̄_i r_ik``, shape (p1, K)."""
-    total = X.T @ R
-    return np.vstack([R.sum(axis=0), total]) if fit_intercept else total
+    if not fit_intercept:
+        return X.T @ R
+    out = np.empty((X.shape[1] + 1, R.shape[1]))
+    out[0] = R.sum(axis=0)
+    np.matmul(X.T, R, out=out[1:])
+    return out
 
 
 def site_summary(X, Y, weights, Theta, q, fit_intercept, with_curvature, scores=None):
@@ -374,14 +378,14 @@ class SiteData(DWDSites):
         """Sum of the sites' summaries (the server's aggregation)."""
         if self._pooled:
             X, Y, w = self.parts[0]
-            results = [site_summary(X, Y, w, Theta, q, self.fit_intercept, with_curvature,
-                                    scores=self._scores(Theta))]
+            loss, grad, curvature = site_summary(X, Y, w, Theta, q, self.fit_intercept,
+                                                 with_curvature, scores=self._scores(Theta))
         else:
             rest = (Theta, q, self.fit_intercept, with_curvature)
             results = self._map(site_summary, _site_summary, rest, rest)
-        loss = sum(r[0] for r in results)
-        grad = sum(r[1] for r in results)
-        curvature = sum(r[2] for r in results) if with_curvature else None
+            loss = sum(r[0] for r in results)
+            grad = sum(r[1] for r in results)
+            curvature = sum(r[2] for r in results) if with_curvature else None
         self._count(loss, grad, curvature)
         return loss, grad, curvature
 
@@ -615,21 +619,26 @@ def solve_batch(
     scale = max(scale, np.finfo(float).tiny)
     rounds_before, floats_before = sites.rounds, sites.floats_sent
 
-    def penalty(T, values):
+    def penalty(T, values, pulled=None):
+        """Objective from the loss sums; ``pulled`` is ``P_k (θ_k - c_k)`` if known."""
         value = values + 0.5 * np.sum(ridge[:, None] * T * T, axis=0)
         if prior is not None:
             diff = T - center
-            value = value + 0.5 * np.sum(diff * np.einsum("kij,jk->ik", prior, diff), axis=0)
+            if pulled is None:
+                pulled = np.einsum("kij,jk->ik", prior, diff)
+            value = value + 0.5 * np.sum(diff * pulled, axis=0)
         return value
 
     def objective_and_gradient(T, with_curvature):
         loss, grad, curvature = sites.summaries(T, q, with_curvature)
         grad = grad + ridge[:, None] * T
+        pulled = None
         if prior is not None:
-            grad = grad + np.einsum("kij,jk->ik", prior, T - center)
+            pulled = np.einsum("kij,jk->ik", prior, T - center)
+            grad = grad + pulled
         if curvature is not None:
             curvature = curvature + ridge_matrix
-        return penalty(T, loss), grad, curvature
+        return penalty(T, loss, pulled), grad, curvature
 
     def system(curvature):
         return curvature if prior is None else curvature + prior
