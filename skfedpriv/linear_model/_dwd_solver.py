@@ -37,7 +37,8 @@ Two server updates:
 import warnings
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve
+from scipy.linalg import LinAlgError, cho_factor
+from scipy.linalg.lapack import dpotrs
 from sklearn.exceptions import ConvergenceWarning
 
 from .._losses import (
@@ -498,10 +499,19 @@ def _factor_psd(matrix):
     raise LinAlgError("curvature matrix is not positive definite")  # pragma: no cover
 
 
+def _cho_solve(factor, rhs):
+    """``scipy.linalg.cho_solve`` for one vector, without its input checks
+    (LAPACK potrs on the factor of :func:`_factor_psd`)."""
+    solution, info = dpotrs(factor[0], rhs, lower=factor[1])
+    if info != 0:  # pragma: no cover - a bad argument, not bad data
+        raise LinAlgError(f"potrs failed with info={info}")
+    return solution
+
+
 def _solve_factored(factors, rhs):
     out = np.empty_like(rhs)
     for k, factor in enumerate(factors):
-        out[:, k] = cho_solve(factor, rhs[:, k], check_finite=False)
+        out[:, k] = _cho_solve(factor, rhs[:, k])
     return out
 
 
@@ -516,7 +526,7 @@ def _precondition(factors, r):
     out = r.copy()
     for k, factor in enumerate(factors):
         if factor is not None:
-            out[:, k] = cho_solve(factor, r[:, k], check_finite=False)
+            out[:, k] = _cho_solve(factor, r[:, k])
     return out
 
 
@@ -734,8 +744,7 @@ def solve_batch(
                     matrices = system(curvature)
                     for k in np.flatnonzero(direct):
                         preconditioner[k] = _factor_psd(matrices[k])
-                        newton[:, k] = -cho_solve(preconditioner[k], grad[:, k],
-                                                  check_finite=False)
+                        newton[:, k] = -_cho_solve(preconditioner[k], grad[:, k])
                 iterative = active & ~direct
                 stale[:] = False
                 if iterative.any():
