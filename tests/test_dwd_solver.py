@@ -199,3 +199,29 @@ def test_stream_memory_does_not_grow_with_its_length():
 
     short, long = peak(20), peak(200)
     assert long < 1.5 * short
+
+
+@pytest.mark.parametrize("q", [0.5, 1.0, 4.0])
+def test_well_conditioned_fit_forms_the_curvature_matrix_only_at_the_optimum(q):
+    X, Y, weights, _ = _problem(n=3000, p=10, K=1, seed=6)
+    sites = SiteData(X, Y, weights, [np.arange(len(X))], None, True)
+    formed = []
+    original = _dwd_solver.augmented_gram
+
+    def counting(*args):
+        formed.append(1)
+        return original(*args)
+
+    _dwd_solver.augmented_gram = counting
+    try:
+        Theta, curvature, info = solve_batch(sites, np.zeros((11, 1)), q=q, alpha=1e-3,
+                                             fit_intercept=True, tol=1e-8)
+    finally:
+        _dwd_solver.augmented_gram = original
+    assert len(formed) == 1  # one matrix, at the returned point
+    _, grad, expected = site_summary(X, Y, weights, Theta, q, True, True)
+    grad += 1e-3 * weights.sum() * np.vstack([np.zeros((1, 1)), Theta[1:]])
+    assert np.max(np.abs(grad)) <= 1e-8 * weights.sum()
+    np.testing.assert_allclose(curvature - expected, np.broadcast_to(
+        np.diag(1e-3 * weights.sum() * np.r_[0, np.ones(10)]), curvature.shape),
+        rtol=1e-9, atol=1e-9)

@@ -166,7 +166,7 @@ PARAMETER_CONSTRAINTS = {
     "random_state": ["random_state"],
     "mechanism": [None, MECHANISMS],
     "epsilon": [Interval(numbers.Real, 0, None, closed="neither")],
-    "delta": [Interval(numbers.Real, 0, 1, closed="left")],
+    "delta": [Interval(numbers.Real, 0, 1, closed="neither")],
     "clip_norm": [Interval(numbers.Real, 0, None, closed="neither"), None],
     "rho": [Interval(numbers.Real, 0, None, closed="left"), None],
     "step_radius": [Interval(numbers.Real, 0, None, closed="neither"), None],
@@ -542,11 +542,6 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         """
         return self._fit_batch(X, y, sample_group, sample_weight, classes, new_stream=False)
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.non_deterministic = self.mechanism is not None
-        return tags
-
     # -- parameters -------------------------------------------------------
 
     def _check_param_combinations(self, params):
@@ -558,11 +553,6 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         settings["signature"] = _stream_signature(params)
         if mechanism is None:
             return settings
-        if mechanism != "laplace" and params["delta"] == 0:
-            raise InvalidParameterError(
-                f"delta must be > 0 with mechanism={mechanism!r} (a Gaussian "
-                "mechanism has no pure-epsilon guarantee), got 0."
-            )
         if params["clip_norm"] is None:
             raise InvalidParameterError(
                 "clip_norm must be set with a privacy mechanism: it bounds the norm "

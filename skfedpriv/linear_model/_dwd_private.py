@@ -22,7 +22,8 @@ from scipy.optimize import brentq
 
 from .._losses import gendwd_curvature_bound
 from ..privacy._objective_perturbation import summary_sensitivity
-from ._dwd_solver import _ridge_mask, _solve_psd
+from .._losses import penalty_mask
+from ._dwd_solver import _solve_psd
 
 
 # -- Algorithm 2 as published -------------------------------------------------
@@ -62,7 +63,7 @@ def published_private_update(sites, theta, prior, calibrations, rng, *, q, alpha
     p1, n_models = theta.shape
     _, grad, curvature = sites.summaries(theta, q, True)
     ridge = alpha * sites.weight_sum
-    grad = grad + ridge * _ridge_mask(p1, fit_intercept)[:, None] * theta
+    grad = grad + ridge * penalty_mask(p1, fit_intercept)[:, None] * theta
     h_bar = curvature + ridge * np.eye(p1)[None]
     summed = h_bar if prior is None else prior + h_bar
     new = np.empty_like(theta)
@@ -109,7 +110,7 @@ def local_gaussian_update(sites, theta, prior, first, sigma_unit, rng, *, online
     """
     p1, n_models = theta.shape
     n_sites = sites.n_sites
-    ridge = alpha * sites.weight_sum * _ridge_mask(p1, fit_intercept)
+    ridge = alpha * sites.weight_sum * penalty_mask(p1, fit_intercept)
     std = {kind: sigma_unit * summary_sensitivity(kind, q, clip_norm)
            for kind in ("gradient", "curvature", "gram")}
     sigma_h = std["curvature"]

@@ -18,6 +18,7 @@ import abc
 
 import numpy as np
 
+from .._losses import one_vs_rest_targets
 from ..privacy._objective_perturbation import clip_augmented_rows
 
 __all__ = ["DWDSites", "prepare_rows", "side_flags"]
@@ -58,10 +59,7 @@ def prepare_rows(X, y, sample_weight, classes, *, fit_intercept, class_weight=No
         one per class.
     weights : ndarray of shape (n,)
     """
-    if len(classes) == 2:
-        Y = np.where(y == classes[1], 1.0, -1.0)[:, None]
-    else:
-        Y = np.where(y[:, None] == classes[None, :], 1.0, -1.0)
+    Y = one_vs_rest_targets(y, classes)
     weights = sample_weight
     if class_weight is not None:
         lookup = dict(zip(np.asarray(classes).tolist(), np.asarray(class_weight, dtype=float)))

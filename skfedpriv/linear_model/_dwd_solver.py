@@ -24,9 +24,10 @@ Two server updates:
   majorizer and need not descend). Offline (``refresh_curvature=True``) the
   step is an inexact Newton step: conjugate gradients on the smoothed
   curvature (eq. 8), through curvature-vector products the sites compute,
-  preconditioned by the curvature matrix formed at an earlier iterate; the
-  ``O(n p²)`` matrix is formed only when the preconditioner has gone stale,
-  and once at the returned point (the renewable state). Online
+  unpreconditioned at first; the ``O(n p²)`` curvature matrix of a model is
+  formed (and then preconditions its CG) only when its CG runs out or its
+  steps converge slowly, and once at the returned point (the renewable
+  state): on well-conditioned rows, only there. Online
   (``refresh_curvature=False``, eq. 35) the curvature stays at the starting
   point and each step is one triangular solve.
 * :func:`published_step` is the single update (37) of Algorithm 1, as
@@ -36,7 +37,8 @@ Two server updates:
 import warnings
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve
+from scipy.linalg import LinAlgError, cho_factor
+from scipy.linalg.lapack import dpotrs
 from sklearn.exceptions import ConvergenceWarning
 
 from .._losses import (
@@ -44,6 +46,7 @@ from .._losses import (
     gendwd_loss,
     gendwd_loss_and_derivative,
     gendwd_smoothed_curvature,
+    penalty_mask,
 )
 from .._sites import dask_client, map_sites, runs_in_process, scatter_sites
 from ..privacy._objective_perturbation import site_noise
@@ -51,25 +54,36 @@ from ._dwd_sites import DWDSites, prepare_rows, side_flags
 
 _ARMIJO_SLOPE = 1e-4
 _MAX_HALVINGS = 50
+_HALVINGS = 0.5 ** np.arange(1, _MAX_HALVINGS + 1)
 _NEWTON_HALVINGS = 6
-# conjugate-gradient iterations per Newton step; a step that needs more
-# than _STALE of them marks the preconditioner stale (reformed next step)
+# conjugate-gradient iterations per Newton step; a preconditioned step that
+# needs more than _STALE of them marks the preconditioner stale (reformed
+# next step), as does, without one, a CG that runs out or a step that cuts
+# the gradient's max-norm by less than _SLOW
 _MAX_CG = 12
 _STALE = 5
 _LOOSE = 0.5
+_SLOW = 0.5
+_BLOCK_BYTES = 1 << 19
+_BLOCK_ELEMENTS = 1 << 14
+_GRAM_ROWS = 4096
 
 
 def _gram(X, row_weights):
     """``Xᵀ diag(d) X`` for ``d >= 0``: rows with ``d = 0`` are skipped and the
-    rest scaled by ``sqrt(d)``, so that numpy forms ``ZᵀZ`` with one symmetric
-    rank-k update (BLAS syrk, half the flops of a general product)."""
-    keep = row_weights > 0
-    if keep.all():
-        Z = X * np.sqrt(row_weights)[:, None]
-    else:
-        Z = X[keep]
-        Z *= np.sqrt(row_weights[keep])[:, None]
-    return Z.T @ Z
+    rest scaled by ``sqrt(d)``, so that numpy forms ``ZᵀZ`` with symmetric
+    rank-k updates (BLAS syrk, half the flops of a general product), on
+    blocks of ``_GRAM_ROWS`` rows (no copy of all rows)."""
+    keep = np.flatnonzero(row_weights > 0)
+    root = np.sqrt(row_weights[keep])
+    gram = np.zeros((X.shape[1], X.shape[1]))
+    all_rows = len(keep) == len(X)
+    for start in range(0, len(keep), _GRAM_ROWS):
+        block = slice(start, start + _GRAM_ROWS)
+        Z = X[block] if all_rows else X[keep[block]]
+        Z = Z * root[block, None]
+        gram += Z.T @ Z
+    return gram
 
 
 def augmented_gram(X, row_weights, fit_intercept):
@@ -101,8 +115,12 @@ def _scores(X, Theta, fit_intercept):
 
 def _augmented_sum(X, R, fit_intercept):
     """``Σ_i x̄_i r_ik``, shape (p1, K)."""
-    total = X.T @ R
-    return np.vstack([R.sum(axis=0), total]) if fit_intercept else total
+    if not fit_intercept:
+        return X.T @ R
+    out = np.empty((X.shape[1] + 1, R.shape[1]))
+    out[0] = R.sum(axis=0)
+    np.matmul(X.T, R, out=out[1:])
+    return out
 
 
 def site_summary(X, Y, weights, Theta, q, fit_intercept, with_curvature, scores=None):
@@ -132,14 +150,16 @@ def site_summary(X, Y, weights, Theta, q, fit_intercept, with_curvature, scores=
     """
     if scores is None:
         scores = _scores(X, Theta, fit_intercept)
-    margins = Y * scores
-    row_loss, row_derivative = gendwd_loss_and_derivative(margins, q)
-    loss = weights @ row_loss
-    residual = (weights[:, None] * Y) * row_derivative
+    loss = np.zeros(Y.shape[1])
+    residual = np.empty_like(scores)
+    for rows in _element_blocks(*Y.shape):
+        row_loss, row_derivative = gendwd_loss_and_derivative(Y[rows] * scores[rows], q)
+        loss += weights[rows] @ row_loss
+        residual[rows] = (weights[rows, None] * Y[rows]) * row_derivative
     grad = _augmented_sum(X, residual, fit_intercept)
     curvature = None
     if with_curvature:
-        row_curvature = weights[:, None] * gendwd_smoothed_curvature(margins, q)
+        row_curvature = _row_curvature(Y, weights, scores, q)
         curvature = np.stack([
             augmented_gram(X, row_curvature[:, k], fit_intercept)
             for k in range(Theta.shape[1])
@@ -147,16 +167,44 @@ def site_summary(X, Y, weights, Theta, q, fit_intercept, with_curvature, scores=
     return loss, grad, curvature
 
 
+def _element_blocks(n_rows, width):
+    """Slices of ``n_rows`` rows of ``width`` numbers each, about
+    ``_BLOCK_ELEMENTS`` numbers a block: elementwise work on a block stays
+    in cache (several times faster than on whole columns)."""
+    size = max(1, _BLOCK_ELEMENTS // max(width, 1))
+    return [slice(start, start + size) for start in range(0, n_rows, size)]
+
+
 def _row_curvature(Y, weights, scores, q):
-    return weights[:, None] * gendwd_smoothed_curvature(Y * scores, q)
+    out = np.empty_like(scores)
+    for rows in _element_blocks(*Y.shape):
+        out[rows] = weights[rows, None] * gendwd_smoothed_curvature(Y[rows] * scores[rows], q)
+    return out
+
+
+def _row_blocks(X):
+    """Row slices of about ``_BLOCK_BYTES`` of ``X`` (a block stays in cache
+    between the two products that read it)."""
+    size = max(64, _BLOCK_BYTES // (8 * max(X.shape[1], 1)))
+    return [slice(start, start + size) for start in range(0, len(X), size)]
 
 
 def site_curvature_product(X, Y, weights, Theta, V, q, fit_intercept, row_curvature=None):
     """``Σ_i w_i Ṽ_q''(u_ik) x̄_i x̄_iᵀ v_k`` for every class model (what leaves
-    the site: one vector of length p1 per model), the curvature at ``Theta``."""
-    if row_curvature is None:
-        row_curvature = _row_curvature(Y, weights, _scores(X, Theta, fit_intercept), q)
-    return _augmented_sum(X, row_curvature * _scores(X, V, fit_intercept), fit_intercept)
+    the site: one vector of length p1 per model), the curvature at ``Theta``.
+
+    Computed block of rows by block of rows, so that ``X`` is read from
+    memory once (not once for ``X v`` and once for ``Xᵀ(d X v)``)."""
+    out = np.zeros(V.shape)
+    for rows in _row_blocks(X):
+        Xb = X[rows]
+        if row_curvature is None:
+            curvature = _row_curvature(Y[rows], weights[rows],
+                                       _scores(Xb, Theta, fit_intercept), q)
+        else:
+            curvature = row_curvature[rows]
+        out += _augmented_sum(Xb, curvature * _scores(Xb, V, fit_intercept), fit_intercept)
+    return out
 
 
 def site_line_losses(X, Y, weights, Theta, S, steps, q, fit_intercept, scores=None,
@@ -168,7 +216,12 @@ def site_line_losses(X, Y, weights, Theta, S, steps, q, fit_intercept, scores=No
     if direction_scores is None:
         direction_scores = _scores(X, S, fit_intercept)
     base, slope = Y * scores, Y * direction_scores
-    return np.array([weights @ gendwd_loss(base + t * slope, q) for t in steps])
+    steps = np.asarray(steps, dtype=float)[:, None, None]
+    out = np.zeros((len(steps), Y.shape[1]))
+    # all steps of a block of rows at once (see _element_blocks)
+    for rows in _element_blocks(len(Y), out.size):
+        out += weights[rows] @ gendwd_loss(base[None, rows] + steps * slope[None, rows], q)
+    return out
 
 
 def _site_gram(part, fit_intercept):
@@ -248,6 +301,13 @@ class SiteData(DWDSites):
         if self._raw is None:
             if bool(fit_intercept) != self.fit_intercept:
                 raise ValueError("these sites were prepared with another fit_intercept.")
+            if clip_norm is not None:
+                # the sensitivity bounds need rows this object clipped itself,
+                # each weighing one; rows prepared elsewhere carry no such bound
+                raise ValueError(
+                    "these sites hold rows prepared outside a privacy mechanism; a "
+                    "private fit needs raw rows it clips itself (SiteData.from_rows)."
+                )
             return
         X, y, sample_weight, site_rows, n_jobs = self._raw
         X, Y, weights = prepare_rows(X, y, sample_weight, classes, fit_intercept=fit_intercept,
@@ -292,15 +352,17 @@ class SiteData(DWDSites):
 
     def _scores(self, Theta):
         """Scores of the pooled rows at ``Theta`` (cached)."""
-        for key, value in self._cache:
-            if key.shape == Theta.shape and np.array_equal(key, Theta):
+        key = (Theta.shape, Theta.tobytes())
+        for cached, value in self._cache:
+            if cached == key:
                 return value
         value = _scores(self.parts[0][0], Theta, self.fit_intercept)
         self._remember(Theta, value)
         return value
 
     def _remember(self, Theta, scores):
-        self._cache = [(Theta.copy(), scores)] + self._cache[: self._CACHE_SIZE - 1]
+        key = (Theta.shape, Theta.tobytes())
+        self._cache = [(key, scores)] + self._cache[: self._CACHE_SIZE - 1]
 
     def _map(self, pooled_func, site_func, site_args, rest):
         if self.scattered:
@@ -325,14 +387,14 @@ class SiteData(DWDSites):
         """Sum of the sites' summaries (the server's aggregation)."""
         if self._pooled:
             X, Y, w = self.parts[0]
-            results = [site_summary(X, Y, w, Theta, q, self.fit_intercept, with_curvature,
-                                    scores=self._scores(Theta))]
+            loss, grad, curvature = site_summary(X, Y, w, Theta, q, self.fit_intercept,
+                                                 with_curvature, scores=self._scores(Theta))
         else:
             rest = (Theta, q, self.fit_intercept, with_curvature)
             results = self._map(site_summary, _site_summary, rest, rest)
-        loss = sum(r[0] for r in results)
-        grad = sum(r[1] for r in results)
-        curvature = sum(r[2] for r in results) if with_curvature else None
+            loss = sum(r[0] for r in results)
+            grad = sum(r[1] for r in results)
+            curvature = sum(r[2] for r in results) if with_curvature else None
         self._count(loss, grad, curvature)
         return loss, grad, curvature
 
@@ -426,13 +488,6 @@ class _SummaryOnlySites:
         return Theta + steps * S
 
 
-def _ridge_mask(p1, fit_intercept):
-    mask = np.ones(p1)
-    if fit_intercept:
-        mask[0] = 0.0
-    return mask
-
-
 def _factor_psd(matrix):
     """Cholesky factor of a symmetric PSD matrix, with a little jitter if needed."""
     scale = max(np.trace(matrix) / matrix.shape[0], 1e-12)
@@ -445,10 +500,19 @@ def _factor_psd(matrix):
     raise LinAlgError("curvature matrix is not positive definite")  # pragma: no cover
 
 
+def _cho_solve(factor, rhs):
+    """``scipy.linalg.cho_solve`` for one vector, without its input checks
+    (LAPACK potrs on the factor of :func:`_factor_psd`)."""
+    solution, info = dpotrs(factor[0], rhs, lower=factor[1])
+    if info != 0:  # pragma: no cover - a bad argument, not bad data
+        raise LinAlgError(f"potrs failed with info={info}")
+    return solution
+
+
 def _solve_factored(factors, rhs):
     out = np.empty_like(rhs)
     for k, factor in enumerate(factors):
-        out[:, k] = cho_solve(factor, rhs[:, k], check_finite=False)
+        out[:, k] = _cho_solve(factor, rhs[:, k])
     return out
 
 
@@ -457,24 +521,35 @@ def _solve_psd(matrices, rhs):
     return _solve_factored([_factor_psd(matrices[k]) for k in range(rhs.shape[1])], rhs)
 
 
+def _precondition(factors, r):
+    """``M_k^{-1} r_k`` for every model, ``M_k`` given by its Cholesky factor
+    (the identity where the factor is None)."""
+    out = r.copy()
+    for k, factor in enumerate(factors):
+        if factor is not None:
+            out[:, k] = _cho_solve(factor, r[:, k])
+    return out
+
+
 def _conjugate_gradient(product, rhs, factors, rtol, max_iter):
     """Preconditioned CG for ``H_k x_k = rhs_k``, all models at once.
 
-    ``product(V)`` returns ``H_k v_k`` column by column; ``factors`` are
-    Cholesky factors of the preconditioner. Stops a model once its residual
-    is ``<= rtol_k ‖rhs_k‖`` (or on non-positive curvature along a search
-    direction). Returns the solution and the iterations used.
+    ``product(V)`` returns ``H_k v_k`` column by column; ``factors[k]`` is the
+    Cholesky factor of model k's preconditioner (None: none). Stops a model
+    once its residual is ``<= rtol_k ‖rhs_k‖`` (or on non-positive curvature
+    along a search direction); each model's iterates are those of its own CG.
+    Returns the solution and the iterations each model used.
     """
     x = np.zeros_like(rhs)
     r = rhs.copy()
-    z = _solve_factored(factors, r)
+    z = _precondition(factors, r)
     direction = z.copy()
     rz = np.sum(r * z, axis=0)
     target = rtol * np.linalg.norm(rhs, axis=0)
     done = np.linalg.norm(r, axis=0) <= target
-    n_iter = 0
-    while not done.all() and n_iter < max_iter:
-        n_iter += 1
+    used = np.zeros(rhs.shape[1], dtype=int)
+    while not done.all() and used.max() < max_iter:
+        used += ~done
         Hd = product(direction)
         curvature = np.sum(direction * Hd, axis=0)
         done |= curvature <= 0
@@ -482,12 +557,12 @@ def _conjugate_gradient(product, rhs, factors, rtol, max_iter):
         x += step * direction
         r -= step * Hd
         done |= np.linalg.norm(r, axis=0) <= target
-        z = _solve_factored(factors, r)
+        z = _precondition(factors, r)
         rz_new = np.sum(r * z, axis=0)
         beta = np.where(done, 0.0, rz_new / np.where(rz == 0, 1.0, rz))
         direction = z + beta * direction
         rz = rz_new
-    return x, n_iter
+    return x, used
 
 
 def solve_batch(
@@ -548,28 +623,33 @@ def solve_batch(
     p1, n_models = Theta.shape
     if not hasattr(sites, "line_losses"):
         sites = _SummaryOnlySites(sites)
-    ridge = alpha * sites.weight_sum * _ridge_mask(p1, fit_intercept)
+    ridge = alpha * sites.weight_sum * penalty_mask(p1, fit_intercept)
     ridge_matrix = np.diag(ridge)[None]
     if scale is None:
         scale = sites.weight_sum
     scale = max(scale, np.finfo(float).tiny)
     rounds_before, floats_before = sites.rounds, sites.floats_sent
 
-    def penalty(T, values):
+    def penalty(T, values, pulled=None):
+        """Objective from the loss sums; ``pulled`` is ``P_k (θ_k - c_k)`` if known."""
         value = values + 0.5 * np.sum(ridge[:, None] * T * T, axis=0)
         if prior is not None:
             diff = T - center
-            value = value + 0.5 * np.sum(diff * np.einsum("kij,jk->ik", prior, diff), axis=0)
+            if pulled is None:
+                pulled = np.einsum("kij,jk->ik", prior, diff)
+            value = value + 0.5 * np.sum(diff * pulled, axis=0)
         return value
 
     def objective_and_gradient(T, with_curvature):
         loss, grad, curvature = sites.summaries(T, q, with_curvature)
         grad = grad + ridge[:, None] * T
+        pulled = None
         if prior is not None:
-            grad = grad + np.einsum("kij,jk->ik", prior, T - center)
+            pulled = np.einsum("kij,jk->ik", prior, T - center)
+            grad = grad + pulled
         if curvature is not None:
             curvature = curvature + ridge_matrix
-        return penalty(T, loss), grad, curvature
+        return penalty(T, loss, pulled), grad, curvature
 
     def system(curvature):
         return curvature if prior is None else curvature + prior
@@ -578,11 +658,12 @@ def solve_batch(
         """Armijo backtracking for the classes in ``searching``: the full step
         first, then all halvings in one round."""
         slope = np.sum(grad * direction, axis=0)
+        searching_at_start = searching.copy()
         searching = searching & (slope < 0)
         steps = np.zeros(n_models)
         accepted = np.zeros(n_models, dtype=bool)
         new_value = value.copy()
-        halvings = 0.5 ** np.arange(1, max_halvings + 1)
+        halvings = _HALVINGS[:max_halvings]
         trials = ([1.0], halvings) if getattr(sites, "batched_line_search", True) else (
             [[1.0]] + [[t] for t in halvings])
         for trial in trials:
@@ -599,7 +680,7 @@ def solve_batch(
                 accepted |= ok
                 searching &= ~ok
         new = sites.advance(Theta, direction, steps)
-        full_step[:] = np.all(steps[accepted] == 1.0)
+        full_step[searching_at_start] = steps[searching_at_start] == 1.0
         return new, new_value, accepted
 
     def first_step_grid(direction, searching, value):
@@ -629,15 +710,21 @@ def solve_batch(
     value, grad, curvature = objective_and_gradient(Theta, not refresh_curvature)
     history = [value.copy()]
     active = np.ones(n_models, dtype=bool) if frozen is None else ~np.asarray(frozen)
-    factors = None  # Cholesky factors of the Newton system (preconditioner offline)
+    factors = None  # Cholesky factors of the Newton system (online)
     if not refresh_curvature:
         start_curvature = curvature
     elif np.all(Theta[:, active] == 0) and gendwd_smoothed_curvature(0.0, q) == 0:
         curvature = None  # formed after the first step (it vanishes here)
-    stale = True
-    # whether the last Newton step was taken in full (the local phase, where
-    # solving the Newton system accurately pays); damped steps get loose CG
-    full_step = np.zeros(1, dtype=bool)
+    # Offline, per model: the Cholesky factor of the CG preconditioner, the
+    # curvature matrix of an earlier iterate (None: CG unpreconditioned).
+    # The O(n p²) matrix is formed only for a model whose last CG went
+    # stale, and then gives that model one direct Newton step.
+    preconditioner = [None] * n_models
+    stale = np.zeros(n_models, dtype=bool)
+    # whether each model's last Newton step was taken in full (the local
+    # phase, where solving the Newton system accurately pays); damped steps
+    # get loose CG
+    full_step = np.zeros(n_models, dtype=bool)
     n_iter = 0
     for n_iter in range(1, max_iter + 1):
         active &= np.max(np.abs(grad), axis=0) > tol * scale
@@ -648,28 +735,38 @@ def solve_batch(
         if grid:
             Theta_new, value_new, moved = first_step_grid(-grad / scale, active, value)
         else:
-            if refresh_curvature and stale:
-                if curvature is None:
-                    _, _, curvature = objective_and_gradient(Theta, True)
-                    curvature_at = Theta.copy()
-                factors = [_factor_psd(m) for m in system(curvature)]
-                stale = False
-                newton = -_solve_factored(factors, grad)
-            elif refresh_curvature:
-                # inexact Newton: CG on the curvature at Theta, preconditioned
-                # by the curvature matrix of an earlier iterate
-                def product(V, _T=Theta):
-                    out = sites.curvature_product(_T, V, q) + ridge[:, None] * V
-                    if prior is not None:
-                        out = out + np.einsum("kij,jk->ik", prior, V)
-                    return out
+            if refresh_curvature:
+                newton = np.zeros_like(grad)
+                direct = stale & active
+                if direct.any():
+                    if curvature is None:
+                        _, _, curvature = objective_and_gradient(Theta, True)
+                        curvature_at = Theta.copy()
+                    matrices = system(curvature)
+                    for k in np.flatnonzero(direct):
+                        preconditioner[k] = _factor_psd(matrices[k])
+                        newton[:, k] = -_cho_solve(preconditioner[k], grad[:, k])
+                iterative = active & ~direct
+                stale[:] = False
+                if iterative.any():
+                    # inexact Newton: CG on the curvature at Theta through the
+                    # sites' curvature-vector products
+                    def product(V, _T=Theta):
+                        out = sites.curvature_product(_T, V, q) + ridge[:, None] * V
+                        if prior is not None:
+                            out = out + np.einsum("kij,jk->ik", prior, V)
+                        return out
 
-                gnorm = np.max(np.abs(grad[:, active]), axis=0).max() / scale
-                rtol = min(0.1, np.sqrt(gnorm)) if full_step[0] else _LOOSE
-                newton, used = _conjugate_gradient(
-                    product, -np.where(active, 1.0, 0.0) * grad, factors, rtol, _MAX_CG
-                )
-                stale = used > _STALE
+                    gnorm = np.max(np.abs(grad), axis=0) / scale
+                    rtol = np.where(full_step, np.minimum(0.1, np.sqrt(gnorm)), _LOOSE)
+                    solution, used = _conjugate_gradient(
+                        product, -np.where(iterative, 1.0, 0.0) * grad, preconditioner,
+                        rtol, _MAX_CG)
+                    newton[:, iterative] = solution[:, iterative]
+                    # without a preconditioner only a CG that ran out is stale
+                    limit = np.array([_MAX_CG - 1 if f is None else _STALE
+                                      for f in preconditioner])
+                    stale = iterative & (used > limit)
             else:
                 if factors is None:
                     factors = [_factor_psd(m) for m in system(curvature)]
@@ -689,17 +786,23 @@ def solve_batch(
                 )
                 value_new[fallback] = value_mm[fallback]
                 moved |= moved_mm
-                stale = True
+                stale |= fallback
         # a class that cannot descend any more is at machine precision: freeze it
         # (a grid start that found nothing better leaves the class to Newton)
         decrease = value - value_new
         if not grid:
             active &= moved & (decrease > 4 * np.finfo(float).eps * np.abs(value))
         Theta = Theta_new
+        previous = grad
         _, grad, _ = objective_and_gradient(Theta, False)
+        if refresh_curvature and not grid:
+            # unpreconditioned CG whose Newton steps converge slowly (an
+            # ill-conditioned curvature): form the matrix for that model
+            slow = np.max(np.abs(grad), axis=0) > _SLOW * np.max(np.abs(previous), axis=0)
+            stale |= slow & np.array([f is None for f in preconditioner])
         value = value_new
         history.append(value.copy())
-        if refresh_curvature and (stale or factors is None):
+        if refresh_curvature:
             curvature = None
     else:
         if warn and np.any(active & (np.max(np.abs(grad), axis=0) > tol * scale)):
@@ -732,7 +835,7 @@ def published_step(sites, Theta, *, q, alpha, fit_intercept, prior):
     p1 = Theta.shape[0]
     _, grad, curvature = sites.summaries(Theta, q, True)
     ridge = alpha * sites.weight_sum
-    grad = grad + ridge * _ridge_mask(p1, fit_intercept)[:, None] * Theta
+    grad = grad + ridge * penalty_mask(p1, fit_intercept)[:, None] * Theta
     h_bar = curvature + ridge * np.eye(p1)[None]
     system = h_bar if prior is None else h_bar + prior
     return Theta - _solve_psd(system, grad), h_bar
