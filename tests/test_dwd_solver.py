@@ -225,3 +225,24 @@ def test_well_conditioned_fit_forms_the_curvature_matrix_only_at_the_optimum(q):
     np.testing.assert_allclose(curvature - expected, np.broadcast_to(
         np.diag(1e-3 * weights.sum() * np.r_[0, np.ones(10)]), curvature.shape),
         rtol=1e-9, atol=1e-9)
+
+
+def test_conjugate_gradient_stops_a_model_whose_step_would_overflow():
+    import warnings
+
+    from skfedpriv.linear_model._dwd_solver import _conjugate_gradient
+
+    # model 0: a curvature of ~1e-310 along the residual makes the step overflow;
+    # model 1: a well-conditioned system solved exactly
+    H = [np.diag([1e-310, 1e-310]), np.diag([2.0, 4.0])]
+    rhs = np.array([[1e10, 1.0], [1e10, 2.0]])
+
+    def product(V):
+        return np.column_stack([H[k] @ V[:, k] for k in range(2)])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warning escapes
+        x, used = _conjugate_gradient(product, rhs, [None, None], 1e-12, 10)
+    assert np.all(np.isfinite(x))
+    np.testing.assert_allclose(x[:, 1], [0.5, 0.5])
+    np.testing.assert_array_equal(x[:, 0], 0.0)  # stopped at its last finite iterate

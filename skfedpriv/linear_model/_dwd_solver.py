@@ -553,9 +553,15 @@ def _conjugate_gradient(product, rhs, factors, rtol, max_iter):
         Hd = product(direction)
         curvature = np.sum(direction * Hd, axis=0)
         done |= curvature <= 0
-        step = np.where(done, 0.0, rz / np.where(done, 1.0, curvature))
-        x += step * direction
-        r -= step * Hd
+        with np.errstate(over="ignore", invalid="ignore"):
+            step = np.where(done, 0.0, rz / np.where(done, 1.0, curvature))
+            x_next, r_next = x + step * direction, r - step * Hd
+        # a curvature that underflows towards 0 (an ill-conditioned, unpreconditioned
+        # system) gives a step that overflows: that model stops at its last iterate
+        blown = ~(np.isfinite(x_next).all(axis=0) & np.isfinite(r_next).all(axis=0))
+        done |= blown
+        x = np.where(blown, x, x_next)
+        r = np.where(blown, r, r_next)
         done |= np.linalg.norm(r, axis=0) <= target
         z = _precondition(factors, r)
         rz_new = np.sum(r * z, axis=0)
