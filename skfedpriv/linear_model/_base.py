@@ -143,7 +143,9 @@ class FederatedClassifierMixin(ClassifierMixin):
         Returns the dict the update reads its settings from (what
         :meth:`_check_param_combinations` returns). Nothing is stored.
         """
-        params = self.get_params(deep=False)
+        # the declared names are the __init__ parameters (tests/test_architecture.py),
+        # read without get_params' signature inspection on every streamed batch
+        params = {name: getattr(self, name) for name in self._parameter_constraints}
         validate_parameters(self._parameter_constraints, params, type(self).__name__)
         return self._check_param_combinations(params)
 
