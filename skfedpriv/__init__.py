@@ -7,6 +7,7 @@ from .linear_model import (
     ReleasedModelError,
 )
 from . import preprocessing
+from ._param_validation import InvalidParameterError
 from .preprocessing import BoundedScaler, RowNormClipper
 from .privacy import PrivacyBudget, PrivacyBudgetError
 
@@ -16,6 +17,7 @@ __all__ = [
     "BoundedScaler",
     "DWDClassifier",
     "DecentralizedLogisticRegression",
+    "InvalidParameterError",
     "LogisticRegression",
     "PrivacyBudget",
     "PrivacyBudgetError",

@@ -13,7 +13,7 @@ import pytest
 from sklearn.datasets import make_classification
 
 from skfedpriv import DecentralizedLogisticRegression, DWDClassifier, LogisticRegression
-from skfedpriv._param_validation import InvalidParameterError
+from skfedpriv import InvalidParameterError
 
 ESTIMATORS = (DWDClassifier, LogisticRegression, DecentralizedLogisticRegression)
 
