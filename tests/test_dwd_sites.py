@@ -84,3 +84,33 @@ def test_privacy_spent_and_tags():
     assert DWDClassifier().fit(X, y).privacy_spent_ == (float("inf"), 0.0)
     assert not DWDClassifier().__sklearn_tags__().non_deterministic
     assert DWDClassifier(mechanism="laplace").__sklearn_tags__().non_deterministic
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "gaussian", "local-gaussian"])
+def test_prepared_sites_are_refused_under_a_mechanism(mechanism):
+    """Rows prepared outside the estimator carry no clipping or unit-weight
+    bound, so a private fit refuses them (raw rows: SiteData.from_rows)."""
+    rng = np.random.default_rng(0)
+    X = 100.0 * rng.normal(size=(40, 3))  # far outside clip_norm
+    Y = np.where(rng.random(40) > 0.5, 1.0, -1.0)[:, None]
+    weights = np.full(40, 5.0)
+    prepared = SiteData(X, Y, weights, [np.arange(40)], None, True)
+    est = DWDClassifier(mechanism=mechanism, clip_norm=2.0, classes=[0, 1])
+    with pytest.raises(ValueError, match="prepared outside a privacy mechanism"):
+        est.fit_sites(prepared)
+    assert not hasattr(est, "classes_")
+    # the same rows as raw rows go through: the estimator clips them itself
+    y = (Y[:, 0] > 0).astype(int)
+    raw = SiteData.from_rows(X, y, np.ones(40), [np.arange(40)])
+    assert est.fit_sites(raw).n_samples_seen_ == 40
+
+
+@pytest.mark.parametrize("mechanism", [None, "laplace", "gaussian", "local-gaussian"])
+def test_delta_is_validated_in_the_open_interval_as_documented(mechanism):
+    from skfedpriv import InvalidParameterError
+
+    X, y = np.random.default_rng(0).normal(size=(20, 2)), np.arange(20) % 2
+    for delta in (0.0, 1.0):
+        with pytest.raises(InvalidParameterError, match="'delta' parameter"):
+            DWDClassifier(mechanism=mechanism, delta=delta, clip_norm=2.0,
+                          classes=[0, 1]).fit(X, y)
