@@ -17,6 +17,19 @@ from skfedpriv.linear_model._dwd_solver import (
 )
 
 
+def _count_curvature_matrices(monkeypatch):
+    """A list that gets one entry per curvature matrix the solver forms."""
+    formed = []
+    original = _dwd_solver.augmented_gram
+
+    def counting(*args):
+        formed.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(_dwd_solver, "augmented_gram", counting)
+    return formed
+
+
 def _problem(n=400, p=6, K=2, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, p))
@@ -99,23 +112,13 @@ class _SummariesOnly:
 
 
 @pytest.mark.parametrize("q", [0.5, 1.0, 4.0])
-def test_offline_solve_reaches_stationary_point_with_few_curvature_matrices(q):
+def test_offline_solve_reaches_stationary_point_with_few_curvature_matrices(q, monkeypatch):
     X, Y, weights, _ = _problem(n=2000, p=8, K=2, seed=3)
     sites = SiteData(X, Y, weights, [np.arange(len(X))], None, True)
     start = np.zeros((X.shape[1] + 1, 2))
-    formed = []
-    original = _dwd_solver.augmented_gram
-
-    def counting(*args):
-        formed.append(1)
-        return original(*args)
-
-    _dwd_solver.augmented_gram = counting
-    try:
-        Theta, curvature, info = solve_batch(sites, start, q=q, alpha=1e-3,
-                                             fit_intercept=True, tol=1e-8, max_iter=200)
-    finally:
-        _dwd_solver.augmented_gram = original
+    formed = _count_curvature_matrices(monkeypatch)
+    Theta, curvature, info = solve_batch(sites, start, q=q, alpha=1e-3,
+                                         fit_intercept=True, tol=1e-8, max_iter=200)
     # stationary: the gradient of the objective (independently written) vanishes
     Xbar = np.hstack([np.ones((len(X), 1)), X])
     for k in range(2):
@@ -202,22 +205,12 @@ def test_stream_memory_does_not_grow_with_its_length():
 
 
 @pytest.mark.parametrize("q", [0.5, 1.0, 4.0])
-def test_well_conditioned_fit_forms_the_curvature_matrix_only_at_the_optimum(q):
+def test_well_conditioned_fit_forms_the_curvature_matrix_only_at_the_optimum(q, monkeypatch):
     X, Y, weights, _ = _problem(n=3000, p=10, K=1, seed=6)
     sites = SiteData(X, Y, weights, [np.arange(len(X))], None, True)
-    formed = []
-    original = _dwd_solver.augmented_gram
-
-    def counting(*args):
-        formed.append(1)
-        return original(*args)
-
-    _dwd_solver.augmented_gram = counting
-    try:
-        Theta, curvature, info = solve_batch(sites, np.zeros((11, 1)), q=q, alpha=1e-3,
-                                             fit_intercept=True, tol=1e-8)
-    finally:
-        _dwd_solver.augmented_gram = original
+    formed = _count_curvature_matrices(monkeypatch)
+    Theta, curvature, info = solve_batch(sites, np.zeros((11, 1)), q=q, alpha=1e-3,
+                                         fit_intercept=True, tol=1e-8)
     assert len(formed) == 1  # one matrix, at the returned point
     _, grad, expected = site_summary(X, Y, weights, Theta, q, True, True)
     grad += 1e-3 * weights.sum() * np.vstack([np.zeros((1, 1)), Theta[1:]])
