@@ -19,6 +19,7 @@ free of estimator code, so the in-process estimator and a Flower learner
 * :class:`LearnerNoise`, each learner's stream and its unsent increments.
 """
 
+import copy
 import math
 
 import numpy as np
@@ -175,8 +176,6 @@ class LearnerNoise:
         shared (its draws are the call's one side effect, and a user's
         generator must advance so no other stream reuses its draws) and so
         is the read-only factorization."""
-        import copy
-
         return copy.deepcopy(self, memo={id(self.rng): self.rng,
                                          id(self.factorization): self.factorization})
 
