@@ -54,6 +54,11 @@ def split_intercept(theta, fit_intercept):
     return theta.copy(), np.zeros(theta.shape[:-1])
 
 
+def count_models(classes):
+    """One-vs-rest models for ``classes``: one for two classes, else one per class."""
+    return 1 if len(classes) == 2 else len(classes)
+
+
 def one_vs_rest_targets(y, classes):
     """Targets in {-1, +1}: one column for two classes, else one per class."""
     if len(classes) == 2:
@@ -69,16 +74,6 @@ def one_vs_rest_targets(y, classes):
 # The paper leaves the width open; it only shapes the curvature *model* used
 # by the online update, never the objective that is minimized.
 SMOOTHING_WIDTH = 0.05
-
-
-def check_q(q):
-    """Validate the genDWD exponent ``q`` (any finite q > 0)."""
-    if isinstance(q, bool) or not np.isscalar(q) or not np.isreal(q):
-        raise TypeError(f"q must be a real number > 0, got {q!r}.")
-    q = float(q)
-    if not np.isfinite(q) or q <= 0:
-        raise ValueError(f"q must be finite and > 0, got {q!r}.")
-    return q
 
 
 def _power(x, exponent):

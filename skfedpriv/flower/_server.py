@@ -27,7 +27,7 @@ sends the global model, every learner present replies with its (noised)
 
 import numpy as np
 
-from .._losses import gendwd_curvature_bound
+from .._losses import count_models, gendwd_curvature_bound
 from ..linear_model._dwd_sites import DWDSites
 from ..linear_model._local_steps import LogisticLearners
 from ..linear_model._logistic import LogisticRegression
@@ -128,7 +128,7 @@ class RemoteSites(DWDSites):
         self._cache = {} if self._cache_wanted and clip_norm is None else None
         replies = self._ask(op="prepare")
         self.weight_sum = float(sum(r["weight_sum"] for r in replies))
-        n_models = 1 if len(classes) == 2 else len(classes)
+        n_models = count_models(classes)
         if any("has_positive" not in r for r in replies):
             # private sites do not say which sides their rows are on
             self.two_sided = np.ones(n_models, dtype=bool)

@@ -24,6 +24,7 @@ import sqlite3
 
 import numpy as np
 
+from .._losses import count_models
 from .._param_validation import InvalidParameterError, Interval, validate_parameters
 from ..linear_model._dwd import PARAMETER_CONSTRAINTS as DWD_CONSTRAINTS
 from ..linear_model._dwd_sites import prepare_rows, side_flags
@@ -603,7 +604,7 @@ class LogisticSite(_Site):
             raise ValueError("the logistic protocol has no sample weights.")
         self._check_labels(y, classes)
         theta = np.asarray(request["theta"], dtype=float)
-        n_models = 1 if len(classes) == 2 else len(classes)
+        n_models = count_models(classes)
         p = X.shape[1] + int(settings.fit_intercept)
         if theta.shape != (n_models, p):
             raise ValueError(f"site {self.name}: model of shape {theta.shape}, expected {(n_models, p)}.")

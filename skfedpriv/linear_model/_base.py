@@ -206,6 +206,36 @@ class FederatedClassifierMixin(ClassifierMixin):
         the call starts a stream; ``new_stream``: the call is ``fit``."""
         raise NotImplementedError
 
+    def _sites_classes(self, classes, labels, *, first, new_stream, who):
+        """The classes of a call on rows that stay at sites (``fit_sites`` /
+        ``partial_fit_sites``): declared, or on a new stream read from the
+        ``labels`` the sites report (None: they keep them private). Labels
+        outside the classes are refused, as ``fit`` refuses such rows."""
+        declared = self._declared_classes(classes, first_call=first)
+        if new_stream and declared is None:
+            if labels is None:
+                raise ValueError(f"The {who} do not report their labels: pass classes.")
+            declared = unique_labels(np.asarray(labels))
+        return self._resolve_classes(
+            np.asarray([] if labels is None else labels), declared, first_call=first)
+
+    def _check_sites_width(self, n_features, *, first, who):
+        """A continuation on sites must keep the stream's feature count."""
+        if not first and n_features != self.n_features_in_:
+            raise ValueError(
+                f"The {who} have {n_features} features, but {type(self).__name__} "
+                f"is expecting {self.n_features_in_} features as input."
+            )
+
+    def _commit_sites(self, release, training_state, n_features, *, first):
+        """:meth:`_commit` for an update computed on sites: a new stream takes
+        the sites' feature count, and their features have no names."""
+        if first:
+            release["n_features_in_"] = n_features
+            if hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+        self._commit(release, training_state)
+
     def _commit(self, release, training_state):
         """Write one update: the public attributes of ``release`` (dict name ->
         value) and the secret ``training_state``. Public fitted attributes of

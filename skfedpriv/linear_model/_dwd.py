@@ -8,9 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.class_weight import compute_class_weight
-from sklearn.utils.multiclass import unique_labels
 
-from .._losses import gendwd_curvature_bound
+from .._losses import count_models, gendwd_curvature_bound
 from .._param_validation import Interval, InvalidParameterError, Options, Registry
 from .._sites import site_row_indices
 from ._base import FederatedClassifierMixin, TrainingState, is_balanced_class_weight
@@ -634,25 +633,11 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         if not isinstance(sites, DWDSites):
             raise TypeError(f"sites must be a DWDSites, got {type(sites).__name__}.")
         settings, first = self._begin_call(new_stream)
-        declared = self._declared_classes(classes, first_call=first)
-        labels = sites.labels()
-        if new_stream and declared is None:
-            if labels is None:
-                raise ValueError("The sites do not report their labels: pass classes.")
-            declared = unique_labels(np.asarray(labels))
-        classes = self._resolve_classes(
-            np.asarray([] if labels is None else labels), declared, first_call=first)
-        if not first and sites.n_features != self.n_features_in_:
-            raise ValueError(
-                f"The sites have {sites.n_features} features, but {type(self).__name__} "
-                f"is expecting {self.n_features_in_} features as input."
-            )
+        classes = self._sites_classes(classes, sites.labels(), first=first,
+                                      new_stream=new_stream, who="sites")
+        self._check_sites_width(sites.n_features, first=first, who="sites")
         release, training_state = self._update_sites(sites, classes, settings, first=first)
-        if first:
-            release["n_features_in_"] = sites.n_features
-        self._commit(release, training_state)
-        if first and hasattr(self, "feature_names_in_"):
-            del self.feature_names_in_  # the sites' features have no names
+        self._commit_sites(release, training_state, sites.n_features, first=first)
         return self
 
     def _class_weight_vector(self, classes, y=None):
@@ -703,7 +688,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         sites.prepare(classes, fit_intercept=settings["fit_intercept"],
                       class_weight=class_weight,
                       clip_norm=settings["clip_norm"] if private else None)
-        n_models = 1 if len(classes) == 2 else len(classes)
+        n_models = count_models(classes)
         p1 = sites.n_features + int(settings["fit_intercept"])
         stream = self._stream_start(first, p1, n_models, settings)
         if settings["mechanism"] is None:

@@ -11,9 +11,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator
-from sklearn.utils.multiclass import unique_labels
 
-from .._losses import logistic_probabilities, split_intercept
+from .._losses import count_models, logistic_probabilities, split_intercept
 from .._param_validation import InvalidParameterError, Interval, Options
 from ..privacy import PrivacyBudget, PrivacyBudgetError, as_generator, clip_rows, warn_if_seeded
 from ..privacy._gradient_noise import (
@@ -582,7 +581,7 @@ default=None
         if settings.mechanism is not None:  # the learners' streams, held here
             noise = self._training_state.noise.copy() if not first else LearnerNoise(
                 calibration.factorization, calibration.noise_scale,
-                _n_models(classes) * (n_features + settings.fit_intercept),
+                count_models(classes) * (n_features + settings.fit_intercept),
                 as_generator(self.random_state),
             )
         n_rounds = settings.n_rounds if new_stream else 1
@@ -602,43 +601,19 @@ default=None
                 "sites do not (holds_noise is False); rows in this process go "
                 "through fit / partial_fit."
             )
-        if first and not new_stream and classes is None and self.classes is None:
-            raise ValueError("classes must be passed on the first call to partial_fit.")
         n_rounds = settings.n_rounds if new_stream else 1
         n_features, labels = sites.describe(n_rounds)
-        # labels outside the declared set are refused, as fit refuses such rows
-        reported = np.asarray([] if labels is None else labels)
-        if first:
-            classes = self._resolve_classes(
-                reported, self._stream_classes(classes, labels), first_call=True)
-            calibration = noise_calibration(settings)
-        else:
-            if n_features != self.n_features_in_:
-                raise ValueError(
-                    f"The learners have {n_features} features, but {type(self).__name__} "
-                    f"is expecting {self.n_features_in_} features as input."
-                )
-            classes = self._resolve_classes(reported, classes, first_call=False)
-            calibration = self._training_state.calibration
+        classes = self._sites_classes(classes, labels, first=first, new_stream=new_stream,
+                                      who="learners")
+        self._check_sites_width(n_features, first=first, who="learners")
+        calibration = (noise_calibration(settings) if first
+                       else self._training_state.calibration)
         release, training_state = self._run_rounds(
             sites, classes, settings, calibration, None, first=first,
             n_features=n_features, n_rounds=n_rounds,
         )
-        release["n_features_in_"] = n_features
-        if first and hasattr(self, "feature_names_in_"):
-            del self.feature_names_in_
-        self._commit(release, training_state)
+        self._commit_sites(release, training_state, n_features, first=first)
         return self
-
-    def _stream_classes(self, classes, labels):
-        """The label set of a new stream on remote learners."""
-        if classes is None and self.classes is None and labels is None:
-            raise ValueError("the learners are private and do not report their labels; "
-                             "pass classes.")
-        # the classes hyperparameter, else the classes argument; under a mechanism
-        # one of them is required (the label set must not be read from the data)
-        declared = self._declared_classes(classes, first_call=True)
-        return unique_labels(np.asarray(labels if declared is None else declared))
 
     def _run_rounds(self, learners, classes, settings, calibration, noise, *, first,
                     n_features, n_rounds):
@@ -651,7 +626,7 @@ default=None
         """
         private = settings.mechanism is not None
         if first:
-            theta = np.zeros((_n_models(classes), n_features + settings.fit_intercept))
+            theta = np.zeros((count_models(classes), n_features + settings.fit_intercept))
             index, labels, seen = {}, [], 0
             if private and self.budget is not None:
                 # One spend per stream: the whole stream (every learner's
@@ -731,11 +706,6 @@ default=None
         with np.errstate(divide="ignore"):
             return np.log(self.predict_proba(X))
 
-
-
-def _n_models(classes):
-    """One logistic model for two classes, else one per class (one-vs-rest)."""
-    return 1 if len(classes) == 2 else len(classes)
 
 
 def _server_step(theta, present, messages, index, labels, settings):
