@@ -11,10 +11,12 @@ floating-point summation order, in the same number of rounds.
 
 With a :class:`SitePrivacy` (``mechanism='local-gaussian'``), clipping,
 noise and release counting happen at the site; the server only ever
-receives noised summaries.
+receives noised summaries, besides the site's row and feature counts (the
+same for neighbouring data sets: one row replaced).
 
-Requests (``op``): ``describe`` (row count, feature count, labels),
-``prepare`` (weight sum; which sides of each one-vs-rest model are present),
+Requests (``op``): ``describe`` (row count, feature count; labels unless
+private), ``prepare`` (weight sum; unless private, which sides of each
+one-vs-rest model are present),
 ``summary``, ``gram``, ``curvature_product`` and ``line_losses`` (raw sums,
 refused by private sites) and ``noised`` (gradient, curvature or Gram
 matrix plus the site's own Gaussian noise).

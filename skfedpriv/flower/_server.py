@@ -115,7 +115,7 @@ class RemoteSites(DWDSites):
 
     def prepare(self, classes, *, fit_intercept, class_weight=None, clip_norm=None):
         """Send the batch's settings to the sites; they reply with their
-        weight sums and which sides their rows are on."""
+        weight sums and, unless private, which sides their rows are on."""
         self.fit_intercept = bool(fit_intercept)
         self._base = {
             "protocol": PROTOCOL_VERSION, "batch": self.batch,
