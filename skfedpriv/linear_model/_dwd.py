@@ -216,9 +216,13 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
     max_iter : int, default=100
         Maximum Newton iterations of ``fit`` (and of the first batch of a
         ``partial_fit`` stream).
-    tol : float, default=1e-8
-        Stop when the gradient of the (weight-averaged) objective has
-        max-norm below ``tol``.
+    tol : float, default=1e-12
+        Relative objective gap to stop at: a class model stops at ``θ`` once
+        half its Newton decrement, ``½ gᵀH⁻¹g`` (the gap ``F(θ) - min F`` of
+        the quadratic model of the objective ``F``), is at most
+        ``tol |F(θ)|``. In ``fit`` the test uses the curvature matrix formed
+        at ``θ``, the one kept as ``curvature_``; in ``partial_fit`` the
+        renewable system of the batch (eq. 35).
     online_steps : int, default=10
         Iterations of each ``partial_fit`` after the first. ``1`` is the
         published single step of Algorithm 1 (eq. 37, with the paper's
@@ -464,7 +468,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         fit_intercept=True,
         class_weight=None,
         max_iter=100,
-        tol=1e-8,
+        tol=1e-12,
         online_steps=10,
         n_jobs=None,
         random_state=None,

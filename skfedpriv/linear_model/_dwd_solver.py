@@ -30,6 +30,15 @@ Two server updates:
   state): on well-conditioned rows, only there. Online
   (``refresh_curvature=False``, eq. 35) the curvature stays at the starting
   point and each step is one triangular solve.
+
+  Stopping rule: a model stops at ``θ`` once half its Newton decrement
+  ``½ gᵀH⁻¹g`` (the objective gap of the quadratic model) is at most
+  ``tol |F(θ)|``. Offline the test is exact only with the matrix formed at
+  ``θ``: a step predicted (from Newton's local rate, read off the last two
+  full steps) to land within ``tol / _SAFETY`` forms the matrix where it
+  lands, and a CG whose own (lower-bound) decrement falls within ``tol``
+  has the matrix formed where it is, before the model stops. So the
+  matrix that stops a model is the returned curvature.
 * :func:`published_step` is the single update (37) of Algorithm 1, as
   published, with ``H̄`` of eq. 38 (ridge ``n_b λ I`` on every coordinate).
 """
@@ -64,6 +73,9 @@ _MAX_CG = 12
 _STALE = 5
 _LOOSE = 0.5
 _SLOW = 0.5
+# a Newton step whose landing point is predicted within tol / _SAFETY gets the
+# exact check there (forming the O(n p²) matrix)
+_SAFETY = 10.0
 _BLOCK_BYTES = 1 << 19
 _BLOCK_ELEMENTS = 1 << 14
 _GRAM_ROWS = 4096
@@ -531,6 +543,13 @@ def _precondition(factors, r):
     return out
 
 
+def _decrement(grad, newton):
+    """Half the Newton decrement, ``½ gᵀH⁻¹g`` per model, from the Newton
+    direction ``-H⁻¹g``: the gap ``F(θ) - min F`` of the quadratic model,
+    the estimate the stopping rule compares with ``tol |F(θ)|``."""
+    return -0.5 * np.sum(grad * newton, axis=0)
+
+
 def _conjugate_gradient(product, rhs, factors, rtol, max_iter):
     """Preconditioned CG for ``H_k x_k = rhs_k``, all models at once.
 
@@ -602,10 +621,14 @@ def solve_batch(
         The previous estimate the prior is centred on.
     max_iter : int
     tol : float
-        Stop when every class's gradient, divided by ``scale``, has
-        max-norm ``<= tol``.
+        Stop a class model at ``θ`` once ``½ gᵀH⁻¹g <= tol |F(θ)|``: half the
+        Newton decrement (the gap ``F(θ) - min F`` of the quadratic model),
+        relative to the objective. ``H`` is the system the step solves; offline
+        the test is made only with the curvature matrix formed at ``θ`` (the
+        one returned), never with a CG estimate.
     scale : float or None
-        Total weight the objective sums over (default: this batch's).
+        Total weight the objective sums over (default: this batch's); scales
+        the gradient for the first step and the CG tolerances.
     refresh_curvature : bool
         Newton-type steps on the curvature at the current iterate (offline);
         otherwise keep the curvature at the starting point, as eq. 35 does.
@@ -667,6 +690,9 @@ def solve_batch(
         searching_at_start = searching.copy()
         searching = searching & (slope < 0)
         steps = np.zeros(n_models)
+        if not searching.any():
+            full_step[searching_at_start] = False
+            return Theta, value.copy(), np.zeros(n_models, dtype=bool)
         accepted = np.zeros(n_models, dtype=bool)
         new_value = value.copy()
         halvings = _HALVINGS[:max_halvings]
@@ -717,30 +743,38 @@ def solve_batch(
     history = [value.copy()]
     active = np.ones(n_models, dtype=bool) if frozen is None else ~np.asarray(frozen)
     factors = None  # Cholesky factors of the Newton system (online)
+    curvature_at = None
     if not refresh_curvature:
         start_curvature = curvature
     elif np.all(Theta[:, active] == 0) and gendwd_smoothed_curvature(0.0, q) == 0:
         curvature = None  # formed after the first step (it vanishes here)
     # Offline, per model: the Cholesky factor of the CG preconditioner, the
     # curvature matrix of an earlier iterate (None: CG unpreconditioned).
-    # The O(n p²) matrix is formed only for a model whose last CG went
-    # stale, and then gives that model one direct Newton step.
+    # The O(n p²) matrix is formed only for a model marked stale, which then
+    # takes one direct Newton step: its CG went stale, or its last full
+    # Newton step predicted a gap close to tol (the matrix is then likely the
+    # one at the returned point, which the renewable state needs anyway).
     preconditioner = [None] * n_models
     stale = np.zeros(n_models, dtype=bool)
     # whether each model's last Newton step was taken in full (the local
     # phase, where solving the Newton system accurately pays); damped steps
     # get loose CG
     full_step = np.zeros(n_models, dtype=bool)
+    expected = np.full(n_models, np.inf)  # the predicted gap / |F| here (inf: none)
+    last_relative = np.zeros(n_models)  # the last full step's decrement / |F| (0: none)
     n_iter = 0
     for n_iter in range(1, max_iter + 1):
-        active &= np.max(np.abs(grad), axis=0) > tol * scale
         if not active.any():
             n_iter -= 1
             break
         grid = refresh_curvature and curvature is None and n_iter == 1
+        # models that take no step this round: their estimated gap is checked
+        # against the matrix at this very point next round
+        recheck = np.zeros(n_models, dtype=bool)
         if grid:
             Theta_new, value_new, moved = first_step_grid(-grad / scale, active, value)
         else:
+            converged = np.zeros(n_models, dtype=bool)
             if refresh_curvature:
                 newton = np.zeros_like(grad)
                 direct = stale & active
@@ -752,6 +786,7 @@ def solve_batch(
                     for k in np.flatnonzero(direct):
                         preconditioner[k] = _factor_psd(matrices[k])
                         newton[:, k] = -_cho_solve(preconditioner[k], grad[:, k])
+                    converged = direct & (_decrement(grad, newton) <= tol * np.abs(value))
                 iterative = active & ~direct
                 stale[:] = False
                 if iterative.any():
@@ -763,8 +798,15 @@ def solve_batch(
                             out = out + np.einsum("kij,jk->ik", prior, V)
                         return out
 
+                    # forcing terms: loose after a damped step; in the local
+                    # phase tight enough for fast convergence, but no tighter
+                    # than a step needs to land within tol / _SAFETY (an
+                    # inexact step leaves about rtol² of the gap)
                     gnorm = np.max(np.abs(grad), axis=0) / scale
-                    rtol = np.where(full_step, np.minimum(0.1, np.sqrt(gnorm)), _LOOSE)
+                    with np.errstate(divide="ignore"):
+                        enough = np.sqrt(tol / (_SAFETY * expected))
+                    rtol = np.where(full_step, np.minimum(0.1, np.maximum(np.sqrt(gnorm), enough)),
+                                    _LOOSE)
                     solution, used = _conjugate_gradient(
                         product, -np.where(iterative, 1.0, 0.0) * grad, preconditioner,
                         rtol, _MAX_CG)
@@ -773,14 +815,25 @@ def solve_batch(
                     limit = np.array([_MAX_CG - 1 if f is None else _STALE
                                       for f in preconditioner])
                     stale = iterative & (used > limit)
+                    # CG's decrement is a lower bound of the exact one: a model
+                    # it puts within tol is checked exactly before it stops
+                    recheck = iterative & (_decrement(grad, newton) <= tol * np.abs(value))
+                    stale |= recheck
             else:
                 if factors is None:
                     factors = [_factor_psd(m) for m in system(curvature)]
                 newton = -_solve_factored(factors, grad)
+                converged = active & (_decrement(grad, newton) <= tol * np.abs(value))
+            active &= ~converged
+            if not active.any():
+                n_iter -= 1
+                break
+            searching = active & ~recheck
+            predicted = _decrement(grad, newton)
             Theta_new, value_new, moved = line_search(
-                newton, active, value, grad, _NEWTON_HALVINGS
+                newton, searching, value, grad, _NEWTON_HALVINGS
             )
-            fallback = active & ~moved
+            fallback = searching & ~moved
             if fallback.any():
                 # the Newton model was poor (e.g. no row near the kink): take the
                 # majorization step, V'' <= (q+1)^2/q makes it a guaranteed descent
@@ -793,11 +846,24 @@ def solve_batch(
                 value_new[fallback] = value_mm[fallback]
                 moved |= moved_mm
                 stale |= fallback
+            if refresh_curvature:
+                # Newton's local convergence, rel_{k+1} ≈ C rel_k², with C read
+                # off the last two full steps: a step predicted to land well
+                # within tol is checked there exactly, with the matrix the
+                # renewable state needs at the returned point anyway
+                relative = predicted / np.abs(value)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    landing = np.where(last_relative > 0, relative**3 / last_relative**2, np.inf)
+                stale |= moved & full_step & (_SAFETY * landing <= tol)
+                expected = np.where(moved & full_step, landing, np.inf)
+                last_relative = np.where(moved & full_step, relative, 0.0)
         # a class that cannot descend any more is at machine precision: freeze it
         # (a grid start that found nothing better leaves the class to Newton)
         decrease = value - value_new
         if not grid:
-            active &= moved & (decrease > 4 * np.finfo(float).eps * np.abs(value))
+            active &= recheck | (moved & (decrease > 4 * np.finfo(float).eps * np.abs(value)))
+        if not moved.any():  # only exact checks pending: nothing changed
+            continue
         Theta = Theta_new
         previous = grad
         _, grad, _ = objective_and_gradient(Theta, False)
@@ -805,13 +871,13 @@ def solve_batch(
             # unpreconditioned CG whose Newton steps converge slowly (an
             # ill-conditioned curvature): form the matrix for that model
             slow = np.max(np.abs(grad), axis=0) > _SLOW * np.max(np.abs(previous), axis=0)
-            stale |= slow & np.array([f is None for f in preconditioner])
+            stale |= moved & slow & np.array([f is None for f in preconditioner])
         value = value_new
         history.append(value.copy())
-        if refresh_curvature:
+        if refresh_curvature and moved.any():
             curvature = None
     else:
-        if warn and np.any(active & (np.max(np.abs(grad), axis=0) > tol * scale)):
+        if warn and active.any():
             warnings.warn(
                 f"DWD solver did not converge in max_iter={max_iter} "
                 "iterations; increase max_iter or tol.",
