@@ -718,8 +718,13 @@ def solve_batch(
     def first_step_grid(direction, searching, value):
         """From parameters where the curvature vanishes (all margins 0 at
         ``Theta = 0``): the best of a geometric grid of steps along
-        ``direction``, in one round."""
-        steps_grid = 2.0 ** np.arange(-24, 25, 2)
+        ``direction``, in one round. The grid is coarse (factors of 16) on
+        purpose: 13 loss evaluations per row instead of 25, and a start on
+        the large-margin side of the optimum, where the curvature decays like
+        ``u^-(q+2)`` and Newton's steps are long, is as good as a closer one
+        on the small-margin side (for q = 4 at n = 2e4, p = 500: 8 Newton
+        steps instead of 12)."""
+        steps_grid = 2.0 ** np.arange(-24, 25, 4)
         losses = sites.line_losses(Theta, np.where(searching, 1.0, 0.0) * direction,
                                    steps_grid, q)
         values = np.array([penalty(Theta + t * direction, loss)
