@@ -34,8 +34,8 @@ Two server updates:
   Stopping rule: a model stops at ``θ`` once half its Newton decrement
   ``½ gᵀH⁻¹g`` (the objective gap of the quadratic model) is at most
   ``tol |F(θ)|``. Offline the test is exact only with the matrix formed at
-  ``θ``: a step predicted (from Newton's local rate, read off the last two
-  full steps) to land within ``tol / _SAFETY`` forms the matrix where it
+  ``θ``: a step predicted (from the rate of the last two full steps) to
+  land within ``tol / _SAFETY`` forms the matrix where it
   lands, and a CG whose own (lower-bound) decrement falls within ``tol``
   has the matrix formed where it is, before the model stops. So the
   matrix that stops a model is the returned curvature.
@@ -852,13 +852,15 @@ def solve_batch(
                 moved |= moved_mm
                 stale |= fallback
             if refresh_curvature:
-                # Newton's local convergence, rel_{k+1} ≈ C rel_k², with C read
-                # off the last two full steps: a step predicted to land well
-                # within tol is checked there exactly, with the matrix the
-                # renewable state needs at the returned point anyway
+                # the gap where this step lands, extrapolating the last two full
+                # steps' rate (rel_{k+1} ≈ rel_k² / rel_{k-1}; the smoothed
+                # curvature makes the last steps converge linearly, so this is
+                # more cautious than Newton's quadratic rate): a step predicted
+                # to land well within tol is checked there exactly, with the
+                # matrix the renewable state needs at the returned point anyway
                 relative = predicted / np.abs(value)
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    landing = np.where(last_relative > 0, relative**3 / last_relative**2, np.inf)
+                    landing = np.where(last_relative > 0, relative**2 / last_relative, np.inf)
                 stale |= moved & full_step & (_SAFETY * landing <= tol)
                 expected = np.where(moved & full_step, landing, np.inf)
                 last_relative = np.where(moved & full_step, relative, 0.0)
