@@ -65,6 +65,12 @@ _ARMIJO_SLOPE = 1e-4
 _MAX_HALVINGS = 50
 _HALVINGS = 0.5 ** np.arange(1, _MAX_HALVINGS + 1)
 _NEWTON_HALVINGS = 6
+# longer steps a Newton step after a damped one (or the grid) also tries, in
+# the same round as the full step: from the small-margin side of the optimum
+# (curvature up to (q+1)²/q next to the kink, decaying like u^-(q+2)) Newton
+# steps fall short, most for large q (q = 4 at n = 2e4, p = 500: 8 Newton
+# steps instead of 12)
+_EXPANSIONS = (2.0, 4.0, 8.0)
 # conjugate-gradient iterations per Newton step; a preconditioned step that
 # needs more than _STALE of them marks the preconditioner stale (reformed
 # next step), as does, without one, a CG that runs out or a step that cuts
@@ -683,9 +689,11 @@ def solve_batch(
     def system(curvature):
         return curvature if prior is None else curvature + prior
 
-    def line_search(direction, searching, value, grad, max_halvings):
+    def line_search(direction, searching, value, grad, max_halvings, expand=None):
         """Armijo backtracking for the classes in ``searching``: the full step
-        first, then all halvings in one round."""
+        first, then all halvings in one round. Models in ``expand`` also try
+        the longer steps ``_EXPANSIONS`` in the first round and take the best
+        value among the steps there that pass the test."""
         slope = np.sum(grad * direction, axis=0)
         searching_at_start = searching.copy()
         searching = searching & (slope < 0)
@@ -696,21 +704,27 @@ def solve_batch(
         accepted = np.zeros(n_models, dtype=bool)
         new_value = value.copy()
         halvings = _HALVINGS[:max_halvings]
-        trials = ([1.0], halvings) if getattr(sites, "batched_line_search", True) else (
-            [[1.0]] + [[t] for t in halvings])
+        expand = np.zeros(n_models, dtype=bool) if expand is None else expand & searching
+        first = [1.0] + (list(_EXPANSIONS) if expand.any() else [])
+        trials = (first, halvings) if getattr(sites, "batched_line_search", True) else (
+            [first] + [[t] for t in halvings])
         for trial in trials:
             if not searching.any():
                 break
             masked = np.where(searching, 1.0, 0.0) * direction
             losses = sites.line_losses(Theta, masked, trial, q)
+            passed = np.zeros(n_models, dtype=bool)
             for t, loss in zip(trial, losses):
-                if not searching.any():
-                    break
                 trial_value = penalty(Theta + t * masked, loss)
                 ok = searching & (trial_value <= value + _ARMIJO_SLOPE * t * slope)
+                if t > 1.0:
+                    ok &= expand & (trial_value < new_value)
+                else:
+                    ok &= ~passed
                 steps[ok], new_value[ok] = t, trial_value[ok]
-                accepted |= ok
-                searching &= ~ok
+                passed |= ok
+            accepted |= passed
+            searching &= ~passed
         new = sites.advance(Theta, direction, steps)
         full_step[searching_at_start] = steps[searching_at_start] == 1.0
         return new, new_value, accepted
@@ -718,13 +732,8 @@ def solve_batch(
     def first_step_grid(direction, searching, value):
         """From parameters where the curvature vanishes (all margins 0 at
         ``Theta = 0``): the best of a geometric grid of steps along
-        ``direction``, in one round. The grid is coarse (factors of 16) on
-        purpose: 13 loss evaluations per row instead of 25, and a start on
-        the large-margin side of the optimum, where the curvature decays like
-        ``u^-(q+2)`` and Newton's steps are long, is as good as a closer one
-        on the small-margin side (for q = 4 at n = 2e4, p = 500: 8 Newton
-        steps instead of 12)."""
-        steps_grid = 2.0 ** np.arange(-24, 25, 4)
+        ``direction``, in one round."""
+        steps_grid = 2.0 ** np.arange(-24, 25, 2)
         losses = sites.line_losses(Theta, np.where(searching, 1.0, 0.0) * direction,
                                    steps_grid, q)
         values = np.array([penalty(Theta + t * direction, loss)
@@ -836,7 +845,8 @@ def solve_batch(
             searching = active & ~recheck
             predicted = _decrement(grad, newton)
             Theta_new, value_new, moved = line_search(
-                newton, searching, value, grad, _NEWTON_HALVINGS
+                newton, searching, value, grad, _NEWTON_HALVINGS,
+                expand=~full_step if refresh_curvature else None,
             )
             fallback = searching & ~moved
             if fallback.any():
