@@ -82,7 +82,7 @@ _SLOW = 0.5
 # a Newton step whose landing point is predicted within tol / _SAFETY gets the
 # exact check there (forming the O(n p²) matrix)
 _SAFETY = 10.0
-_BLOCK_BYTES = 1 << 19
+_BLOCK_BYTES = 1 << 21
 _BLOCK_ELEMENTS = 1 << 14
 _GRAM_ROWS = 4096
 
