@@ -13,6 +13,7 @@ from skfedpriv.linear_model import _dwd_solver
 from skfedpriv.linear_model._dwd_solver import (
     SiteData,
     augmented_gram,
+    site_line_losses,
     site_summary,
     solve_batch,
 )
@@ -108,6 +109,20 @@ def test_site_requests_are_sums_of_the_defined_quantities(pooled):
     p1, K = Theta.shape
     assert sites.rounds == 3
     assert sites.floats_sent == p1 * K + len(steps) * K + (K + p1 * K)
+
+
+@pytest.mark.parametrize("q", [0.3, 1.0, 4.0, 16.0, 20.0])
+def test_line_losses_from_zero_are_the_defined_sums(q):
+    # from θ = 0 over many steps the site sorts its slopes once (q <= 16);
+    # the sums are those of the definition, at tiny and huge steps alike
+    X, Y, weights, _ = _problem(n=3000, p=5, K=2, seed=4)
+    direction = np.random.default_rng(5).standard_normal((6, 2))
+    steps = 2.0 ** np.arange(-24, 25, 2)
+    losses = site_line_losses(X, Y, weights, np.zeros((6, 2)), direction, steps, q, True)
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    for j, t in enumerate(steps):
+        expected = weights @ gendwd_loss(Y * (Xbar @ (t * direction)), q)
+        np.testing.assert_allclose(losses[j], expected, rtol=1e-12)
 
 
 class _SummariesOnly:
