@@ -249,6 +249,24 @@ def site_line_losses(X, Y, weights, Theta, S, steps, q, fit_intercept, scores=No
     return out
 
 
+def _step_summary(X, Y, weights, scores, S, step, q, fit_intercept):
+    """Loss and gradient sums at ``θ + t S`` (see :func:`site_summary`), from
+    the scores at ``θ``, and the direction's scores ``x̄_iᵀ s_k``: one read of
+    ``X`` (each block of rows serves ``X S`` and ``Xᵀ r`` while in cache)."""
+    direction_scores = np.empty_like(scores)
+    loss = np.zeros(Y.shape[1])
+    grad = np.zeros(S.shape)
+    for rows in _row_blocks(X):
+        Xb = X[rows]
+        direction_scores[rows] = _scores(Xb, S, fit_intercept)
+        row_loss, row_derivative = gendwd_loss_and_derivative(
+            Y[rows] * (scores[rows] + step * direction_scores[rows]), q)
+        loss += weights[rows] @ row_loss
+        grad += _augmented_sum(Xb, (weights[rows, None] * Y[rows]) * row_derivative,
+                               fit_intercept)
+    return loss, grad, direction_scores
+
+
 def _line_losses_from_zero(slope, weights, steps, q):
     """:func:`site_line_losses` from margins all 0 (``θ = 0``), for many
     steps ``t > 0``: the margins are ``t s_i``, so with the ``s_i`` sorted
@@ -441,10 +459,12 @@ class SiteData(DWDSites):
         if self._pooled:
             X, Y, w = self.parts[0]
             key = (q, Theta.shape, Theta.tobytes())
-            if with_curvature and self._last_summary[0] == key:
-                # the loss and gradient here were just sent: only the matrix is new
+            if self._last_summary[0] == key:
+                # the loss and gradient here are known (sent just before, or
+                # formed with the line search that reached this point)
                 loss, grad = self._last_summary[1]
-                curvature = _site_curvature(X, Y, w, self._scores(Theta), q, self.fit_intercept)
+                curvature = (_site_curvature(X, Y, w, self._scores(Theta), q, self.fit_intercept)
+                             if with_curvature else None)
             else:
                 loss, grad, curvature = site_summary(X, Y, w, Theta, q, self.fit_intercept,
                                                      with_curvature, scores=self._scores(Theta))
@@ -477,7 +497,17 @@ class SiteData(DWDSites):
         """Summed losses at ``Theta + t S`` for each ``t`` in ``steps``, shape
         (len(steps), K)."""
         steps = [float(t) for t in steps]
-        if self._pooled:
+        if self._pooled and len(steps) == 1:
+            # one step (Newton's full step, usually taken): the gradient there
+            # is formed in the same pass over the rows, for the next request
+            X, Y, w = self.parts[0]
+            new = Theta + steps[0] * S
+            loss, grad, direction_scores = _step_summary(
+                X, Y, w, self._scores(Theta), S, steps[0], q, self.fit_intercept)
+            self._remember(S, direction_scores)
+            self._last_summary = ((q, new.shape, new.tobytes()), (loss, grad))
+            out = loss[None, :]
+        elif self._pooled:
             X, Y, w = self.parts[0]
             out = site_line_losses(X, Y, w, Theta, S, steps, q, self.fit_intercept,
                                    scores=self._scores(Theta),
