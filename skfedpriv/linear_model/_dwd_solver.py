@@ -85,8 +85,9 @@ _SLOW = 0.5
 _SAFETY = 10.0
 _BLOCK_BYTES = 1 << 21
 _BLOCK_ELEMENTS = 1 << 14
-# line searches from θ = 0 over more steps than this sort the rows' slopes once
-_SORTED_STEPS = 8
+# line searches over at most this many steps form the gradient at each (in
+# process); from θ = 0 over more, the rows' slopes are sorted once
+_FUSED_STEPS = 8
 _GRAM_ROWS = 4096
 
 
@@ -239,7 +240,7 @@ def site_line_losses(X, Y, weights, Theta, S, steps, q, fit_intercept, scores=No
         direction_scores = _scores(X, S, fit_intercept)
     base, slope = Y * scores, Y * direction_scores
     steps = np.asarray(steps, dtype=float)
-    if len(steps) > _SORTED_STEPS and q <= 16 and not base.any() and np.all(steps > 0):
+    if len(steps) > _FUSED_STEPS and q <= 16 and not base.any() and np.all(steps > 0):
         return _line_losses_from_zero(slope, weights, steps, q)
     steps = steps[:, None, None]
     out = np.zeros((len(steps), Y.shape[1]))
@@ -249,22 +250,26 @@ def site_line_losses(X, Y, weights, Theta, S, steps, q, fit_intercept, scores=No
     return out
 
 
-def _step_summary(X, Y, weights, scores, S, step, q, fit_intercept):
-    """Loss and gradient sums at ``θ + t S`` (see :func:`site_summary`), from
-    the scores at ``θ``, and the direction's scores ``x̄_iᵀ s_k``: one read of
-    ``X`` (each block of rows serves ``X S`` and ``Xᵀ r`` while in cache)."""
+def _step_summaries(X, Y, weights, scores, S, steps, q, fit_intercept):
+    """Loss and gradient sums at ``θ + t S`` for each ``t`` in ``steps`` (see
+    :func:`site_summary`), from the scores at ``θ``, and the direction's
+    scores ``x̄_iᵀ s_k``: one read of ``X`` (each block of rows serves ``X S``
+    and every ``Xᵀ r`` while in cache). Shapes (T, K), (T, p1, K), (n, K)."""
+    n_steps, n_models = len(steps), Y.shape[1]
     direction_scores = np.empty_like(scores)
-    loss = np.zeros(Y.shape[1])
-    grad = np.zeros(S.shape)
+    loss = np.zeros((n_steps, n_models))
+    grad = np.zeros((S.shape[0], n_steps * n_models))
+    steps = np.asarray(steps, dtype=float)[:, None, None]
     for rows in _row_blocks(X):
         Xb = X[rows]
         direction_scores[rows] = _scores(Xb, S, fit_intercept)
         row_loss, row_derivative = gendwd_loss_and_derivative(
-            Y[rows] * (scores[rows] + step * direction_scores[rows]), q)
-        loss += weights[rows] @ row_loss
-        grad += _augmented_sum(Xb, (weights[rows, None] * Y[rows]) * row_derivative,
+            Y[rows] * (scores[rows] + steps * direction_scores[rows]), q)
+        loss += np.einsum("i,tik->tk", weights[rows], row_loss)
+        residual = (weights[rows, None] * Y[rows]) * row_derivative  # (T, rows, K)
+        grad += _augmented_sum(Xb, residual.transpose(1, 0, 2).reshape(len(Xb), -1),
                                fit_intercept)
-    return loss, grad, direction_scores
+    return loss, grad.reshape(S.shape[0], n_steps, n_models).transpose(1, 0, 2), direction_scores
 
 
 def _line_losses_from_zero(slope, weights, steps, q):
@@ -401,6 +406,7 @@ class SiteData(DWDSites):
         self._cache = []
         self._curvature_key = self._row_curvature = None
         self._last_summary = (None, None)  # (q, Theta) and the loss and gradient sent there
+        self._line = None  # the last line search's steps, losses and gradients
         # under Dask's backend: futures of the rows, sent to the cluster
         # once here and referred to by every round's tasks
         self._handles = None
@@ -497,16 +503,15 @@ class SiteData(DWDSites):
         """Summed losses at ``Theta + t S`` for each ``t`` in ``steps``, shape
         (len(steps), K)."""
         steps = [float(t) for t in steps]
-        if self._pooled and len(steps) == 1:
-            # one step (Newton's full step, usually taken): the gradient there
-            # is formed in the same pass over the rows, for the next request
+        if self._pooled and len(steps) <= _FUSED_STEPS:
+            # a few steps (Newton's full step, or it and longer ones): the
+            # gradient at each is formed in the same pass over the rows, and
+            # the one at the step taken answers the next request (advance)
             X, Y, w = self.parts[0]
-            new = Theta + steps[0] * S
-            loss, grad, direction_scores = _step_summary(
-                X, Y, w, self._scores(Theta), S, steps[0], q, self.fit_intercept)
+            out, grads, direction_scores = _step_summaries(
+                X, Y, w, self._scores(Theta), S, steps, q, self.fit_intercept)
             self._remember(S, direction_scores)
-            self._last_summary = ((q, new.shape, new.tobytes()), (loss, grad))
-            out = loss[None, :]
+            self._line = (q, S, np.array(steps), out, grads)
         elif self._pooled:
             X, Y, w = self.parts[0]
             out = site_line_losses(X, Y, w, Theta, S, steps, q, self.fit_intercept,
@@ -543,7 +548,29 @@ class SiteData(DWDSites):
         new = Theta + steps * S
         if self._pooled:
             self._remember(new, self._scores(Theta) + steps * self._scores(S))
+            self._take_line_summary(new, S, steps)
         return new
+
+    def _take_line_summary(self, new, S, steps):
+        """Keep the loss and gradient at ``new`` if the last line search
+        formed them (each model at one of its steps, or not moved along a
+        direction it was not searched on)."""
+        if self._line is None:
+            return
+        q, searched, trial, losses, grads = self._line
+        self._line = None
+        pick = []
+        for k, t in enumerate(np.broadcast_to(steps, (S.shape[1],))):
+            hits = np.flatnonzero(trial == t)
+            if hits.size and np.array_equal(searched[:, k], S[:, k]):
+                pick.append(hits[0])
+            elif t == 0 and not searched[:, k].any():
+                pick.append(0)  # the loss and gradient there are those at θ
+            else:
+                return
+        models = np.arange(S.shape[1])
+        self._last_summary = ((q, new.shape, new.tobytes()),
+                              (losses[pick, models], grads[pick, :, models].T))
 
 
 class _SummaryOnlySites:
