@@ -111,6 +111,31 @@ def test_site_requests_are_sums_of_the_defined_quantities(pooled):
     assert sites.floats_sent == p1 * K + len(steps) * K + (K + p1 * K)
 
 
+@pytest.mark.parametrize("steps_taken", [[1.0, 4.0], [2.0, 0.0], [0.5, 1.0]])
+def test_summary_after_a_line_search_is_that_of_a_fresh_site(steps_taken):
+    # in process, a line search over a few steps forms the loss and gradient
+    # at each; the summary at the point advanced to is a fresh site's whether
+    # or not the search formed it (0.5 was not searched: computed afresh)
+    X, Y, weights, Theta = _problem(n=12000, p=6, K=2, seed=7)
+    assert X.size >= _dwd_solver._FUSED_SIZE
+    q = 1.5
+    sites = SiteData(X, Y, weights, [np.arange(len(X))], None, True)
+    direction = np.random.default_rng(8).standard_normal(Theta.shape)
+    direction[:, 1] *= steps_taken[1] != 0.0  # a model not searched: zero direction
+    trial = [1.0, 2.0, 4.0]
+    losses = sites.line_losses(Theta, direction, trial, q)
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    for j, t in enumerate(trial):
+        np.testing.assert_allclose(
+            losses[j], weights @ gendwd_loss(Y * (Xbar @ (Theta + t * direction)), q), rtol=1e-12)
+    new = sites.advance(Theta, direction, np.array(steps_taken))
+    loss, grad, curvature = sites.summaries(new, q, True)
+    fresh_loss, fresh_grad, fresh_curvature = site_summary(X, Y, weights, new, q, True, True)
+    np.testing.assert_allclose(loss, fresh_loss, rtol=1e-12)
+    np.testing.assert_allclose(grad, fresh_grad, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(curvature, fresh_curvature, rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("q", [0.3, 1.0, 4.0, 16.0, 20.0])
 def test_line_losses_from_zero_are_the_defined_sums(q):
     # from θ = 0 over many steps the site sorts its slopes once (q <= 16);

@@ -222,7 +222,9 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         the quadratic model of the objective ``F``), is at most
         ``tol |F(θ)|``. In ``fit`` the test uses the curvature matrix formed
         at ``θ``, the one kept as ``curvature_``; in ``partial_fit`` the
-        renewable system of the batch (eq. 35).
+        renewable system of the batch (eq. 35), and ``F`` is the renewable
+        objective scaled to the weight of the stream so far (the objective
+        it stands for).
     online_steps : int, default=10
         Iterations of each ``partial_fit`` after the first. ``1`` is the
         published single step of Algorithm 1 (eq. 37, with the paper's

@@ -86,8 +86,11 @@ _SAFETY = 10.0
 _BLOCK_BYTES = 1 << 21
 _BLOCK_ELEMENTS = 1 << 14
 # line searches over at most this many steps form the gradient at each (in
-# process); from θ = 0 over more, the rows' slopes are sorted once
+# process, rows of at least _FUSED_SIZE numbers: below, a pass over them
+# costs less than the bookkeeping); from θ = 0 over more, the rows' slopes
+# are sorted once
 _FUSED_STEPS = 8
+_FUSED_SIZE = 1 << 16
 _GRAM_ROWS = 4096
 
 
@@ -503,7 +506,7 @@ class SiteData(DWDSites):
         """Summed losses at ``Theta + t S`` for each ``t`` in ``steps``, shape
         (len(steps), K)."""
         steps = [float(t) for t in steps]
-        if self._pooled and len(steps) <= _FUSED_STEPS:
+        if self._pooled and len(steps) <= _FUSED_STEPS and self.parts[0][0].size >= _FUSED_SIZE:
             # a few steps (Newton's full step, or it and longer ones): the
             # gradient at each is formed in the same pass over the rows, and
             # the one at the step taken answers the next request (advance)
@@ -552,22 +555,18 @@ class SiteData(DWDSites):
         return new
 
     def _take_line_summary(self, new, S, steps):
-        """Keep the loss and gradient at ``new`` if the last line search
-        formed them (each model at one of its steps, or not moved along a
-        direction it was not searched on)."""
-        if self._line is None:
+        """Keep the loss and gradient at ``new`` if the last line search (along
+        this very ``S``) formed them: each model at one of its steps, or not
+        moved along a zero direction."""
+        line, self._line = self._line, None
+        if line is None or line[1] is not S:
             return
-        q, searched, trial, losses, grads = self._line
-        self._line = None
-        pick = []
-        for k, t in enumerate(np.broadcast_to(steps, (S.shape[1],))):
-            hits = np.flatnonzero(trial == t)
-            if hits.size and np.array_equal(searched[:, k], S[:, k]):
-                pick.append(hits[0])
-            elif t == 0 and not searched[:, k].any():
-                pick.append(0)  # the loss and gradient there are those at θ
-            else:
-                return
+        q, _, trial, losses, grads = line
+        steps = np.broadcast_to(steps, (S.shape[1],))
+        match = trial[:, None] == steps[None, :]
+        pick = np.argmax(match, axis=0)  # 0 for a model not moved along a zero direction
+        if not np.all(match.any(axis=0) | ((steps == 0) & ~S.any(axis=0))):
+            return
         models = np.arange(S.shape[1])
         self._last_summary = ((q, new.shape, new.tobytes()),
                               (losses[pick, models], grads[pick, :, models].T))
@@ -652,7 +651,7 @@ def _decrement(grad, newton):
     """Half the Newton decrement, ``½ gᵀH⁻¹g`` per model, from the Newton
     direction ``-H⁻¹g``: the gap ``F(θ) - min F`` of the quadratic model,
     the estimate the stopping rule compares with ``tol |F(θ)|``."""
-    return -0.5 * np.sum(grad * newton, axis=0)
+    return -0.5 * (grad * newton).sum(axis=0)
 
 
 def _conjugate_gradient(product, rhs, factors, rtol, max_iter):
@@ -668,14 +667,14 @@ def _conjugate_gradient(product, rhs, factors, rtol, max_iter):
     r = rhs.copy()
     z = _precondition(factors, r)
     direction = z.copy()
-    rz = np.sum(r * z, axis=0)
+    rz = (r * z).sum(axis=0)
     target = rtol * np.linalg.norm(rhs, axis=0)
     done = np.linalg.norm(r, axis=0) <= target
     used = np.zeros(rhs.shape[1], dtype=int)
     while not done.all() and used.max() < max_iter:
         used += ~done
         Hd = product(direction)
-        curvature = np.sum(direction * Hd, axis=0)
+        curvature = (direction * Hd).sum(axis=0)
         done |= curvature <= 0
         with np.errstate(over="ignore", invalid="ignore"):
             step = np.where(done, 0.0, rz / np.where(done, 1.0, curvature))
@@ -688,7 +687,7 @@ def _conjugate_gradient(product, rhs, factors, rtol, max_iter):
         r = np.where(blown, r, r_next)
         done |= np.linalg.norm(r, axis=0) <= target
         z = _precondition(factors, r)
-        rz_new = np.sum(r * z, axis=0)
+        rz_new = (r * z).sum(axis=0)
         beta = np.where(done, 0.0, rz_new / np.where(rz == 0, 1.0, rz))
         direction = z + beta * direction
         rz = rz_new
@@ -726,14 +725,17 @@ def solve_batch(
         The previous estimate the prior is centred on.
     max_iter : int
     tol : float
-        Stop a class model at ``θ`` once ``½ gᵀH⁻¹g <= tol |F(θ)|``: half the
-        Newton decrement (the gap ``F(θ) - min F`` of the quadratic model),
-        relative to the objective. ``H`` is the system the step solves; offline
-        the test is made only with the curvature matrix formed at ``θ`` (the
-        one returned), never with a CG estimate.
+        Stop a class model at ``θ`` once ``½ gᵀH⁻¹g <= tol |F(θ)| scale / W``:
+        half the Newton decrement (the gap ``F(θ) - min F`` of the quadratic
+        model), relative to the objective scaled from the batch's weight
+        ``W`` to ``scale`` (online: the stream's, whose objective the
+        renewable one stands for). ``H`` is the system the step solves;
+        offline the test is made only with the curvature matrix formed at
+        ``θ`` (the one returned), never with a CG estimate.
     scale : float or None
-        Total weight the objective sums over (default: this batch's); scales
-        the gradient for the first step and the CG tolerances.
+        Total weight the objective stands for (default: this batch's); scales
+        the stopping test, the gradient for the first step and the CG
+        tolerances.
     refresh_curvature : bool
         Newton-type steps on the curvature at the current iterate (offline);
         otherwise keep the curvature at the starting point, as eq. 35 does.
@@ -766,12 +768,12 @@ def solve_batch(
 
     def penalty(T, values, pulled=None):
         """Objective from the loss sums; ``pulled`` is ``P_k (θ_k - c_k)`` if known."""
-        value = values + 0.5 * np.sum(ridge[:, None] * T * T, axis=0)
+        value = values + 0.5 * (ridge[:, None] * T * T).sum(axis=0)
         if prior is not None:
             diff = T - center
             if pulled is None:
                 pulled = np.einsum("kij,jk->ik", prior, diff)
-            value = value + 0.5 * np.sum(diff * pulled, axis=0)
+            value = value + 0.5 * (diff * pulled).sum(axis=0)
         return value
 
     def objective_and_gradient(T, with_curvature):
@@ -785,6 +787,11 @@ def solve_batch(
             curvature = curvature + ridge_matrix
         return penalty(T, loss, pulled), grad, curvature
 
+    def stream_value(value):
+        """The objective the gap is relative to: the batch's, scaled up to the
+        weight ``scale`` it stands for (online: the stream's so far)."""
+        return np.abs(value) * (scale / max(sites.weight_sum, np.finfo(float).tiny))
+
     def system(curvature):
         return curvature if prior is None else curvature + prior
 
@@ -793,7 +800,7 @@ def solve_batch(
         first, then all halvings in one round. Models in ``expand`` also try
         the longer steps ``_EXPANSIONS`` in the first round and take the best
         value among the steps there that pass the test."""
-        slope = np.sum(grad * direction, axis=0)
+        slope = (grad * direction).sum(axis=0)
         searching_at_start = searching.copy()
         searching = searching & (slope < 0)
         steps = np.zeros(n_models)
@@ -807,10 +814,12 @@ def solve_batch(
         first = [1.0] + (list(_EXPANSIONS) if expand.any() else [])
         trials = (first, halvings) if getattr(sites, "batched_line_search", True) else (
             [first] + [[t] for t in halvings])
+        searched = []  # the direction each round asked the sites about
         for trial in trials:
             if not searching.any():
                 break
             masked = np.where(searching, 1.0, 0.0) * direction
+            searched.append(masked)
             losses = sites.line_losses(Theta, masked, trial, q)
             passed = np.zeros(n_models, dtype=bool)
             for t, loss in zip(trial, losses):
@@ -824,7 +833,9 @@ def solve_batch(
                 passed |= ok
             accepted |= passed
             searching &= ~passed
-        new = sites.advance(Theta, direction, steps)
+        # after one round, along the direction as searched (the same point:
+        # unsearched models take no step), so sites can reuse what it formed
+        new = sites.advance(Theta, searched[0] if len(searched) == 1 else direction, steps)
         full_step[searching_at_start] = steps[searching_at_start] == 1.0
         return new, new_value, accepted
 
@@ -887,7 +898,6 @@ def solve_batch(
         if grid:
             Theta_new, value_new, moved = first_step_grid(-grad / scale, active, value)
         else:
-            converged = np.zeros(n_models, dtype=bool)
             if refresh_curvature:
                 newton = np.zeros_like(grad)
                 direct = stale & active
@@ -899,7 +909,6 @@ def solve_batch(
                     for k in np.flatnonzero(direct):
                         preconditioner[k] = _factor_psd(matrices[k])
                         newton[:, k] = -_cho_solve(preconditioner[k], grad[:, k])
-                    converged = direct & (_decrement(grad, newton) <= tol * np.abs(value))
                 iterative = active & ~direct
                 stale[:] = False
                 if iterative.any():
@@ -928,21 +937,26 @@ def solve_batch(
                     limit = np.array([_MAX_CG - 1 if f is None else _STALE
                                       for f in preconditioner])
                     stale = iterative & (used > limit)
-                    # CG's decrement is a lower bound of the exact one: a model
-                    # it puts within tol is checked exactly before it stops
-                    recheck = iterative & (_decrement(grad, newton) <= tol * np.abs(value))
-                    stale |= recheck
             else:
                 if factors is None:
                     factors = [_factor_psd(m) for m in system(curvature)]
                 newton = -_solve_factored(factors, grad)
-                converged = active & (_decrement(grad, newton) <= tol * np.abs(value))
+            predicted = _decrement(grad, newton)
+            within = predicted <= tol * stream_value(value)
+            if refresh_curvature:
+                # only the matrix formed here stops a model; CG's decrement is a
+                # lower bound of the exact one: a model it puts within tol is
+                # checked exactly (the matrix formed here) before it stops
+                converged = direct & within
+                recheck = iterative & within
+                stale |= recheck
+            else:
+                converged = active & within
             active &= ~converged
             if not active.any():
                 n_iter -= 1
                 break
             searching = active & ~recheck
-            predicted = _decrement(grad, newton)
             Theta_new, value_new, moved = line_search(
                 newton, searching, value, grad, _NEWTON_HALVINGS,
                 expand=~full_step if refresh_curvature else None,
