@@ -85,12 +85,14 @@ _SLOW = 0.5
 _SAFETY = 10.0
 _BLOCK_BYTES = 1 << 21
 _BLOCK_ELEMENTS = 1 << 14
-# line searches over at most this many steps form the gradient at each (in
-# process, rows of at least _FUSED_SIZE numbers: below, a pass over them
-# costs less than the bookkeeping); from θ = 0 over more, the rows' slopes
-# are sorted once
-_FUSED_STEPS = 8
+# line searches over at most this many steps (the full step and the longer
+# ones, not the halvings, which are seldom taken) form the gradient at each
+# (in process, rows of at least _FUSED_SIZE numbers: below, a pass over them
+# costs less than the bookkeeping); from θ = 0 over more than _SORTED_STEPS,
+# the rows' slopes are sorted once
+_FUSED_STEPS = 1 + len(_EXPANSIONS)
 _FUSED_SIZE = 1 << 16
+_SORTED_STEPS = 8
 _GRAM_ROWS = 4096
 
 
@@ -243,7 +245,7 @@ def site_line_losses(X, Y, weights, Theta, S, steps, q, fit_intercept, scores=No
         direction_scores = _scores(X, S, fit_intercept)
     base, slope = Y * scores, Y * direction_scores
     steps = np.asarray(steps, dtype=float)
-    if len(steps) > _FUSED_STEPS and q <= 16 and not base.any() and np.all(steps > 0):
+    if len(steps) > _SORTED_STEPS and q <= 16 and not base.any() and np.all(steps > 0):
         return _line_losses_from_zero(slope, weights, steps, q)
     steps = steps[:, None, None]
     out = np.zeros((len(steps), Y.shape[1]))
@@ -410,6 +412,7 @@ class SiteData(DWDSites):
         self._curvature_key = self._row_curvature = None
         self._last_summary = (None, None)  # (q, Theta) and the loss and gradient sent there
         self._line = None  # the last line search's steps, losses and gradients
+        self._fuse = True  # whether line searches form the gradient at their steps
         # under Dask's backend: futures of the rows, sent to the cluster
         # once here and referred to by every round's tasks
         self._handles = None
@@ -506,7 +509,8 @@ class SiteData(DWDSites):
         """Summed losses at ``Theta + t S`` for each ``t`` in ``steps``, shape
         (len(steps), K)."""
         steps = [float(t) for t in steps]
-        if self._pooled and len(steps) <= _FUSED_STEPS and self.parts[0][0].size >= _FUSED_SIZE:
+        if (self._pooled and self._fuse and len(steps) <= _FUSED_STEPS
+                and self.parts[0][0].size >= _FUSED_SIZE):
             # a few steps (Newton's full step, or it and longer ones): the
             # gradient at each is formed in the same pass over the rows, and
             # the one at the step taken answers the next request (advance)
@@ -552,6 +556,9 @@ class SiteData(DWDSites):
         if self._pooled:
             self._remember(new, self._scores(Theta) + steps * self._scores(S))
             self._take_line_summary(new, S, steps)
+            # fuse the next search's gradients only if this one's step was one
+            # a fused search forms (else their pass is wasted: damped steps)
+            self._fuse = bool(np.all(np.isin(steps, (0.0, 1.0) + _EXPANSIONS)))
         return new
 
     def _take_line_summary(self, new, S, steps):
