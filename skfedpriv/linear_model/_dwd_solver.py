@@ -342,7 +342,10 @@ class SiteData(DWDSites):
     per site. In that case the scores ``x̄_iᵀθ`` of the last few parameter
     values asked about are kept (a site would keep its own), so a round at
     parameters already seen, or on the line between two, costs no pass over
-    the rows. Otherwise each site's summary is a separate joblib task.
+    the rows; a line search over the full step (and longer ones) also forms
+    the loss and gradient there in its pass, which answer the next summary
+    request at the step taken (the request still counts as a round).
+    Otherwise each site's summary is a separate joblib task.
 
     Under joblib's Dask backend (and outside a Dask task) each site's rows
     are scattered to the cluster once, when the batch's ``SiteData`` is
