@@ -92,6 +92,7 @@ _BLOCK_ELEMENTS = 1 << 14
 # the rows' slopes are sorted once
 _FUSED_STEPS = 1 + len(_EXPANSIONS)
 _FUSED_SIZE = 1 << 16
+_FUSED_TAKEN = frozenset((0.0, 1.0) + _EXPANSIONS)
 _SORTED_STEPS = 8
 _GRAM_ROWS = 4096
 
@@ -561,7 +562,7 @@ class SiteData(DWDSites):
             self._take_line_summary(new, S, steps)
             # fuse the next search's gradients only if this one's step was one
             # a fused search forms (else their pass is wasted: damped steps)
-            self._fuse = bool(np.all(np.isin(steps, (0.0, 1.0) + _EXPANSIONS)))
+            self._fuse = all(t in _FUSED_TAKEN for t in np.ravel(steps).tolist())
         return new
 
     def _take_line_summary(self, new, S, steps):
