@@ -798,10 +798,9 @@ def solve_batch(
             curvature = curvature + ridge_matrix
         return penalty(T, loss, pulled), grad, curvature
 
-    def stream_value(value):
-        """The objective the gap is relative to: the batch's, scaled up to the
-        weight ``scale`` it stands for (online: the stream's so far)."""
-        return np.abs(value) * (scale / max(sites.weight_sum, np.finfo(float).tiny))
+    # the objective the gap is relative to: the batch's, scaled up to the
+    # weight ``scale`` it stands for (online: the stream's so far)
+    stream_weight = scale / max(sites.weight_sum, np.finfo(float).tiny)
 
     def system(curvature):
         return curvature if prior is None else curvature + prior
@@ -953,7 +952,7 @@ def solve_batch(
                     factors = [_factor_psd(m) for m in system(curvature)]
                 newton = -_solve_factored(factors, grad)
             predicted = _decrement(grad, newton)
-            within = predicted <= tol * stream_value(value)
+            within = predicted <= tol * stream_weight * np.abs(value)
             if refresh_curvature:
                 # only the matrix formed here stops a model; CG's decrement is a
                 # lower bound of the exact one: a model it puts within tol is
@@ -1015,7 +1014,7 @@ def solve_batch(
             stale |= moved & slow & np.array([f is None for f in preconditioner])
         value = value_new
         history.append(value.copy())
-        if refresh_curvature and moved.any():
+        if refresh_curvature:
             curvature = None
     else:
         if warn and active.any():
