@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+from _reference import gendwd_objective
 from scipy.optimize import minimize
 from sklearn.datasets import load_iris
 from sklearn.svm import LinearSVC
@@ -31,13 +32,10 @@ def _standardized_cancer():
 
 
 def _objective(theta, X, y_pm, weights, q, alpha):
-    """genDWD objective (paper eq. 5) written independently of the package."""
-    u = y_pm * (X @ theta[1:] + theta[0])
-    total = weights.sum()
-    value = weights @ gendwd_loss(u, q) / total + 0.5 * alpha * theta[1:] @ theta[1:]
-    r = weights * y_pm * gendwd_derivative(u, q) / total
-    grad = np.concatenate([[r.sum()], X.T @ r + alpha * theta[1:]])
-    return value, grad
+    """genDWD objective (paper eq. 5) per unit weight, and its gradient."""
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    value, grad = gendwd_objective(theta, Xbar, y_pm, weights, q, alpha)
+    return value / weights.sum(), grad / weights.sum()
 
 
 # -- the loss -----------------------------------------------------------

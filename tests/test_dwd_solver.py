@@ -4,6 +4,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from _reference import gendwd_objective
 from scipy.optimize import minimize
 
 from skfedpriv import DWDClassifier
@@ -17,21 +18,6 @@ from skfedpriv.linear_model._dwd_solver import (
     site_summary,
     solve_batch,
 )
-
-
-def _objective_and_gradient(theta, Xbar, y, weights, q, alpha):
-    """genDWD objective (eq. 5 times the weight sum) and its gradient,
-    written independently of the package."""
-    u = y * (Xbar @ theta)
-    u0 = q / (q + 1)
-    right = u > u0
-    ratio = u0 / np.where(right, u, u0)
-    loss = np.where(right, ratio**q / (q + 1), 1 - u)
-    slope = np.where(right, -ratio ** (q + 1), -1.0)
-    penalized = np.r_[0.0, theta[1:]]
-    value = weights @ loss + 0.5 * alpha * weights.sum() * penalized @ penalized
-    grad = Xbar.T @ (weights * y * slope) + alpha * weights.sum() * penalized
-    return value, grad
 
 
 def _count_curvature_matrices(monkeypatch):
@@ -177,7 +163,7 @@ def test_offline_solve_reaches_stationary_point_with_few_curvature_matrices(q, m
                                          fit_intercept=True, tol=1e-8, max_iter=200)
     Xbar = np.hstack([np.ones((len(X), 1)), X])
     for k in range(2):
-        value, grad = _objective_and_gradient(Theta[:, k], Xbar, Y[:, k], weights, q, 1e-3)
+        value, grad = gendwd_objective(Theta[:, k], Xbar, Y[:, k], weights, q, 1e-3)
         # the returned curvature is the curvature (plus ridge) at the returned point
         u = Y[:, k] * (Xbar @ Theta[:, k])
         d = weights * gendwd_smoothed_curvature(u, q)
@@ -186,7 +172,7 @@ def test_offline_solve_reaches_stationary_point_with_few_curvature_matrices(q, m
         # the documented stopping rule holds there: ½ gᵀH⁻¹g <= tol F
         assert 0.5 * grad @ np.linalg.solve(expected, grad) <= 1e-8 * value
         # and the objective is within a relative 1e-8 of an independent minimum
-        reference = minimize(_objective_and_gradient, Theta[:, k],
+        reference = minimize(gendwd_objective, Theta[:, k],
                              args=(Xbar, Y[:, k], weights, q, 1e-3), jac=True,
                              method="L-BFGS-B", options=dict(gtol=1e-13, ftol=1e-16))
         assert reference.fun <= value <= reference.fun * (1 + 1e-8)
@@ -273,7 +259,7 @@ def test_well_conditioned_fit_forms_the_curvature_matrix_only_at_the_optimum(q, 
     assert len(formed) == 1  # one matrix, at the returned point
     _, _, expected = site_summary(X, Y, weights, Theta, q, True, True)
     Xbar = np.hstack([np.ones((len(X), 1)), X])
-    value, grad = _objective_and_gradient(Theta[:, 0], Xbar, Y[:, 0], weights, q, 1e-3)
+    value, grad = gendwd_objective(Theta[:, 0], Xbar, Y[:, 0], weights, q, 1e-3)
     assert 0.5 * grad @ np.linalg.solve(curvature[0], grad) <= 1e-8 * value
     np.testing.assert_allclose(curvature - expected, np.broadcast_to(
         np.diag(1e-3 * weights.sum() * np.r_[0, np.ones(10)]), curvature.shape),
