@@ -9,8 +9,7 @@ alternate the methods (a shared machine slows both alike).
   q in {0.5, 1, 4}: time, ratio, the relative objective gap at the
   returned point (default tol = 1e-12; the gap to the same solver run at
   tol = 1e-15, whose optimum the tests check against L-BFGS-B), rounds of
-  messages and the numbers
-  one site sent over the fit. The time of forming the curvature matrix at
+  messages and the numbers one site sent over the fit. The time of forming the curvature matrix at
   the optimum (the renewable state ``curvature_``, ``O(n p²)``) is shown
   apart. The private mechanisms' one-batch fit at the first size too.
 * ``partial_fit`` per batch against numpy forming the batch's XᵀDX alone
