@@ -122,6 +122,32 @@ def test_summary_after_a_line_search_is_that_of_a_fresh_site(steps_taken):
     np.testing.assert_allclose(curvature, fresh_curvature, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("with_curvature", [False, True])
+def test_summary_at_a_new_point_is_the_defined_sums(with_curvature):
+    # in process, rows of at least _FUSED_SIZE numbers and scores not known at
+    # the point (an online Newton step's full step): one read of the rows
+    X, Y, weights, Theta = _problem(n=12000, p=6, K=2, seed=9)
+    assert X.size >= _dwd_solver._FUSED_SIZE
+    q = 0.5
+    sites = SiteData(X, Y, weights, [np.arange(len(X))], None, True)
+    loss, grad, curvature = sites.summaries(Theta, q, with_curvature)
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    U = Y * (Xbar @ Theta)
+    np.testing.assert_allclose(loss, weights @ gendwd_loss(U, q), rtol=1e-12)
+    slope = np.where(U > q / (q + 1), -(q / (q + 1) / np.maximum(U, q / (q + 1))) ** (q + 1), -1.0)
+    np.testing.assert_allclose(grad, Xbar.T @ (weights[:, None] * Y * slope), rtol=1e-10,
+                               atol=1e-10)
+    if with_curvature:
+        for k in range(2):
+            d = weights * gendwd_smoothed_curvature(U[:, k], q)
+            np.testing.assert_allclose(curvature[k], Xbar.T @ (d[:, None] * Xbar),
+                                       rtol=1e-10, atol=1e-10)
+    else:
+        assert curvature is None
+    # the scores it kept are those at Theta: a later request there agrees
+    np.testing.assert_allclose(sites._scores(Theta), Xbar @ Theta, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("q", [0.3, 1.0, 4.0, 16.0, 20.0])
 def test_line_losses_from_zero_are_the_defined_sums(q):
     # from θ = 0 over many steps the site sorts its slopes once (q <= 16);
@@ -285,3 +311,88 @@ def test_conjugate_gradient_stops_a_model_whose_step_would_overflow():
     assert np.all(np.isfinite(x))
     np.testing.assert_allclose(x[:, 1], [0.5, 0.5])
     np.testing.assert_array_equal(x[:, 0], 0.0)  # stopped at its last finite iterate
+
+
+def _renewable_objective(theta, Xbar, y, weights, q, alpha, prior, center):
+    """The renewable objective (30) of one model, written out: the batch's
+    genDWD objective plus ``½ (θ - c)ᵀ P (θ - c)``, and its gradient."""
+    value, grad = gendwd_objective(theta, Xbar, y, weights, q, alpha)
+    pulled = prior @ (theta - center)
+    return value + 0.5 * (theta - center) @ pulled, grad + pulled
+
+
+def _chord_reference(theta, args, curvature, tol, scale):
+    """The online iteration written out for one model (eq. 30 with the
+    curvature fixed at the start, eq. 35): Newton directions on ``curvature``
+    (plus the prior), the full step if it passes Armijo's test, else the
+    first of 1/2, 1/4, ..., 1/64 that does; stop once ``½ gᵀH⁻¹g <= tol |F|
+    scale / W``. Returns the accepted objective values."""
+    Xbar, y, weights, q, alpha, prior, center = args
+    system = curvature + prior
+    value, grad = _renewable_objective(theta, *args)
+    history = [value]
+    while True:
+        step = -np.linalg.solve(system, grad)
+        if -0.5 * grad @ step <= tol * abs(value) * scale / weights.sum():
+            return np.array(history)
+        for t in 0.5 ** np.arange(7):
+            trial_value, trial_grad = _renewable_objective(theta + t * step, *args)
+            if trial_value <= value + 1e-4 * t * (grad @ step):
+                break
+        else:
+            raise AssertionError("no Newton step passed: the reference has no fallback")
+        theta, value, grad = theta + t * step, trial_value, trial_grad
+        history.append(value)
+
+
+def test_online_solve_asks_each_full_step_once_and_backtracks_per_model():
+    X, Y, weights, _ = _problem(n=500, p=5, K=2, seed=8)
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    q, alpha, tol, scale = 1.0, 1e-3, 1e-12, 5.0 * weights.sum()
+    # the previous estimates: model 0 near this batch's optimum, model 1 three
+    # times too long (its margins far past the kink, where the curvature is
+    # small) with a weak prior, so that its chord Newton steps overshoot and
+    # must backtrack
+    fitted, _, _ = solve_batch(SiteData(X, Y, weights, [np.arange(len(X))], None, True),
+                               np.zeros((6, 2)), q=q, alpha=alpha, fit_intercept=True)
+    center = np.column_stack([fitted[:, 0] + 0.05, 3.0 * fitted[:, 1]])
+    rng = np.random.default_rng(9)
+    A = rng.standard_normal((2, 6, 6))
+    prior = np.stack([200.0 * (A[0] @ A[0].T / 6 + np.eye(6)), 1e-3 * np.eye(6)])
+
+    def solve(models):
+        sites = SiteData(X, Y[:, models], weights, [np.arange(len(X))], None, True)
+        return solve_batch(sites, center[:, models], q=q, alpha=alpha, fit_intercept=True,
+                           prior=prior[models], center=center[:, models], tol=tol,
+                           scale=scale, refresh_curvature=False, max_iter=200)
+
+    Theta, curvature, info = solve([0, 1])
+    assert np.all(np.diff(info["objective"], axis=0) <= 0)
+    for k in range(2):
+        args = (Xbar, Y[:, k], weights, q, alpha, prior[k], center[:, k])
+        value, grad = _renewable_objective(Theta[:, k], *args)
+        # the documented rule with the system the steps solve (curvature at the
+        # starting point, eq. 35): ½ gᵀH⁻¹g <= tol |F| scale / W
+        system = curvature[k] + prior[k]
+        assert 0.5 * grad @ np.linalg.solve(system, grad) <= tol * value * scale / weights.sum()
+        reference = minimize(_renewable_objective, Theta[:, k], args=args, jac=True,
+                             method="L-BFGS-B", options=dict(gtol=1e-12, ftol=1e-16))
+        assert reference.fun <= value * (1 + 1e-10) and value <= reference.fun * (1 + 1e-8)
+        # the iterates are those of the iteration written out
+        ridge = np.diag(alpha * weights.sum() * np.r_[0.0, np.ones(5)])
+        u = Y[:, k] * (Xbar @ center[:, k])
+        start_curvature = Xbar.T @ ((weights * gendwd_smoothed_curvature(u, q))[:, None] * Xbar)
+        expected = _chord_reference(center[:, k], args, start_curvature + ridge, tol, scale)
+        np.testing.assert_allclose(info["objective"][: len(expected), k], expected, rtol=1e-12)
+        # one-vs-rest models do not interact: each equals its own solve
+        alone, _, alone_info = solve([k])
+        np.testing.assert_allclose(alone_info["objective"][:, 0], expected, rtol=1e-12)
+        np.testing.assert_allclose(alone[:, 0], Theta[:, k], rtol=1e-10, atol=1e-12)
+        steps = len(alone_info["objective"]) - 1
+        if k == 0:
+            # every step taken in full: the curvature and gradient at the start,
+            # then one request per step (its loss and gradient)
+            assert alone_info["rounds"] == 1 + steps
+        else:
+            # full steps refused: backtracking took more requests than steps
+            assert alone_info["rounds"] > 1 + steps

@@ -11,7 +11,6 @@ from sklearn.utils.class_weight import compute_class_weight
 
 from .._losses import count_models, gendwd_curvature_bound
 from .._param_validation import Interval, InvalidParameterError, Options, Registry
-from .._sites import site_row_indices
 from ._base import FederatedClassifierMixin, TrainingState, is_balanced_class_weight
 from ..privacy import PrivacyBudget, as_generator, gaussian_epsilon, warn_if_seeded
 from ..privacy._objective_perturbation import (
@@ -233,7 +232,9 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         is in memory (Newton steps with the accumulated curvature of earlier
         batches and the batch's curvature at the previous estimate, eq. 35,
         each accepted by an Armijo test), which closes most of the gap to
-        the offline fit.
+        the offline fit. Each such step taken in full is one round to the
+        sites (they send the loss and gradient at the step); a refused
+        full step backtracks in one more round.
     n_jobs : int or None, default=None
         Sites computed in parallel through joblib. ``None`` means 1 unless a
         ``joblib.parallel_config`` context says otherwise, so a Dask or Ray
@@ -675,10 +676,8 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
 
     def _update(self, batch, classes, settings, *, first, new_stream):
         """Validated batch -> sites in this process -> :meth:`_update_sites`."""
-        sites = SiteData.from_rows(
-            batch.X, batch.y, batch.sample_weight,
-            site_row_indices(batch.site_codes, batch.n_sites), settings["n_jobs"],
-        )
+        sites = SiteData.from_site_codes(batch.X, batch.y, batch.sample_weight,
+                                         batch.site_codes, batch.n_sites, settings["n_jobs"])
         return self._update_sites(sites, classes, settings, first=first,
                                   class_weight=self._class_weight_vector(classes, batch.y))
 

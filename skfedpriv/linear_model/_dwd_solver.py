@@ -29,7 +29,9 @@ Two server updates:
   steps converge slowly, and once at the returned point (the renewable
   state): on well-conditioned rows, only there. Online
   (``refresh_curvature=False``, eq. 35) the curvature stays at the starting
-  point and each step is one triangular solve.
+  point and each step is one triangular solve; the full step is asked as
+  one summary request (its loss and gradient), so a step taken in full
+  costs one round, and only a refused one backtracks.
 
   Stopping rule: a model stops at ``θ`` once half its Newton decrement
   ``½ gᵀH⁻¹g`` (the objective gap of the quadratic model) is at most
@@ -46,8 +48,8 @@ Two server updates:
 import warnings
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor
-from scipy.linalg.lapack import dpotrs
+from scipy.linalg import LinAlgError
+from scipy.linalg.lapack import dpotrf, dpotrs
 from sklearn.exceptions import ConvergenceWarning
 
 from .._losses import (
@@ -58,7 +60,7 @@ from .._losses import (
     gendwd_smoothed_curvature,
     penalty_mask,
 )
-from .._sites import dask_client, map_sites, runs_in_process, scatter_sites
+from .._sites import dask_client, map_sites, runs_in_process, scatter_sites, site_row_indices
 from ..privacy._objective_perturbation import site_noise
 from ._dwd_sites import DWDSites, prepare_rows, side_flags
 
@@ -258,19 +260,21 @@ def site_line_losses(X, Y, weights, Theta, S, steps, q, fit_intercept, scores=No
 
 def _step_summaries(X, Y, weights, scores, S, steps, q, fit_intercept):
     """Loss and gradient sums at ``θ + t S`` for each ``t`` in ``steps`` (see
-    :func:`site_summary`), from the scores at ``θ``, and the direction's
-    scores ``x̄_iᵀ s_k``: one read of ``X`` (each block of rows serves ``X S``
-    and every ``Xᵀ r`` while in cache). Shapes (T, K), (T, p1, K), (n, K)."""
+    :func:`site_summary`), from the scores at ``θ`` (None: ``θ = 0``), and
+    the direction's scores ``x̄_iᵀ s_k``: one read of ``X`` (each block of
+    rows serves ``X S`` and every ``Xᵀ r`` while in cache). Shapes (T, K),
+    (T, p1, K), (n, K)."""
     n_steps, n_models = len(steps), Y.shape[1]
-    direction_scores = np.empty_like(scores)
+    direction_scores = np.empty((len(X), n_models))
     loss = np.zeros((n_steps, n_models))
     grad = np.zeros((S.shape[0], n_steps * n_models))
     steps = np.asarray(steps, dtype=float)[:, None, None]
     for rows in _row_blocks(X):
         Xb = X[rows]
         direction_scores[rows] = _scores(Xb, S, fit_intercept)
+        along = steps * direction_scores[rows]
         row_loss, row_derivative = gendwd_loss_and_derivative(
-            Y[rows] * (scores[rows] + steps * direction_scores[rows]), q)
+            Y[rows] * (along if scores is None else scores[rows] + along), q)
         loss += np.einsum("i,tik->tk", weights[rows], row_loss)
         residual = (weights[rows, None] * Y[rows]) * row_derivative  # (T, rows, K)
         grad += _augmented_sum(Xb, residual.transpose(1, 0, 2).reshape(len(Xb), -1),
@@ -365,15 +369,27 @@ class SiteData(DWDSites):
 
     def __init__(self, X, Y, weights, site_rows, n_jobs, fit_intercept):
         self._raw = None
-        self._setup(X, Y, weights, site_rows, n_jobs, fit_intercept)
+        self._setup(X, Y, weights, len(site_rows), lambda: site_rows, n_jobs, fit_intercept)
 
     @classmethod
     def from_rows(cls, X, y, sample_weight, site_rows, n_jobs=None):
         """Sites holding raw rows: features, labels and row weights, with
         ``site_rows[s]`` the row indices of site ``s``."""
+        return cls._from_raw(X, y, sample_weight, len(site_rows), lambda: site_rows, n_jobs)
+
+    @classmethod
+    def from_site_codes(cls, X, y, sample_weight, site_codes, n_sites, n_jobs=None):
+        """:meth:`from_rows` with the site of each row as a code in
+        ``range(n_sites)``; the rows are split by site only if the sites'
+        work runs apart (not for the pooled pass in process)."""
+        return cls._from_raw(X, y, sample_weight, n_sites,
+                             lambda: site_row_indices(site_codes, n_sites), n_jobs)
+
+    @classmethod
+    def _from_raw(cls, X, y, sample_weight, n_sites, split, n_jobs):
         sites = cls.__new__(cls)
-        sites._raw = (X, y, sample_weight, site_rows, n_jobs)
-        sites.n_features, sites.n_sites = X.shape[1], len(site_rows)
+        sites._raw = (X, y, sample_weight, n_sites, split, n_jobs)
+        sites.n_features, sites.n_sites = X.shape[1], n_sites
         return sites
 
     def labels(self):
@@ -393,18 +409,20 @@ class SiteData(DWDSites):
                     "private fit needs raw rows it clips itself (SiteData.from_rows)."
                 )
             return
-        X, y, sample_weight, site_rows, n_jobs = self._raw
+        X, y, sample_weight, n_sites, split, n_jobs = self._raw
         X, Y, weights = prepare_rows(X, y, sample_weight, classes, fit_intercept=fit_intercept,
                                      class_weight=class_weight, clip_norm=clip_norm)
-        self._setup(X, Y, weights, site_rows, n_jobs, bool(fit_intercept))
+        self._setup(X, Y, weights, n_sites, split, n_jobs, bool(fit_intercept))
 
-    def _setup(self, X, Y, weights, site_rows, n_jobs, fit_intercept):
-        if len(site_rows) == 1 or runs_in_process(n_jobs):
+    def _setup(self, X, Y, weights, n_sites, split, n_jobs, fit_intercept):
+        """``split()`` returns the row indices of each of the ``n_sites``
+        sites (called only when the sites' work runs apart)."""
+        if n_sites == 1 or runs_in_process(n_jobs):
             self.parts = [(X, Y, weights)]
         else:
-            self.parts = [(X[rows], Y[rows], weights[rows]) for rows in site_rows]
+            self.parts = [(X[rows], Y[rows], weights[rows]) for rows in split()]
         self.weight_sum = float(weights.sum())
-        self.n_sites = len(site_rows)
+        self.n_sites = n_sites
         self.n_features = X.shape[1]
         has_positive, has_negative = side_flags(Y, weights)
         self.two_sided = has_positive & has_negative
@@ -439,13 +457,18 @@ class SiteData(DWDSites):
 
     def _scores(self, Theta):
         """Scores of the pooled rows at ``Theta`` (cached)."""
+        value = self._cached_scores(Theta)
+        if value is None:
+            value = _scores(self.parts[0][0], Theta, self.fit_intercept)
+            self._remember(Theta, value)
+        return value
+
+    def _cached_scores(self, Theta):
         key = (Theta.shape, Theta.tobytes())
         for cached, value in self._cache:
             if cached == key:
                 return value
-        value = _scores(self.parts[0][0], Theta, self.fit_intercept)
-        self._remember(Theta, value)
-        return value
+        return None
 
     def _remember(self, Theta, scores):
         key = (Theta.shape, Theta.tobytes())
@@ -480,6 +503,15 @@ class SiteData(DWDSites):
                 # formed with the line search that reached this point)
                 loss, grad = self._last_summary[1]
                 curvature = (_site_curvature(X, Y, w, self._scores(Theta), q, self.fit_intercept)
+                             if with_curvature else None)
+            elif X.size >= _FUSED_SIZE and self._cached_scores(Theta) is None:
+                # scores not known here (e.g. the full step of an online Newton
+                # step): X Theta and the gradient sum in one read of the rows
+                losses, grads, scores = _step_summaries(X, Y, w, None, Theta, [1.0], q,
+                                                        self.fit_intercept)
+                self._remember(Theta, scores)
+                loss, grad = losses[0], grads[0]
+                curvature = (_site_curvature(X, Y, w, scores, q, self.fit_intercept)
                              if with_curvature else None)
             else:
                 loss, grad, curvature = site_summary(X, Y, w, Theta, q, self.fit_intercept,
@@ -616,14 +648,17 @@ class _SummaryOnlySites:
 
 
 def _factor_psd(matrix):
-    """Cholesky factor of a symmetric PSD matrix, with a little jitter if needed."""
+    """Cholesky factor of a symmetric PSD matrix, with a little jitter if
+    needed: ``(c, lower)`` as ``scipy.linalg.cho_factor`` returns it (LAPACK
+    potrf directly, without its input checks)."""
     scale = max(np.trace(matrix) / matrix.shape[0], 1e-12)
     for jitter in (0.0, 1e-12, 1e-9, 1e-6, 1e-3):
-        try:
-            return cho_factor(matrix + jitter * scale * np.eye(matrix.shape[0])
-                              if jitter else matrix, check_finite=False)
-        except LinAlgError:
-            continue
+        shifted = matrix + jitter * scale * np.eye(matrix.shape[0]) if jitter else matrix
+        factor, info = dpotrf(shifted, lower=0, clean=0)
+        if info == 0:
+            return factor, False
+        if info < 0:  # pragma: no cover - a bad argument, not bad data
+            raise LinAlgError(f"potrf failed with info={info}")
     raise LinAlgError("curvature matrix is not positive definite")  # pragma: no cover
 
 
@@ -779,7 +814,7 @@ def solve_batch(
 
     def penalty(T, values, pulled=None):
         """Objective from the loss sums; ``pulled`` is ``P_k (θ_k - c_k)`` if known."""
-        value = values + 0.5 * (ridge[:, None] * T * T).sum(axis=0)
+        value = values + 0.5 * (ridge @ (T * T))
         if prior is not None:
             diff = T - center
             if pulled is None:
@@ -805,11 +840,13 @@ def solve_batch(
     def system(curvature):
         return curvature if prior is None else curvature + prior
 
-    def line_search(direction, searching, value, grad, max_halvings, expand=None):
+    def line_search(direction, searching, value, grad, max_halvings, expand=None,
+                    full_step_known_bad=False):
         """Armijo backtracking for the classes in ``searching``: the full step
         first, then all halvings in one round. Models in ``expand`` also try
         the longer steps ``_EXPANSIONS`` in the first round and take the best
-        value among the steps there that pass the test."""
+        value among the steps there that pass the test. With
+        ``full_step_known_bad`` the full step is skipped (it failed already)."""
         slope = (grad * direction).sum(axis=0)
         searching_at_start = searching.copy()
         searching = searching & (slope < 0)
@@ -824,6 +861,8 @@ def solve_batch(
         first = [1.0] + (list(_EXPANSIONS) if expand.any() else [])
         trials = (first, halvings) if getattr(sites, "batched_line_search", True) else (
             [first] + [[t] for t in halvings])
+        if full_step_known_bad:
+            trials = trials[1:]
         searched = []  # the direction each round asked the sites about
         for trial in trials:
             if not searching.any():
@@ -848,6 +887,24 @@ def solve_batch(
         new = sites.advance(Theta, searched[0] if len(searched) == 1 else direction, steps)
         full_step[searching_at_start] = steps[searching_at_start] == 1.0
         return new, new_value, accepted
+
+    def full_step_first(direction, searching, value, grad):
+        """Online: the full step asked as one summary request (the loss *and*
+        gradient there, which the next step needs), Armijo-tested by the
+        server; models whose full step fails backtrack (:func:`line_search`).
+        Returns ``line_search``'s triple and the gradient at the new point
+        (None when some model backtracked)."""
+        slope = (grad * direction).sum(axis=0)
+        trying = searching & (slope < 0)
+        trial = Theta + np.where(trying, 1.0, 0.0) * direction
+        trial_value, trial_grad, _ = objective_and_gradient(trial, False)
+        passed = trying & (trial_value <= value + _ARMIJO_SLOPE * slope)
+        if np.array_equal(passed, searching):
+            return trial, np.where(passed, trial_value, value), passed, trial_grad
+        new, new_value, moved = line_search(direction, searching & ~passed, value, grad,
+                                            _NEWTON_HALVINGS, full_step_known_bad=True)
+        return (np.where(passed, trial, new), np.where(passed, trial_value, new_value),
+                passed | moved, None)
 
     def first_step_grid(direction, searching, value):
         """From parameters where the curvature vanishes (all margins 0 at
@@ -905,6 +962,7 @@ def solve_batch(
         # models that take no step this round: their estimated gap is checked
         # against the matrix at this very point next round
         recheck = np.zeros(n_models, dtype=bool)
+        grad_new = None  # the gradient at the new point, when a step formed it
         if grid:
             Theta_new, value_new, moved = first_step_grid(-grad / scale, active, value)
         else:
@@ -967,12 +1025,15 @@ def solve_batch(
                 n_iter -= 1
                 break
             searching = active & ~recheck
-            Theta_new, value_new, moved = line_search(
-                newton, searching, value, grad, _NEWTON_HALVINGS,
-                expand=~full_step if refresh_curvature else None,
-            )
+            if refresh_curvature:
+                Theta_new, value_new, moved = line_search(
+                    newton, searching, value, grad, _NEWTON_HALVINGS, expand=~full_step)
+            else:
+                Theta_new, value_new, moved, grad_new = full_step_first(
+                    newton, searching, value, grad)
             fallback = searching & ~moved
             if fallback.any():
+                grad_new = None
                 # the Newton model was poor (e.g. no row near the kink): take the
                 # majorization step, V'' <= (q+1)^2/q makes it a guaranteed descent
                 majorizer = majorizer_factors()
@@ -1006,7 +1067,7 @@ def solve_batch(
             continue
         Theta = Theta_new
         previous = grad
-        _, grad, _ = objective_and_gradient(Theta, False)
+        grad = objective_and_gradient(Theta, False)[1] if grad_new is None else grad_new
         if refresh_curvature and not grid:
             # unpreconditioned CG whose Newton steps converge slowly (an
             # ill-conditioned curvature): form the matrix for that model
