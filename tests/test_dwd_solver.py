@@ -292,6 +292,46 @@ def test_well_conditioned_fit_forms_the_curvature_matrix_only_at_the_optimum(q, 
         rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("q", [0.5, 1.0, 4.0])
+def test_offline_newton_steps_in_the_local_phase_are_one_request(q):
+    # once Newton steps are taken in full, a step is its curvature-vector
+    # products and one summary request at the full step (its loss and
+    # gradient); the damped phase before it searches the full and longer
+    # steps in one round, then asks for the gradient where it went
+    requests = []
+
+    class Logging(SiteData):
+        def summaries(self, Theta, q, with_curvature):
+            requests.append("matrix" if with_curvature else "summary")
+            return super().summaries(Theta, q, with_curvature)
+
+        def line_losses(self, Theta, S, steps, q):
+            requests.append("line")
+            return super().line_losses(Theta, S, steps, q)
+
+        def curvature_product(self, Theta, V, q):
+            requests.append("product")
+            return super().curvature_product(Theta, V, q)
+
+    X, Y, weights, _ = _problem(n=3000, p=10, K=1, seed=6)
+    sites = Logging(X, Y, weights, [np.arange(len(X))], None, True)
+    Theta, _, info = solve_batch(sites, np.zeros((11, 1)), q=q, alpha=1e-3,
+                                 fit_intercept=True, tol=1e-8)
+    assert info["rounds"] == len(requests)
+    last_search = len(requests) - 1 - requests[::-1].index("line")
+    assert requests[last_search + 1] == "summary"
+    local = "".join(r[0] for r in requests[last_search + 2:])  # p, s, m
+    assert local.endswith("sm") or local.endswith("m")
+    steps = local.rstrip("m").split("s")[:-1]
+    assert len(steps) >= 2 and all(step and set(step) == {"p"} for step in steps)
+    # the same point through sites that answer only summaries (each product
+    # from the full matrix, each line search one step per round)
+    other, _, _ = solve_batch(_SummariesOnly(SiteData(X, Y, weights, [np.arange(len(X))],
+                                                      None, True)),
+                              np.zeros((11, 1)), q=q, alpha=1e-3, fit_intercept=True, tol=1e-8)
+    np.testing.assert_allclose(other, Theta, rtol=1e-7, atol=1e-9)
+
+
 def test_conjugate_gradient_stops_a_model_whose_step_would_overflow():
     import warnings
 

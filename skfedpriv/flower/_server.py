@@ -77,10 +77,12 @@ class RemoteSites(DWDSites):
     batch : int
     cache : bool, default=True
         Without a privacy mechanism: ask for the curvature with every
-        summary and answer the next request at the same point from it (one
-        round trip per Newton iteration instead of two). Always off under a
-        mechanism (``prepare`` with a ``clip_norm``), where every release
-        counts.
+        summary and answer the next request at the same point from it
+        (curvature-vector products of ``fit`` formed by the server, no
+        round trip). A ``partial_fit`` takes the same rounds either way
+        (each renewable step is one summary request), so for a stream
+        ``cache=False`` sends less. Always off under a mechanism
+        (``prepare`` with a ``clip_norm``), where every release counts.
 
     Attributes
     ----------

@@ -29,9 +29,15 @@ Two server updates:
   steps converge slowly, and once at the returned point (the renewable
   state): on well-conditioned rows, only there. Online
   (``refresh_curvature=False``, eq. 35) the curvature stays at the starting
-  point and each step is one triangular solve; the full step is asked as
-  one summary request (its loss and gradient), so a step taken in full
-  costs one round, and only a refused one backtracks.
+  point and each step is one triangular solve.
+
+  Requests per step: online, and offline once a model's last Newton step
+  was taken in full (the local phase), the full step is asked as one
+  summary request (its loss and gradient, which the next step needs) and
+  Armijo-tested by the server, so a step taken in full costs one round;
+  only a refused one backtracks (all halvings in one more round). In the
+  damped phase the full step and longer ones are searched in one round,
+  then the gradient is asked where the search went.
 
   Stopping rule: a model stops at ``θ`` once half its Newton decrement
   ``½ gᵀH⁻¹g`` (the objective gap of the quadratic model) is at most
@@ -1025,10 +1031,13 @@ def solve_batch(
                 n_iter -= 1
                 break
             searching = active & ~recheck
-            if refresh_curvature:
+            if refresh_curvature and not np.all(full_step[searching]):
+                # the damped phase: the full step and longer ones in one round
                 Theta_new, value_new, moved = line_search(
                     newton, searching, value, grad, _NEWTON_HALVINGS, expand=~full_step)
             else:
+                # online, and offline once the last steps were full (Newton's
+                # local phase): the full step's loss and gradient in one round
                 Theta_new, value_new, moved, grad_new = full_step_first(
                     newton, searching, value, grad)
             fallback = searching & ~moved
