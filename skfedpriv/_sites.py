@@ -81,6 +81,10 @@ def check_sample_group(sample_group, n_samples):
         )
     if groups.dtype.kind == "f" and not np.all(np.isfinite(groups)):
         raise ValueError("sample_group contains NaN or infinite labels.")
+    if groups.dtype.kind in "iu" and n_samples:
+        encoded = _encode_small_range(groups)
+        if encoded is not None:
+            return encoded
     try:
         labels, codes = np.unique(groups, return_inverse=True)
     except TypeError:  # mixed, unorderable labels: keep first-appearance order
@@ -93,6 +97,21 @@ def check_sample_group(sample_group, n_samples):
         labels = np.empty(len(index), dtype=object)
         labels[:] = list(index)
     return labels, codes.astype(np.intp, copy=False).ravel()
+
+
+def _encode_small_range(groups):
+    """``np.unique(groups, return_inverse=True)`` for integer labels spanning
+    a range of at most a few times their count, by counting (O(n), no sort);
+    None for a wider range."""
+    low, high = int(groups.min()), int(groups.max())
+    if high - low > 4 * len(groups) + 1024:
+        return None
+    wide = np.uint64 if groups.dtype.kind == "u" else np.int64
+    offsets = groups.astype(wide) - wide(low)  # in [0, high - low]: no overflow
+    present = np.flatnonzero(np.bincount(offsets, minlength=high - low + 1))
+    lookup = np.empty(high - low + 1, dtype=np.intp)
+    lookup[present] = np.arange(len(present))
+    return (present.astype(wide) + wide(low)).astype(groups.dtype), lookup[offsets]
 
 
 def site_row_indices(codes, n_sites):

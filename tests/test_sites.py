@@ -31,6 +31,25 @@ def test_homogeneous_site_labels_encode_as_before(groups, n_sites):
     assert [labels[c] for c in codes] == list(groups)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.int64, np.uint8, np.uint64])
+@pytest.mark.parametrize("where", ["zero", "low end", "high end", "wide"])
+def test_integer_site_labels_encode_as_numpy_unique(dtype, where):
+    # integer labels in a narrow range are encoded by counting: the result is
+    # np.unique's, at either end of the type's range too
+    info = np.iinfo(dtype)
+    low = {"zero": 0, "low end": info.min, "high end": info.max - 40,
+           "wide": info.min}[where]
+    high = info.max if where == "wide" else low + 40
+    rng = np.random.default_rng(0)
+    groups = rng.integers(low, high, 300, endpoint=True, dtype=dtype)
+    groups[:2] = low, high
+    labels, codes = check_sample_group(groups, len(groups))
+    expected_labels, expected_codes = np.unique(groups, return_inverse=True)
+    assert labels.dtype == expected_labels.dtype
+    np.testing.assert_array_equal(labels, expected_labels)
+    np.testing.assert_array_equal(codes, expected_codes.ravel())
+
+
 @pytest.mark.parametrize("make", [
     lambda: DWDClassifier(),
     lambda: LogisticRegression(n_rounds=5),
