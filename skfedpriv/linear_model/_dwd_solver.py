@@ -895,13 +895,15 @@ def solve_batch(
         return new, new_value, accepted
 
     def full_step_first(direction, searching, value, grad):
-        """Online: the full step asked as one summary request (the loss *and*
+        """Newton's full step asked as one summary request (the loss *and*
         gradient there, which the next step needs), Armijo-tested by the
         server; models whose full step fails backtrack (:func:`line_search`).
         Returns ``line_search``'s triple and the gradient at the new point
         (None when some model backtracked)."""
         slope = (grad * direction).sum(axis=0)
         trying = searching & (slope < 0)
+        if not trying.any():  # no descent direction: no request
+            return line_search(direction, searching, value, grad, _NEWTON_HALVINGS) + (None,)
         trial = Theta + np.where(trying, 1.0, 0.0) * direction
         trial_value, trial_grad, _ = objective_and_gradient(trial, False)
         passed = trying & (trial_value <= value + _ARMIJO_SLOPE * slope)
