@@ -49,10 +49,12 @@ def test_power_matches_numpy_power(exponent):
     np.testing.assert_allclose(_power(x, exponent), x**exponent, rtol=1e-13, atol=0)
 
 
-def test_gram_equals_weighted_product_and_skips_zero_rows():
-    X, _, weights, _ = _problem()
+@pytest.mark.parametrize("every", [3, 10])
+def test_gram_equals_weighted_product_and_skips_zero_rows(every):
+    # a third of the rows at 0: they are skipped; a tenth: blocks of all rows
+    X, _, weights, _ = _problem(n=9000)
     d = weights.copy()
-    d[::3] = 0.0
+    d[::every] = 0.0
     for fit_intercept in (True, False):
         Xbar = np.hstack([np.ones((len(X), 1)), X]) if fit_intercept else X
         expected = Xbar.T @ (d[:, None] * Xbar)

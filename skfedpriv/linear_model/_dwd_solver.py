@@ -103,23 +103,32 @@ _FUSED_SIZE = 1 << 16
 _FUSED_TAKEN = frozenset((0.0, 1.0) + _EXPANSIONS)
 _SORTED_STEPS = 8
 _GRAM_ROWS = 4096
+_GRAM_DENSE = 0.8
 
 
 def _gram(X, row_weights):
-    """``Xᵀ diag(d) X`` for ``d >= 0``: rows with ``d = 0`` are skipped and the
-    rest scaled by ``sqrt(d)``, so that numpy forms ``ZᵀZ`` with symmetric
-    rank-k updates (BLAS syrk, half the flops of a general product), on
-    blocks of ``_GRAM_ROWS`` rows (no copy of all rows)."""
+    """``(Xᵀ diag(d) X, Xᵀ d)`` for ``d >= 0``, on blocks of ``_GRAM_ROWS``
+    rows scaled by ``sqrt(d)`` (no copy of all rows), so that numpy forms
+    ``ZᵀZ`` with symmetric rank-k updates (BLAS syrk, half the flops of a
+    general product) and ``Xᵀ d = Zᵀ sqrt(d)`` from the block in cache.
+    When more than ``_GRAM_DENSE`` of the rows have ``d > 0`` the blocks are
+    slices of ``X`` (zero rows included: cheaper than gathering the rest),
+    else the rows with ``d = 0`` are skipped."""
     keep = np.flatnonzero(row_weights > 0)
-    root = np.sqrt(row_weights[keep])
+    if len(keep) > _GRAM_DENSE * len(X):
+        keep = None
+        root = np.sqrt(row_weights)
+    else:
+        root = np.sqrt(row_weights[keep])
     gram = np.zeros((X.shape[1], X.shape[1]))
-    all_rows = len(keep) == len(X)
-    for start in range(0, len(keep), _GRAM_ROWS):
+    weighted_sum = np.zeros(X.shape[1])
+    for start in range(0, len(root), _GRAM_ROWS):
         block = slice(start, start + _GRAM_ROWS)
-        Z = X[block] if all_rows else X[keep[block]]
+        Z = X[block] if keep is None else X[keep[block]]
         Z = Z * root[block, None]
         gram += Z.T @ Z
-    return gram
+        weighted_sum += Z.T @ root[block]
+    return gram, weighted_sum
 
 
 def augmented_gram(X, row_weights, fit_intercept):
@@ -127,15 +136,16 @@ def augmented_gram(X, row_weights, fit_intercept):
     materializing the column of ones."""
     row_weights = np.asarray(row_weights, dtype=float)
     if np.all(row_weights >= 0):
-        gram_x = _gram(X, row_weights)
+        gram_x, weighted_sum = _gram(X, row_weights)
     else:
         gram_x = X.T @ (row_weights[:, None] * X)
+        weighted_sum = row_weights @ X
     if not fit_intercept:
         return gram_x
     p1 = X.shape[1] + 1
     gram = np.empty((p1, p1))
     gram[0, 0] = row_weights.sum()
-    gram[0, 1:] = gram[1:, 0] = row_weights @ X
+    gram[0, 1:] = gram[1:, 0] = weighted_sum
     gram[1:, 1:] = gram_x
     return gram
 
