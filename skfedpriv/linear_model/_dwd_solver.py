@@ -96,12 +96,12 @@ _BLOCK_ELEMENTS = 1 << 14
 # line searches over at most this many steps (the full step and the longer
 # ones, not the halvings, which are seldom taken) form the gradient at each
 # (in process, rows of at least _FUSED_SIZE numbers: below, a pass over them
-# costs less than the bookkeeping); from θ = 0 over more than _SORTED_STEPS,
-# the rows' slopes are sorted once
+# costs less than the bookkeeping); from θ = 0 over more than _BUCKETED_STEPS,
+# rows are counted by the step where they pass the kink
 _FUSED_STEPS = 1 + len(_EXPANSIONS)
 _FUSED_SIZE = 1 << 16
 _FUSED_TAKEN = frozenset((0.0, 1.0) + _EXPANSIONS)
-_SORTED_STEPS = 8
+_BUCKETED_STEPS = 8
 _GRAM_ROWS = 4096
 _GRAM_DENSE = 0.8
 
@@ -264,7 +264,7 @@ def site_line_losses(X, Y, weights, Theta, S, steps, q, fit_intercept, scores=No
         direction_scores = _scores(X, S, fit_intercept)
     base, slope = Y * scores, Y * direction_scores
     steps = np.asarray(steps, dtype=float)
-    if len(steps) > _SORTED_STEPS and q <= 16 and not base.any() and np.all(steps > 0):
+    if len(steps) > _BUCKETED_STEPS and q <= 16 and not base.any() and np.all(steps > 0):
         return _line_losses_from_zero(slope, weights, steps, q)
     steps = steps[:, None, None]
     out = np.zeros((len(steps), Y.shape[1]))
@@ -300,28 +300,31 @@ def _step_summaries(X, Y, weights, scores, S, steps, q, fit_intercept):
 
 def _line_losses_from_zero(slope, weights, steps, q):
     """:func:`site_line_losses` from margins all 0 (``θ = 0``), for many
-    steps ``t > 0``: the margins are ``t s_i``, so with the ``s_i`` sorted
-    once every step is a split of two prefix sums (``V_q(u) = 1 - u`` up to
-    the kink ``u0``) and a suffix sum (``(u0/u)^q / (q+1)`` beyond it).
-    One sort and one power per row instead of one power per row and step
-    (for ``q <= 16``, where no power overflows)."""
+    steps ``t > 0``: the margins are ``t s_i``, so a row is left of the kink
+    ``u0`` (``V_q = 1 - u``) up to the step ``u0 / s_i`` and right of it
+    (``(u0/u)^q / (q+1)``) beyond. Rows are counted into buckets by the
+    first step past their kink (a search among the few steps), and every
+    step's loss is a prefix sum over the buckets: one power per row instead
+    of one per row and step, and no sort of the rows (for ``q <= 16``, where
+    no power overflows)."""
     u0 = q / (q + 1.0)
+    order = np.argsort(steps)
+    t = steps[order]
     out = np.empty((len(steps), slope.shape[1]))
     for k in range(slope.shape[1]):
-        order = np.argsort(slope[:, k])
-        s, w = slope[order, k], weights[order]
-        left_weight = np.concatenate([[0.0], np.cumsum(w)])
-        left_slope = np.concatenate([[0.0], np.cumsum(w * s)])
+        s = slope[:, k]
         # only rows with t s_i > u0 for some step ever reach the tail
         # (and, q <= 16, (u0 / s_i)^q <= (max t)^q stays finite)
-        reach = s > u0 / steps.max()
-        tail = np.zeros_like(s)
-        tail[reach] = w[reach] * _power(u0 / s[reach], q)
-        right = np.concatenate([np.cumsum(tail[::-1])[::-1], [0.0]])
-        # rows with t s_i <= u0 are left of the kink
-        split = np.searchsorted(s, u0 / steps, side="right")
-        out[:, k] = (left_weight[split] - steps * left_slope[split]
-                     + _power(1.0 / steps, q) * right[split] / (q + 1.0))
+        reach = s > u0 / t[-1]
+        crossing = np.full(len(s), len(t))
+        crossing[reach] = np.searchsorted(t, u0 / s[reach], side="right")
+        tail = np.zeros(len(s))
+        tail[reach] = weights[reach] * _power(u0 / s[reach], q)
+        # step j: rows crossing after it are left of the kink, the rest right
+        left_weight = np.cumsum(np.bincount(crossing, weights, len(t) + 1)[::-1])[::-1][1:]
+        left_slope = np.cumsum(np.bincount(crossing, weights * s, len(t) + 1)[::-1])[::-1][1:]
+        right = np.cumsum(np.bincount(crossing, tail, len(t) + 1))[:-1]
+        out[order, k] = left_weight - t * left_slope + _power(1.0 / t, q) * right / (q + 1.0)
     return out
 
 
