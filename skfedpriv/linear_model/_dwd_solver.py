@@ -199,12 +199,19 @@ def site_summary(X, Y, weights, Theta, q, fit_intercept, with_curvature, scores=
     loss = np.zeros(Y.shape[1])
     residual = np.empty_like(scores)
     for rows in _element_blocks(*Y.shape):
-        row_loss, row_derivative = gendwd_loss_and_derivative(Y[rows] * scores[rows], q)
-        loss += weights[rows] @ row_loss
-        residual[rows] = (weights[rows, None] * Y[rows]) * row_derivative
+        block_loss, residual[rows] = _loss_and_residual(Y[rows], weights[rows], scores[rows], q)
+        loss += block_loss
     grad = _augmented_sum(X, residual, fit_intercept)
     curvature = _site_curvature(X, Y, weights, scores, q, fit_intercept) if with_curvature else None
     return loss, grad, curvature
+
+
+def _loss_and_residual(Y, weights, scores, q):
+    """``Σ_i w_i V_q(y_ik s_ik)`` and the residuals ``w_i y_ik V_q'(y_ik s_ik)``
+    whose sum against ``x̄_i`` is the gradient; ``scores`` may carry a
+    leading axis of steps (then the sums have it too)."""
+    row_loss, row_derivative = gendwd_loss_and_derivative(Y * scores, q)
+    return weights @ row_loss, (weights[:, None] * Y) * row_derivative
 
 
 def _site_curvature(X, Y, weights, scores, q, fit_intercept):
@@ -289,10 +296,9 @@ def _step_summaries(X, Y, weights, scores, S, steps, q, fit_intercept):
         Xb = X[rows]
         direction_scores[rows] = _scores(Xb, S, fit_intercept)
         along = steps * direction_scores[rows]
-        row_loss, row_derivative = gendwd_loss_and_derivative(
-            Y[rows] * (along if scores is None else scores[rows] + along), q)
-        loss += np.einsum("i,tik->tk", weights[rows], row_loss)
-        residual = (weights[rows, None] * Y[rows]) * row_derivative  # (T, rows, K)
+        block_loss, residual = _loss_and_residual(  # residual: (T, rows, K)
+            Y[rows], weights[rows], along if scores is None else scores[rows] + along, q)
+        loss += block_loss
         grad += _augmented_sum(Xb, residual.transpose(1, 0, 2).reshape(len(Xb), -1),
                                fit_intercept)
     return loss, grad.reshape(S.shape[0], n_steps, n_models).transpose(1, 0, 2), direction_scores
