@@ -527,20 +527,18 @@ class SiteData(DWDSites):
                 # the loss and gradient here are known (sent just before, or
                 # formed with the line search that reached this point)
                 loss, grad = self._last_summary[1]
-                curvature = (_site_curvature(X, Y, w, self._scores(Theta), q, self.fit_intercept)
-                             if with_curvature else None)
             elif X.size >= _FUSED_SIZE and self._cached_scores(Theta) is None:
-                # scores not known here (e.g. the full step of an online Newton
-                # step): X Theta and the gradient sum in one read of the rows
+                # scores not known here (e.g. the full step of a Newton step):
+                # X Theta and the gradient sum in one read of the rows
                 losses, grads, scores = _step_summaries(X, Y, w, None, Theta, [1.0], q,
                                                         self.fit_intercept)
                 self._remember(Theta, scores)
                 loss, grad = losses[0], grads[0]
-                curvature = (_site_curvature(X, Y, w, scores, q, self.fit_intercept)
-                             if with_curvature else None)
             else:
-                loss, grad, curvature = site_summary(X, Y, w, Theta, q, self.fit_intercept,
-                                                     with_curvature, scores=self._scores(Theta))
+                loss, grad, _ = site_summary(X, Y, w, Theta, q, self.fit_intercept, False,
+                                             scores=self._scores(Theta))
+            curvature = (_site_curvature(X, Y, w, self._scores(Theta), q, self.fit_intercept)
+                         if with_curvature else None)
             self._last_summary = (key, (loss, grad))
         else:
             rest = (Theta, q, self.fit_intercept, with_curvature)
