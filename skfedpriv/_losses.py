@@ -139,6 +139,17 @@ def gendwd_curvature_bound(q):
     return (q + 1.0) ** 2 / q
 
 
+def gendwd_curvature(u, q):
+    """Second derivative V_q'' off the kink: 0 left of ``u0 = q/(q+1)``,
+    ``(q+1)²/q (u0/u)^(q+2)`` from it on (the right limit at ``u0``, an
+    element of the generalized second derivative there)."""
+    u = np.asarray(u, dtype=float)
+    u0 = _kink(q)
+    right = u >= u0
+    return np.where(right, gendwd_curvature_bound(q) * _power(u0 / np.where(right, u, u0), q + 2.0),
+                    0.0)
+
+
 def gendwd_smoothed_curvature(u, q, width=SMOOTHING_WIDTH):
     """Smoothed second derivative of V_q (paper eq. 8).
 

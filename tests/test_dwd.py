@@ -12,6 +12,7 @@ from sklearn.svm import LinearSVC
 
 from skfedpriv import DWDClassifier
 from skfedpriv._losses import (
+    gendwd_curvature,
     gendwd_curvature_bound,
     gendwd_derivative,
     gendwd_loss,
@@ -65,6 +66,22 @@ def test_smoothed_curvature_is_continuous_and_bounded(q):
     h = 1e-5
     exact = (gendwd_derivative(u[right] + h, q) - gendwd_derivative(u[right] - h, q)) / (2 * h)
     np.testing.assert_allclose(curvature[right], exact, rtol=1e-5)
+
+
+@pytest.mark.parametrize("q", [0.5, 1.0, 3.0, 16.0])
+def test_curvature_is_the_second_derivative_and_its_right_limit_at_the_kink(q):
+    u0 = q / (q + 1)
+    u = np.linspace(-1, 5, 20001)
+    u = u[np.abs(u - u0) > 1e-3]
+    h = 1e-6
+    numeric = (gendwd_derivative(u + h, q) - gendwd_derivative(u - h, q)) / (2 * h)
+    np.testing.assert_allclose(gendwd_curvature(u, q), numeric, rtol=1e-5, atol=1e-8)
+    assert np.all(gendwd_curvature(u[u < u0], q) == 0)
+    assert gendwd_curvature(u0, q) == pytest.approx(gendwd_curvature_bound(q))
+    # the smoothed model (eq. 8) is V_q'' outside its window around the kink
+    far = np.abs(u - u0) > 0.051
+    np.testing.assert_allclose(gendwd_smoothed_curvature(u[far], q), gendwd_curvature(u[far], q),
+                               rtol=1e-12)
 
 
 # -- fit: the minimizer of eq. 5 ------------------------------------------

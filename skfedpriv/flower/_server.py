@@ -196,14 +196,19 @@ class RemoteSites(DWDSites):
                             s=np.asarray(S, dtype=float), steps=steps, q=float(q))
         return sum(np.asarray(r["value"]) for r in replies)
 
-    def curvature_product(self, Theta, V, q):
-        """Summed curvature-vector products at ``Theta``, one round (none
-        when the curvature at ``Theta`` is cached)."""
-        cached = self._cached(Theta, q)
+    def curvature_product(self, Theta, V, q, exact=None):
+        """Summed curvature-vector products at ``Theta`` (``V_q''`` itself for
+        the models in ``exact``), one round (none when the smoothed
+        curvature at ``Theta`` is cached and no model asks for ``V_q''``)."""
+        exact = [] if exact is None else [bool(e) for e in np.ravel(exact)]
+        cached = None if any(exact) else self._cached(Theta, q)
         if cached is not None:
             return np.einsum("kij,jk->ik", cached[2], V)
-        replies = self._ask(op="curvature_product", theta=np.asarray(Theta, dtype=float),
-                            v=np.asarray(V, dtype=float), q=float(q))
+        request = dict(op="curvature_product", theta=np.asarray(Theta, dtype=float),
+                       v=np.asarray(V, dtype=float), q=float(q))
+        if any(exact):
+            request["exact"] = np.asarray(exact, dtype=float)
+        replies = self._ask(**request)
         return sum(np.asarray(r["value"]) for r in replies)
 
     def noised_summary(self, kind, Theta, q, std, random_state=None):

@@ -48,8 +48,10 @@ from ..linear_model._logistic import logistic_settings, noise_calibration
 from ..privacy._gradient_noise import LearnerNoise
 
 #: Version 2: DWD sites answer ``curvature_product`` and ``line_losses``, so a
-#: remote fit takes the rounds of an in-process one.
-PROTOCOL_VERSION = 2
+#: remote fit takes the rounds of an in-process one. Version 3: a
+#: ``curvature_product`` request may name (``exact``, one flag per model) the
+#: models whose product uses ``V_q''`` itself instead of the smoothed one.
+PROTOCOL_VERSION = 3
 
 
 class SiteLedgerFile:
@@ -386,8 +388,10 @@ class DWDSite(_Site):
             return reply
         theta, q = np.asarray(request["theta"], dtype=float), float(request["q"])
         if op == "curvature_product":
+            exact = request.get("exact")
             reply["value"] = site_curvature_product(
-                X, Y, w, theta, np.asarray(request["v"], dtype=float), q, fit_intercept)
+                X, Y, w, theta, np.asarray(request["v"], dtype=float), q, fit_intercept,
+                exact=None if exact is None else np.asarray(exact, dtype=bool))
             return reply
         if op == "line_losses":
             reply["value"] = site_line_losses(

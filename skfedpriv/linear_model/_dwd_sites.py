@@ -158,9 +158,11 @@ class DWDSites(abc.ABC):
         the loss curvature."""
 
     @abc.abstractmethod
-    def curvature_product(self, Theta, V, q):
+    def curvature_product(self, Theta, V, q, exact=None):
         """``Σ_i w_i Ṽ_q''(u_ik) x̄_i x̄_iᵀ v_k`` at ``Theta`` for every model,
-        shape (p1, K)."""
+        shape (p1, K); for the models where ``exact`` (bool of shape (K,)) is
+        True, with ``V_q''`` itself (``gendwd_curvature``) in place of the
+        smoothed ``Ṽ_q''``."""
 
     @abc.abstractmethod
     def line_losses(self, Theta, S, steps, q):
