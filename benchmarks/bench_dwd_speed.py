@@ -16,6 +16,9 @@ alternate the methods (a shared machine slows both alike).
   (10 000-row batches), its fixed cost (100-row batches, p = 10, beside
   scikit-learn's ``SGDClassifier.partial_fit`` on the same rows), and the
   peak memory (tracemalloc) of 100- and 1000-batch streams.
+* Offline ``fit`` on scikit-learn's bundled datasets (breast cancer, digits,
+  wine, iris; standardized, 3 sites) beside ``LogisticRegression``: time,
+  Newton steps and rounds (nearly separable rows make the path long).
 * ``LogisticRegression`` and ``DecentralizedLogisticRegression`` beside
   ``SGDClassifier(loss="log_loss")`` on the same rows: time and accuracy.
 
@@ -212,6 +215,32 @@ def stream_memory(p=50, n_batch=100, lengths=(100, 1000)):
     return out
 
 
+def bundled_rows(qs, reps):
+    """Offline fit on scikit-learn's bundled datasets (standardized, rows
+    dealt to 3 sites in turn) beside LogisticRegression: time, Newton steps
+    and rounds, where nearly separable rows make the path long."""
+    from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine
+    from sklearn.preprocessing import StandardScaler
+
+    rows = []
+    for load in (load_breast_cancer, load_digits, load_wine, load_iris):
+        X, y = load(return_X_y=True)
+        X = StandardScaler().fit_transform(X)
+        g = np.arange(len(y)) % 3
+        for q in qs:
+            ours, peer = [], []
+            for _ in range(reps):
+                ours.append(_time(lambda: DWDClassifier(q=q).fit(X, y, sample_group=g))[1])
+                peer.append(_time(lambda: SkLogisticRegression(max_iter=1000).fit(X, y))[1])
+            info = _solver_info(lambda: DWDClassifier(q=q).fit(X, y, sample_group=g))[0]
+            rows.append(dict(data=load.__name__.replace("load_", ""), n=len(y), p=X.shape[1],
+                             classes=len(np.unique(y)), q=q, dwd=np.median(ours),
+                             lr=np.median(peer), iters=info["n_iter"], rounds=info["rounds"],
+                             floats=info["floats_sent"]))
+            print(rows[-1], flush=True)
+    return rows
+
+
 def logistic_rows(n, p, reps):
     """Federated logistic models beside SGDClassifier on the same rows."""
     X, y, g, _ = _data(n, p)
@@ -240,8 +269,9 @@ def logistic_rows(n, p, reps):
 def main():
     parser = benchmark_parser(__doc__)
     parser.add_argument("--repetitions", type=int, default=None)
-    parser.add_argument("--parts", default="offline,private,partial,logistic",
-                        help="comma-separated subset of offline,private,partial,logistic")
+    parser.add_argument("--parts", default="offline,bundled,private,partial,logistic",
+                        help="comma-separated subset of offline,bundled,private,partial,"
+                             "logistic")
     parser.add_argument("--qs", default="0.5,1,4", help="genDWD exponents of the offline table")
     parser.add_argument("--max-p", type=int, default=None,
                         help="offline sizes with at most this many features")
@@ -260,11 +290,13 @@ def main():
     if args.min_p is not None:
         sizes = [size for size in sizes if size[1] >= args.min_p] or sizes[-1:]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    offline = private = logistic = []
+    offline = bundled = private = logistic = []
     through = fixed = memory = {}
     with threadpool_limits(1):
         if "offline" in parts:
             offline = offline_rows(sizes, qs, reps)
+        if "bundled" in parts:
+            bundled = bundled_rows(qs, reps)
         if "private" in parts:
             private = private_rows(*sizes[0], reps)
         if "partial" in parts:
@@ -297,6 +329,15 @@ def main():
             f"{r['ratio']:.1f}× | {r['state']:.3f} | {r['state'] / r['lr']:.1f}× | "
             f"{r['gap']:.1e} | {r['iters']} | "
             f"{r['rounds']} | {r['floats']:,} ({8 * r['floats'] / 1e3:.0f} kB) |")
+    if bundled:
+        lines += ["", "**scikit-learn's bundled datasets** (standardized, 3 sites, "
+                  "alpha = 1e-3, one-vs-rest beyond two classes) beside LogisticRegression "
+                  "(lbfgs, max_iter = 1000), same run:", "",
+                  "| data | n, p, classes | q | DWD fit s | LR s | ratio | Newton steps | "
+                  "rounds | numbers sent per site |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['data']} | {r['n']}, {r['p']}, {r['classes']} | {r['q']} | "
+                  f"{r['dwd']:.3f} | {r['lr']:.3f} | {r['dwd'] / r['lr']:.1f}× | {r['iters']} | "
+                  f"{r['rounds']} | {r['floats']:,} |" for r in bundled]
     if private:
         lines += ["", f"Private one-batch fit at n={sizes[0][0]}, p={sizes[0][1]} (same run, "
                   "LR beside):", "", "| mechanism | seconds | LR s |", "|---|---|---|"]
@@ -320,8 +361,8 @@ def main():
         lines += [f"| {r['method']} | {r['seconds']:.3f} | {r['accuracy']:.3f} |"
                   for r in logistic]
     text = "\n".join(lines) + "\n"
-    suffix = "_quick" if quick else ("" if parts == {"offline", "private", "partial", "logistic"}
-                                     else "_" + "_".join(sorted(parts)))
+    every = {"offline", "bundled", "private", "partial", "logistic"}
+    suffix = "_quick" if quick else ("" if parts == every else "_" + "_".join(sorted(parts)))
     if args.min_p is not None or args.max_p is not None:
         suffix += f"_p{args.min_p or ''}-{args.max_p or ''}"
     (results / f"dwd_speed{suffix}.md").write_text(text)
