@@ -491,3 +491,54 @@ def test_online_solve_asks_each_full_step_once_and_backtracks_per_model():
         else:
             # full steps refused: backtracking took more requests than steps
             assert alone_info["rounds"] > 1 + steps
+
+
+def test_summary_curvature_of_the_models_flagged_only():
+    X, Y, weights, Theta = _problem(K=3)
+    flags = np.array([True, False, True])
+    _, _, every = site_summary(X, Y, weights, Theta, 1.5, True, True)
+    loss, grad, some = site_summary(X, Y, weights, Theta, 1.5, True, flags)
+    np.testing.assert_allclose(some, every[flags], rtol=1e-12)
+    assert site_summary(X, Y, weights, Theta, 1.5, True, np.zeros(3, dtype=bool))[2] is None
+    for pooled in (True, False):
+        codes = np.arange(len(X)) % 2
+        sites = SiteData(X, Y, weights, [np.flatnonzero(codes == s) for s in range(2)],
+                         None if pooled else 2, True)
+        _, _, summed = sites.summaries(Theta, 1.5, flags)
+        np.testing.assert_allclose(summed, every[flags], rtol=1e-10, atol=1e-10)
+        assert sites.floats_sent == 3 + Theta.size + 2 * Theta.shape[0] ** 2  # two matrices
+
+
+def test_multiclass_fit_forms_a_model_matrix_only_where_that_model_needs_it(monkeypatch):
+    # one-vs-rest models go stale at different iterations: a request asks for
+    # the matrices of the models that need one, each (model, point) once, and
+    # the returned curvature is every model's at its returned parameters
+    X, Y, weights, _ = _problem(n=1500, p=6, K=4, seed=11)
+    X[:, :2] *= np.array([30.0, 0.03])  # an ill-conditioned curvature: CG goes stale
+    requests = []
+
+    class Logging(SiteData):
+        def summaries(self, Theta, q, with_curvature):
+            flags = np.broadcast_to(np.asarray(with_curvature, dtype=bool), Theta.shape[1:])
+            if flags.any():
+                requests.append((Theta.copy(), flags.copy()))
+            return super().summaries(Theta, q, with_curvature)
+
+        def majorizer(self, q):  # the fallback's bound: one Gram matrix
+            majorizers.append(1)
+            return super().majorizer(q)
+
+    majorizers = []
+    formed = _count_curvature_matrices(monkeypatch)
+    sites = Logging(X, Y, weights, [np.arange(len(X))], None, True)
+    Theta, curvature, _ = solve_batch(sites, np.zeros((7, 4)), q=1.0, alpha=1e-3,
+                                      fit_intercept=True, tol=1e-10, max_iter=200)
+    assert len(formed) - len(majorizers) == sum(int(flags.sum()) for _, flags in requests)
+    assert len(formed) - len(majorizers) < 4 * len(requests)  # not every model's at every request
+    asked = [(k, T[:, k].tobytes()) for T, flags in requests for k in np.flatnonzero(flags)]
+    assert len(asked) == len(set(asked))
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    for k in range(4):
+        d = weights * gendwd_smoothed_curvature(Y[:, k] * (Xbar @ Theta[:, k]), 1.0)
+        expected = Xbar.T @ (d[:, None] * Xbar) + np.diag(1e-3 * weights.sum() * np.r_[0, np.ones(6)])
+        np.testing.assert_allclose(curvature[k], expected, rtol=1e-9, atol=1e-8)

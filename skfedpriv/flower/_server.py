@@ -154,19 +154,28 @@ class RemoteSites(DWDSites):
         return replies
 
     def summaries(self, Theta, q, with_curvature):
-        """Sum of the sites' summaries at ``Theta`` (loss, gradient, curvature)."""
+        """Sum of the sites' summaries at ``Theta`` (loss, gradient, and the
+        curvature of every model, or of the models flagged in
+        ``with_curvature``)."""
+        flags = np.broadcast_to(np.asarray(with_curvature, dtype=bool), Theta.shape[1:])
         cached = self._cached(Theta, q)
-        if cached is not None:
-            return cached if with_curvature else (cached[0], cached[1], None)
-        replies = self._ask(op="summary", theta=np.asarray(Theta, dtype=float), q=float(q),
-                            with_curvature=bool(with_curvature or self._cache is not None))
-        loss = sum(np.asarray(r["loss"]) for r in replies)
-        grad = sum(np.asarray(r["grad"]) for r in replies)
-        curvature = sum(np.asarray(r["curvature"]) for r in replies) if "curvature" in replies[0] else None
-        result = (loss, grad, curvature)
-        if self._cache is not None:
-            self._cache = {self._key(Theta, q): result}
-        return result if with_curvature else (loss, grad, None)
+        if cached is None:
+            # with the cache every model's curvature comes along (its products
+            # then cost no round); else only the models flagged
+            ask = True if self._cache is not None or flags.all() else (
+                np.asarray(flags, dtype=float) if flags.any() else False)
+            replies = self._ask(op="summary", theta=np.asarray(Theta, dtype=float),
+                                q=float(q), with_curvature=ask)
+            loss = sum(np.asarray(r["loss"]) for r in replies)
+            grad = sum(np.asarray(r["grad"]) for r in replies)
+            curvature = (sum(np.asarray(r["curvature"]) for r in replies)
+                         if "curvature" in replies[0] else None)
+            if self._cache is not None:
+                self._cache = {self._key(Theta, q): (loss, grad, curvature)}
+            if ask is not True:
+                return loss, grad, curvature
+            cached = (loss, grad, curvature)
+        return cached[0], cached[1], cached[2][flags] if flags.any() else None
 
     @staticmethod
     def _key(Theta, q):

@@ -50,7 +50,9 @@ from ..privacy._gradient_noise import LearnerNoise
 #: Version 2: DWD sites answer ``curvature_product`` and ``line_losses``, so a
 #: remote fit takes the rounds of an in-process one. Version 3: a
 #: ``curvature_product`` request may name (``exact``, one flag per model) the
-#: models whose product uses ``V_q''`` itself instead of the smoothed one.
+#: models whose product uses ``V_q''`` itself instead of the smoothed one, and
+#: a ``summary`` request (``with_curvature``, one flag per model) the models
+#: whose curvature matrix it asks for.
 PROTOCOL_VERSION = 3
 
 
@@ -377,7 +379,7 @@ class DWDSite(_Site):
         if op == "summary":
             loss, grad, curvature = site_summary(
                 X, Y, w, np.asarray(request["theta"], dtype=float), float(request["q"]),
-                fit_intercept, bool(request["with_curvature"]),
+                fit_intercept, np.asarray(request["with_curvature"], dtype=bool),
             )
             reply.update(loss=loss, grad=grad)
             if curvature is not None:

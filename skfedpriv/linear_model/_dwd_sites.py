@@ -140,7 +140,9 @@ class DWDSites(abc.ABC):
 
     @abc.abstractmethod
     def summaries(self, Theta, q, with_curvature):
-        """Summed site summaries at ``Theta`` (paper eqs. 7, 12).
+        """Summed site summaries at ``Theta`` (paper eqs. 7, 12);
+        ``with_curvature`` is a bool or one flag per model (the curvature
+        of the models flagged only).
 
         Returns
         -------
@@ -148,8 +150,9 @@ class DWDSites(abc.ABC):
             ``Σ_i w_i V_q(u_ik)``.
         grad : ndarray of shape (p1, K)
             ``Σ_i w_i y_ik V_q'(u_ik) x̄_i`` (no ridge term).
-        curvature : ndarray of shape (K, p1, p1) or None
-            ``Σ_i w_i Ṽ_q''(u_ik) x̄_i x̄_iᵀ`` when ``with_curvature``.
+        curvature : ndarray of shape (K, p1, p1) or (n_flagged, p1, p1) or None
+            ``Σ_i w_i Ṽ_q''(u_ik) x̄_i x̄_iᵀ`` of the models asked for, in
+            their order.
         """
 
     @abc.abstractmethod

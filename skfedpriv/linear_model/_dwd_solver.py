@@ -33,10 +33,13 @@ Two server updates:
   separable data such as scikit-learn's breast cancer rows, q = 1: 19
   Newton steps instead of 55). The smoothed curvature stays the one of
   the damped phase (where it is the more cautious model) and of every
-  matrix: the renewable state, the stopping test and the preconditioner; the ``O(n p²)`` curvature matrix of a model is
-  formed (and then preconditions its CG) only when its CG runs out or its
-  steps converge slowly, and once at the returned point (the renewable
-  state): on well-conditioned rows, only there. Online
+  matrix: the renewable state, the stopping test and the preconditioner.
+  The ``O(n p²)`` curvature matrix of a model is formed (and then
+  preconditions its CG) only when its CG runs out or its steps converge
+  slowly, and once at the returned point (the renewable state): on
+  well-conditioned rows, only there; a request for matrices names the
+  one-vs-rest models that need one and do not have it at their current
+  parameters. Online
   (``refresh_curvature=False``, eq. 35) the curvature stays at the starting
   point and each step is one triangular solve.
 
@@ -191,7 +194,9 @@ def site_summary(X, Y, weights, Theta, q, fit_intercept, with_curvature, scores=
     Theta : ndarray of shape (p1, K)
         Row 0 is the intercept when ``fit_intercept``.
     q : float
-    fit_intercept, with_curvature : bool
+    fit_intercept : bool
+    with_curvature : bool or ndarray of bool of shape (K,)
+        The curvature sums of every model, or of the models flagged.
     scores : ndarray of shape (n_site, K) or None
         ``x̄_iᵀ θ_k`` when the site already has them (computed if None).
 
@@ -201,8 +206,9 @@ def site_summary(X, Y, weights, Theta, q, fit_intercept, with_curvature, scores=
         ``Σ_i w_i V_q(u_ik)``.
     grad : ndarray of shape (p1, K)
         ``Σ_i w_i y_ik V_q'(u_ik) x̄_i`` (eq. 7, without the ridge term).
-    curvature : ndarray of shape (K, p1, p1) or None
-        ``Σ_i w_i Ṽ_q''(u_ik) x̄_i x̄_iᵀ`` (eq. 12, without the ridge term).
+    curvature : ndarray of shape (K, p1, p1) or (n_flagged, p1, p1) or None
+        ``Σ_i w_i Ṽ_q''(u_ik) x̄_i x̄_iᵀ`` (eq. 12, without the ridge term), of
+        the models asked for, in their order.
     """
     if scores is None:
         scores = _scores(X, Theta, fit_intercept)
@@ -212,7 +218,8 @@ def site_summary(X, Y, weights, Theta, q, fit_intercept, with_curvature, scores=
         block_loss, residual[rows] = _loss_and_residual(Y[rows], weights[rows], scores[rows], q)
         loss += block_loss
     grad = _augmented_sum(X, residual, fit_intercept)
-    curvature = _site_curvature(X, Y, weights, scores, q, fit_intercept) if with_curvature else None
+    curvature = (_site_curvature(X, Y, weights, scores, q, fit_intercept, with_curvature)
+                 if np.any(with_curvature) else None)
     return loss, grad, curvature
 
 
@@ -224,11 +231,13 @@ def _loss_and_residual(Y, weights, scores, q):
     return weights @ row_loss, (weights[:, None] * Y) * row_derivative
 
 
-def _site_curvature(X, Y, weights, scores, q, fit_intercept):
-    """The curvature part of :func:`site_summary`, from the rows' scores."""
-    row_curvature = _row_curvature(Y, weights, scores, q)
-    return np.stack([augmented_gram(X, row_curvature[:, k], fit_intercept)
-                     for k in range(scores.shape[1])])
+def _site_curvature(X, Y, weights, scores, q, fit_intercept, models=True):
+    """The curvature part of :func:`site_summary`, from the rows' scores, of
+    every model (``models=True``) or of those flagged."""
+    models = np.flatnonzero(np.broadcast_to(np.asarray(models, dtype=bool), scores.shape[1:]))
+    row_curvature = _row_curvature(Y[:, models], weights, scores[:, models], q)
+    return np.stack([augmented_gram(X, row_curvature[:, j], fit_intercept)
+                     for j in range(len(models))])
 
 
 def _element_blocks(n_rows, width):
@@ -540,7 +549,9 @@ class SiteData(DWDSites):
         return gendwd_curvature_bound(q) * gram
 
     def summaries(self, Theta, q, with_curvature):
-        """Sum of the sites' summaries (the server's aggregation)."""
+        """Sum of the sites' summaries (the server's aggregation); the
+        curvature of every model, or of the models flagged in
+        ``with_curvature`` (see :func:`site_summary`)."""
         if self._pooled:
             X, Y, w = self.parts[0]
             key = (q, Theta.shape, Theta.tobytes())
@@ -558,15 +569,16 @@ class SiteData(DWDSites):
             else:
                 loss, grad, _ = site_summary(X, Y, w, Theta, q, self.fit_intercept, False,
                                              scores=self._scores(Theta))
-            curvature = (_site_curvature(X, Y, w, self._scores(Theta), q, self.fit_intercept)
-                         if with_curvature else None)
+            curvature = (_site_curvature(X, Y, w, self._scores(Theta), q, self.fit_intercept,
+                                         with_curvature)
+                         if np.any(with_curvature) else None)
             self._last_summary = (key, (loss, grad))
         else:
             rest = (Theta, q, self.fit_intercept, with_curvature)
             results = self._map(site_summary, _site_summary, rest, rest)
             loss = sum(r[0] for r in results)
             grad = sum(r[1] for r in results)
-            curvature = sum(r[2] for r in results) if with_curvature else None
+            curvature = sum(r[2] for r in results) if np.any(with_curvature) else None
         self._count(loss, grad, curvature)
         return loss, grad, curvature
 
@@ -672,6 +684,7 @@ class _SummaryOnlySites:
     # its products come from the smoothed matrix: the local phase's CG runs
     # on the smoothed curvature (the same optimum, another path)
     exact_products = False
+    per_model_curvature = False  # an older transport: its curvature is every model's
 
     def __init__(self, sites):
         self._sites = sites
@@ -989,11 +1002,24 @@ def solve_batch(
     history = [value.copy()]
     active = np.ones(n_models, dtype=bool) if frozen is None else ~np.asarray(frozen)
     factors = None  # Cholesky factors of the Newton system (online)
-    curvature_at = None
     if not refresh_curvature:
         start_curvature = curvature
-    elif np.all(Theta[:, active] == 0) and gendwd_smoothed_curvature(0.0, q) == 0:
-        curvature = None  # formed after the first step (it vanishes here)
+    # Offline, per model: the last curvature matrix formed (plus ridge) and
+    # the parameters it was formed at; a request asks only for the models
+    # whose matrix is needed and not known at their current parameters
+    matrices = [None] * n_models
+    matrices_at = [None] * n_models
+    per_model = getattr(sites, "per_model_curvature", True)
+
+    def curvature_matrices(models):
+        models = models & ~np.array([at is not None and np.array_equal(at, Theta[:, k])
+                                     for k, at in enumerate(matrices_at)])
+        if models.any():
+            formed = objective_and_gradient(Theta, models if per_model else True)[2]
+            for j, k in enumerate(np.flatnonzero(models)):
+                matrices[k] = formed[j if per_model else k]
+                matrices_at[k] = Theta[:, k].copy()
+        return matrices
     # Offline, per model: the Cholesky factor of the CG preconditioner, the
     # curvature matrix of an earlier iterate (None: CG unpreconditioned).
     # The O(n p²) matrix is formed only for a model marked stale, which then
@@ -1013,7 +1039,9 @@ def solve_batch(
         if not active.any():
             n_iter -= 1
             break
-        grid = refresh_curvature and curvature is None and n_iter == 1
+        # offline the first step is a grid search along the gradient (at
+        # Theta = 0 every margin is 0, where the curvature vanishes)
+        grid = refresh_curvature and n_iter == 1
         # models that take no step this round: their estimated gap is checked
         # against the matrix at this very point next round
         recheck = np.zeros(n_models, dtype=bool)
@@ -1025,12 +1053,10 @@ def solve_batch(
                 newton = np.zeros_like(grad)
                 direct = stale & active
                 if direct.any():
-                    if curvature is None:
-                        _, _, curvature = objective_and_gradient(Theta, True)
-                        curvature_at = Theta.copy()
-                    matrices = system(curvature)
+                    curvature_matrices(direct)
                     for k in np.flatnonzero(direct):
-                        preconditioner[k] = _factor_psd(matrices[k])
+                        preconditioner[k] = _factor_psd(
+                            matrices[k] if prior is None else matrices[k] + prior[k])
                         newton[:, k] = -_cho_solve(preconditioner[k], grad[:, k])
                 iterative = active & ~direct
                 stale[:] = False
@@ -1136,8 +1162,6 @@ def solve_batch(
             stale |= moved & slow & np.array([f is None for f in preconditioner])
         value = value_new
         history.append(value.copy())
-        if refresh_curvature:
-            curvature = None
     else:
         if warn and active.any():
             warnings.warn(
@@ -1146,9 +1170,7 @@ def solve_batch(
                 ConvergenceWarning,
             )
     if refresh_curvature:
-        if curvature is None or not np.array_equal(curvature_at, Theta):
-            _, _, curvature = objective_and_gradient(Theta, True)
-        final_curvature = curvature
+        final_curvature = np.stack(curvature_matrices(np.ones(n_models, dtype=bool)))
     else:
         final_curvature = start_curvature
     info = {"n_iter": n_iter, "objective": np.array(history),
