@@ -542,3 +542,39 @@ def test_multiclass_fit_forms_a_model_matrix_only_where_that_model_needs_it(monk
         d = weights * gendwd_smoothed_curvature(Y[:, k] * (Xbar @ Theta[:, k]), 1.0)
         expected = Xbar.T @ (d[:, None] * Xbar) + np.diag(1e-3 * weights.sum() * np.r_[0, np.ones(6)])
         np.testing.assert_allclose(curvature[k], expected, rtol=1e-9, atol=1e-8)
+
+
+def test_conjugate_gradient_stops_on_a_numerically_singular_direction():
+    import warnings
+
+    from skfedpriv.linear_model._dwd_solver import _conjugate_gradient
+
+    # a direction with ~1e-200 curvature (no row with curvature along it)
+    # would take a step of ~1e200: the model stops at its last iterate
+    H = np.diag([1.0, 1e-200])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x, used = _conjugate_gradient(lambda V: H @ V, np.ones((2, 1)), [None], 1e-12, 10)
+    assert used[0] == 2 and np.all(np.abs(x) < 10)
+
+
+@pytest.mark.parametrize("q", [0.5, 2.5, 4.0])
+def test_tiny_multiclass_fit_has_no_overflow_and_reaches_the_optimum(q):
+    # scikit-learn's check data (30 uniform rows, labels i % 3): after the
+    # first step a class model's intercept has no curvature at all; its
+    # Newton step was ~1e285 long (overflow warnings, then the fallback)
+    import warnings
+
+    X = np.random.RandomState(0).uniform(size=(30, 3))
+    y = np.arange(30) % 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clf = DWDClassifier(q=q).fit(X, y, sample_weight=[3.0] * 30)
+    Xbar = np.hstack([np.ones((30, 1)), X])
+    for k in range(3):
+        y_pm = np.where(y == k, 1.0, -1.0)
+        theta = np.r_[clf.intercept_[k], clf.coef_[k]]
+        value = gendwd_objective(theta, Xbar, y_pm, np.full(30, 3.0), q, 1e-3)[0]
+        reference = minimize(gendwd_objective, theta, args=(Xbar, y_pm, np.full(30, 3.0), q, 1e-3),
+                             jac=True, method="L-BFGS-B", options=dict(gtol=1e-13, ftol=1e-16))
+        assert reference.fun <= value <= reference.fun * (1 + 1e-10)

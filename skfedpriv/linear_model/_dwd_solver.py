@@ -100,6 +100,9 @@ _EXPANSIONS = (2.0, 4.0, 8.0)
 _MAX_CG = 12
 _STALE = 5
 _LOOSE = 0.5
+# a CG direction whose curvature per squared length falls below this times
+# the first direction's ends that model's CG (a numerically singular system)
+_SINGULAR = 1e-12
 _SLOW = 0.5
 # a Newton step whose landing point is predicted within tol / _SAFETY gets the
 # exact check there (forming the O(n p²) matrix)
@@ -770,9 +773,13 @@ def _conjugate_gradient(product, rhs, factors, rtol, max_iter):
 
     ``product(V)`` returns ``H_k v_k`` column by column; ``factors[k]`` is the
     Cholesky factor of model k's preconditioner (None: none). Stops a model
-    once its residual is ``<= rtol_k ‖rhs_k‖`` (or on non-positive curvature
-    along a search direction); each model's iterates are those of its own CG.
-    Returns the solution and the iterations each model used.
+    once its residual is ``<= rtol_k ‖rhs_k‖``, or, keeping its last iterate,
+    on a search direction of non-positive curvature or of curvature (per
+    squared length) below ``_SINGULAR`` times that of its first direction
+    (a numerically singular system: e.g. no row with curvature along the
+    intercept, whose step would be astronomically long); each model's
+    iterates are those of its own CG. Returns the solution and the
+    iterations each model used.
     """
     x = np.zeros_like(rhs)
     r = rhs.copy()
@@ -782,11 +789,16 @@ def _conjugate_gradient(product, rhs, factors, rtol, max_iter):
     target = rtol * np.linalg.norm(rhs, axis=0)
     done = np.linalg.norm(r, axis=0) <= target
     used = np.zeros(rhs.shape[1], dtype=int)
+    first_rayleigh = None
     while not done.all() and used.max() < max_iter:
         used += ~done
         Hd = product(direction)
         curvature = (direction * Hd).sum(axis=0)
-        done |= curvature <= 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rayleigh = curvature / (direction * direction).sum(axis=0)
+        if first_rayleigh is None:
+            first_rayleigh = rayleigh
+        done |= (curvature <= 0) | (rayleigh <= _SINGULAR * first_rayleigh)
         with np.errstate(over="ignore", invalid="ignore"):
             step = np.where(done, 0.0, rz / np.where(done, 1.0, curvature))
             x_next, r_next = x + step * direction, r - step * Hd
