@@ -900,3 +900,18 @@ def test_site_and_learner_privacy_refuse_what_cannot_cross_processes_alike(bad):
         SitePrivacy(1.0, 1e-5, 3.0, **bad)
     with pytest.raises(InvalidParameterError, match=f"'{name}' parameter of LearnerPrivacy"):
         LearnerPrivacy("tree", 1.0, 1e-5, **bad)
+
+
+def test_curvature_cache_answers_every_product_of_a_fit():
+    # with the cache each summary carries the smoothed and the V_q''
+    # matrices, so the server forms the products of both phases itself: no
+    # curvature_product round trip, and the in-process fit's model
+    X, y, g, b = make_data()
+    transport = LocalTransport(local_sites(X, y, g, b))
+    cached = DWDClassifier(q=1.0)
+    sites = RemoteSites(transport, 0)
+    cached.partial_fit_sites(sites, classes=[0, 1])
+    local = DWDClassifier(q=1.0).fit(X[b == 0], y[b == 0], sample_group=g[b == 0])
+    assert "curvature_product" not in {request["op"] for request, _ in transport.log}
+    assert sites.rounds < cached.n_iter_ * 3
+    np.testing.assert_allclose(cached.coef_, local.coef_, atol=1e-10, rtol=0)

@@ -77,9 +77,10 @@ class RemoteSites(DWDSites):
     batch : int
     cache : bool, default=True
         Without a privacy mechanism: ask for the curvature with every
-        summary and answer the next request at the same point from it
-        (curvature-vector products of ``fit`` formed by the server, no
-        round trip). A ``partial_fit`` takes the same rounds either way
+        summary (smoothed, and with ``V_q''`` itself for Newton's local
+        phase: ``2 (p+1)²`` numbers per model) and answer the next request
+        at the same point from it (curvature-vector products of ``fit``
+        formed by the server, no round trip). A ``partial_fit`` takes the same rounds either way
         (each renewable step is one summary request), so for a stream
         ``cache=False`` sends less. Always off under a mechanism
         (``prepare`` with a ``clip_norm``), where every release counts.
@@ -160,21 +161,25 @@ class RemoteSites(DWDSites):
         flags = np.broadcast_to(np.asarray(with_curvature, dtype=bool), Theta.shape[1:])
         cached = self._cached(Theta, q)
         if cached is None:
-            # with the cache every model's curvature comes along (its products
-            # then cost no round); else only the models flagged
+            # with the cache every model's curvature comes along, smoothed and
+            # V_q'' itself (the products of either kind then cost no round);
+            # else only the models flagged
             ask = True if self._cache is not None or flags.all() else (
                 np.asarray(flags, dtype=float) if flags.any() else False)
-            replies = self._ask(op="summary", theta=np.asarray(Theta, dtype=float),
-                                q=float(q), with_curvature=ask)
+            request = dict(op="summary", theta=np.asarray(Theta, dtype=float), q=float(q),
+                           with_curvature=ask)
+            if self._cache is not None:
+                request["exact_curvature"] = True
+            replies = self._ask(**request)
             loss = sum(np.asarray(r["loss"]) for r in replies)
             grad = sum(np.asarray(r["grad"]) for r in replies)
             curvature = (sum(np.asarray(r["curvature"]) for r in replies)
                          if "curvature" in replies[0] else None)
-            if self._cache is not None:
-                self._cache = {self._key(Theta, q): (loss, grad, curvature)}
-            if ask is not True:
+            if self._cache is None:
                 return loss, grad, curvature
-            cached = (loss, grad, curvature)
+            exact = sum(np.asarray(r["exact_curvature"]) for r in replies)
+            cached = (loss, grad, curvature, exact)
+            self._cache = {self._key(Theta, q): cached}
         return cached[0], cached[1], cached[2][flags] if flags.any() else None
 
     @staticmethod
@@ -207,12 +212,15 @@ class RemoteSites(DWDSites):
 
     def curvature_product(self, Theta, V, q, exact=None):
         """Summed curvature-vector products at ``Theta`` (``V_q''`` itself for
-        the models in ``exact``), one round (none when the smoothed
-        curvature at ``Theta`` is cached and no model asks for ``V_q''``)."""
+        the models in ``exact``), one round (none when the curvature at
+        ``Theta`` is cached)."""
         exact = [] if exact is None else [bool(e) for e in np.ravel(exact)]
-        cached = None if any(exact) else self._cached(Theta, q)
+        cached = self._cached(Theta, q)
         if cached is not None:
-            return np.einsum("kij,jk->ik", cached[2], V)
+            flags = np.zeros(V.shape[1], dtype=bool)
+            flags[:len(exact)] = exact
+            matrices = np.where(flags[:, None, None], cached[3], cached[2])
+            return np.einsum("kij,jk->ik", matrices, V)
         request = dict(op="curvature_product", theta=np.asarray(Theta, dtype=float),
                        v=np.asarray(V, dtype=float), q=float(q))
         if any(exact):

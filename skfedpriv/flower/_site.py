@@ -30,6 +30,7 @@ from ..linear_model._dwd import PARAMETER_CONSTRAINTS as DWD_CONSTRAINTS
 from ..linear_model._dwd_sites import prepare_rows, side_flags
 from ..linear_model._dwd_solver import (
     augmented_gram,
+    site_curvature,
     site_curvature_product,
     site_line_losses,
     site_summary,
@@ -52,7 +53,8 @@ from ..privacy._gradient_noise import LearnerNoise
 #: ``curvature_product`` request may name (``exact``, one flag per model) the
 #: models whose product uses ``V_q''`` itself instead of the smoothed one, and
 #: a ``summary`` request (``with_curvature``, one flag per model) the models
-#: whose curvature matrix it asks for.
+#: whose curvature matrix it asks for; with ``exact_curvature`` it also asks
+#: for every model's matrix on ``V_q''`` (the server's curvature cache).
 PROTOCOL_VERSION = 3
 
 
@@ -384,6 +386,10 @@ class DWDSite(_Site):
             reply.update(loss=loss, grad=grad)
             if curvature is not None:
                 reply["curvature"] = curvature
+            if request.get("exact_curvature"):
+                reply["exact_curvature"] = site_curvature(
+                    X, Y, w, np.asarray(request["theta"], dtype=float), float(request["q"]),
+                    fit_intercept, exact=True)
             return reply
         if op == "gram":
             reply["gram"] = augmented_gram(X, w, fit_intercept)
