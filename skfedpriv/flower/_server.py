@@ -214,17 +214,15 @@ class RemoteSites(DWDSites):
         """Summed curvature-vector products at ``Theta`` (``V_q''`` itself for
         the models in ``exact``), one round (none when the curvature at
         ``Theta`` is cached)."""
-        exact = [] if exact is None else [bool(e) for e in np.ravel(exact)]
+        exact = np.zeros(V.shape[1], dtype=bool) if exact is None else np.asarray(exact, bool)
         cached = self._cached(Theta, q)
         if cached is not None:
-            flags = np.zeros(V.shape[1], dtype=bool)
-            flags[:len(exact)] = exact
-            matrices = np.where(flags[:, None, None], cached[3], cached[2])
+            matrices = np.where(exact[:, None, None], cached[3], cached[2])
             return np.einsum("kij,jk->ik", matrices, V)
         request = dict(op="curvature_product", theta=np.asarray(Theta, dtype=float),
                        v=np.asarray(V, dtype=float), q=float(q))
-        if any(exact):
-            request["exact"] = np.asarray(exact, dtype=float)
+        if exact.any():
+            request["exact"] = exact.astype(float)
         replies = self._ask(**request)
         return sum(np.asarray(r["value"]) for r in replies)
 

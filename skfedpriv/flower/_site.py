@@ -29,8 +29,9 @@ from .._param_validation import InvalidParameterError, Interval, validate_parame
 from ..linear_model._dwd import PARAMETER_CONSTRAINTS as DWD_CONSTRAINTS
 from ..linear_model._dwd_sites import prepare_rows, side_flags
 from ..linear_model._dwd_solver import (
+    _scores,
+    _site_curvature,
     augmented_gram,
-    site_curvature,
     site_curvature_product,
     site_line_losses,
     site_summary,
@@ -379,17 +380,19 @@ class DWDSite(_Site):
                 f"site {self.name} is private: it sends noised summaries only, not {op!r}."
             )
         if op == "summary":
+            theta, q = np.asarray(request["theta"], dtype=float), float(request["q"])
+            scores = _scores(X, theta, fit_intercept)  # one pass, for every sum below
             loss, grad, curvature = site_summary(
-                X, Y, w, np.asarray(request["theta"], dtype=float), float(request["q"]),
-                fit_intercept, np.asarray(request["with_curvature"], dtype=bool),
+                X, Y, w, theta, q, fit_intercept,
+                np.asarray(request["with_curvature"], dtype=bool), scores=scores,
             )
             reply.update(loss=loss, grad=grad)
             if curvature is not None:
                 reply["curvature"] = curvature
             if request.get("exact_curvature"):
-                reply["exact_curvature"] = site_curvature(
-                    X, Y, w, np.asarray(request["theta"], dtype=float), float(request["q"]),
-                    fit_intercept, exact=True)
+                # every model's matrix on V_q'' itself (the server's cache)
+                reply["exact_curvature"] = _site_curvature(X, Y, w, scores, q, fit_intercept,
+                                                           exact=True)
             return reply
         if op == "gram":
             reply["gram"] = augmented_gram(X, w, fit_intercept)

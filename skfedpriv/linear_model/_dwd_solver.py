@@ -234,14 +234,6 @@ def _loss_and_residual(Y, weights, scores, q):
     return weights @ row_loss, (weights[:, None] * Y) * row_derivative
 
 
-def site_curvature(X, Y, weights, Theta, q, fit_intercept, exact=False):
-    """Every model's ``Σ_i w_i Ṽ_q''(u_ik) x̄_i x̄_iᵀ`` at ``Theta``, shape
-    (K, p1, p1) (what leaves the site); with ``exact``, on ``V_q''`` itself
-    (:func:`gendwd_curvature`), whose products Newton's local phase uses."""
-    return _site_curvature(X, Y, weights, _scores(X, Theta, fit_intercept), q, fit_intercept,
-                           exact=exact)
-
-
 def _site_curvature(X, Y, weights, scores, q, fit_intercept, models=True, exact=False):
     """The curvature part of :func:`site_summary`, from the rows' scores, of
     every model (``models=True``) or of those flagged (on ``V_q''`` with
