@@ -223,7 +223,7 @@ def test_file_records_its_totals(tmp_path):
     reopened = PrivacyBudget.from_file(path)
     assert (reopened.epsilon, reopened.delta) == (2.0, 1e-5)
     assert reopened.spent == (0.5, 0.0)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(PrivacyBudgetError, match="no budget file"):
         PrivacyBudget.from_file(tmp_path / "missing.sqlite")
 
 
@@ -453,3 +453,61 @@ def test_flower_learner_stream_in_a_file_holds_across_runs(tmp_path):
     request = dict(transport.log[-1][0], round=0, batch=0)
     with pytest.raises(PermissionError, match="once, in order"):
         site.handle(request, {})
+
+
+# -- a missing budget file is an error, never a new empty ledger (#20, 7) ----
+
+
+def test_deleted_budget_file_is_never_recreated(tmp_path):
+    """Fails on the code before #20: the pickled copy recreated the file empty
+    and accepted the charge; the original raised sqlite3.OperationalError."""
+    path = tmp_path / "b.sqlite"
+    budget = PrivacyBudget(1.0, path=path)
+    budget.spend(0.9, mechanism="pure")
+    data = pickle.dumps(budget)
+    os.remove(path)
+    with pytest.raises(PrivacyBudgetError, match="deleted or replaced"):
+        budget.spend(0.9, mechanism="pure")
+    with pytest.raises(PrivacyBudgetError, match="no budget file"):
+        pickle.loads(data).spend(0.9, mechanism="pure")  # a worker's copy
+    with pytest.raises(PrivacyBudgetError, match="no budget file"):
+        PrivacyBudget.from_file(path)
+    assert not path.exists()
+    # only the constructor creates one, and says so by being called
+    assert PrivacyBudget(1.0, path=path).spent == (0.0, 0.0)
+
+
+def test_replaced_budget_file_is_refused(tmp_path):
+    path = tmp_path / "b.sqlite"
+    budget = PrivacyBudget(1.0, path=path)
+    budget.spend(0.5, mechanism="pure")
+    os.remove(path)
+    PrivacyBudget(1.0, path=path)  # someone creates a fresh file at the path
+    with pytest.raises(PrivacyBudgetError, match="deleted or replaced"):
+        budget.spend(0.5, mechanism="pure")
+
+
+def test_sqlite_failures_are_budget_errors(tmp_path):
+    import sqlite3
+
+    with pytest.raises(PrivacyBudgetError) as info:
+        PrivacyBudget(1.0, path=tmp_path / "no-such-dir" / "b.sqlite")
+    assert isinstance(info.value.__cause__, sqlite3.Error)
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database, " * 100)
+    for opener in (lambda: PrivacyBudget.from_file(junk), lambda: PrivacyBudget(1.0, path=junk)):
+        with pytest.raises(PrivacyBudgetError) as info:
+            opener()
+        assert isinstance(info.value.__cause__, sqlite3.Error)
+
+
+def test_budget_file_advances_each_stream_position_once(tmp_path):
+    path = tmp_path / "b.sqlite"
+    budget = PrivacyBudget(1.0, path=path)
+    assert budget.advance_stream("s", 0)
+    other = pickle.loads(pickle.dumps(budget))  # another opener of the file
+    assert not other.advance_stream("s", 0)  # the position was taken
+    assert other.advance_stream("s", 1) and budget.advance_stream("t", 5)
+    assert not budget.advance_stream("s", 1) and budget.advance_stream("s", 2)
+    with pytest.raises(PrivacyBudgetError):
+        PrivacyBudget(1.0).advance_stream("s", 0)

@@ -14,6 +14,7 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 import uuid
 import weakref
 
@@ -43,6 +44,8 @@ _SCHEMA = (
     " epsilon REAL NOT NULL, delta REAL NOT NULL,"
     " rho REAL, sigma REAL, sensitivity REAL,"
     " pid INTEGER NOT NULL, time REAL NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS skfedpriv_streams ("
+    " stream TEXT PRIMARY KEY, next_position INTEGER NOT NULL, time REAL NOT NULL)",
 )
 _FIELDS = ("note", "mechanism", "epsilon", "delta", "rho", "sigma", "sensitivity")
 
@@ -60,6 +63,33 @@ def write_transaction(conn):
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def _connect(path, *, create):
+    """An SQLite connection to ``path``; ``create=False`` opens an existing
+    file only (SQLite's ``mode=rw``), so a missing budget file is an error
+    rather than a new empty ledger."""
+    if not create and not os.path.isfile(path):
+        raise PrivacyBudgetError(
+            f"no budget file at {path!r}: it was deleted or moved, or never "
+            "created. A missing budget file is never recreated empty (that would "
+            "forget every spend); create a new budget explicitly with "
+            "PrivacyBudget(epsilon, delta, path=...).")
+    target = path if create else "file:" + urllib.parse.quote(path) + "?mode=rw"
+    return sqlite3.connect(target, timeout=_BUSY_TIMEOUT, isolation_level=None,
+                           check_same_thread=False, uri=not create)
+
+
+@contextlib.contextmanager
+def _sqlite_errors(path):
+    """Every SQLite failure as a :class:`PrivacyBudgetError` (the original
+    is its ``__cause__``)."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise PrivacyBudgetError(
+            f"the privacy budget file {path!r} cannot be used ({type(exc).__name__}: "
+            f"{exc}); nothing was charged.") from exc
 
 
 def _compose(entries):
@@ -120,7 +150,12 @@ class PrivacyBudget:
     path : str or path-like or None, default=None
         ``None``: the budget lives in memory, in this process. A path: the
         budget and its ledger live in an SQLite file at ``path`` (created if
-        missing). The file records ``(epsilon, delta)``; opening an existing
+        missing, by this constructor only: :meth:`from_file`, a pickled copy
+        reconnecting in a worker, and this budget itself once the file is
+        deleted or replaced raise :class:`PrivacyBudgetError` rather than
+        charge an empty ledger; every SQLite failure is a
+        :class:`PrivacyBudgetError` with the SQLite error as its
+        ``__cause__``). The file records ``(epsilon, delta)``; opening an existing
         file with other totals raises ValueError (use
         :meth:`from_file` to open it with its own totals). Keep it on a
         local file system: SQLite's locks, which serialize the charges, are
@@ -155,6 +190,9 @@ class PrivacyBudget:
       pickles as its path and totals and reconnects in the new process,
       so ``GridSearchCV(n_jobs=2)`` with joblib's default process backend
       charges every fit of every worker to the same file.
+    * A budget file also records each private stream's position
+      (:meth:`advance_stream`), so a copy of a training estimator continued
+      from a point already continued is refused in any process or run.
     * An in-memory budget that lands in another process — pickled to a
       worker, inherited by ``fork``, or unpickled after the original is
       gone — is **detached**: ``spend``, ``check``, ``spent``,
@@ -201,7 +239,7 @@ class PrivacyBudget:
         self._setup(epsilon, delta, path)
         if path is not None:
             with self._lock:
-                self._connection()  # create the file, or check its totals now
+                self._connection(create=True)  # create the file, or check its totals now
 
     @classmethod
     def from_file(cls, path):
@@ -217,24 +255,21 @@ class PrivacyBudget:
 
         Raises
         ------
-        FileNotFoundError
-            If there is no file at ``path``.
-        ValueError
-            If the file is not a budget file.
+        PrivacyBudgetError
+            If there is no file at ``path`` (a missing budget file is never
+            created here: only ``PrivacyBudget(epsilon, delta, path=...)``
+            creates one), it is not a budget file, or SQLite fails (the
+            SQLite error is the ``__cause__``).
         """
         path = os.path.abspath(os.fspath(path))
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"no budget file at {path!r}.")
-        try:
-            conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT)
+        with _sqlite_errors(path):
+            conn = _connect(path, create=False)
             try:
                 row = conn.execute("SELECT epsilon, delta FROM skfedpriv_budget").fetchone()
             finally:
                 conn.close()
-        except sqlite3.DatabaseError as exc:
-            raise ValueError(f"{path!r} is not a privacy budget file: {exc}") from exc
         if row is None:
-            raise ValueError(f"{path!r} is not a privacy budget file (no totals).")
+            raise PrivacyBudgetError(f"{path!r} is not a privacy budget file (no totals).")
         return cls(row[0], row[1], path=path)
 
     def _setup(self, epsilon, delta, path):
@@ -244,6 +279,7 @@ class PrivacyBudget:
         self._detached = False
         self._conn = None
         self._conn_pid = None
+        self._file_id = None
         if path is None:
             self._entries = []
             self._token = uuid.uuid4().hex
@@ -286,32 +322,59 @@ class PrivacyBudget:
             )
 
     # -- the file ----------------------------------------------------------
-    def _connection(self):
-        """This process's connection to the budget file (call with the lock held)."""
+    def _connection(self, create=False):
+        """This process's connection to the budget file (call with the lock
+        held). Only the constructor creates a missing file (``create``); a
+        later opener (a pickled copy in a worker, another process) finds it
+        or raises :class:`PrivacyBudgetError`. Every use checks that the path
+        still names the file first opened, so a budget never charges a
+        deleted or replaced file's ledger."""
         if self._conn is not None and self._conn_pid == os.getpid():
+            self._check_same_file()
             return self._conn
-        conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT, isolation_level=None,
-                               check_same_thread=False)
-        try:
-            with write_transaction(conn):
-                for statement in _SCHEMA:
-                    conn.execute(statement)
-                row = conn.execute("SELECT epsilon, delta FROM skfedpriv_budget").fetchone()
-                if row is None:
-                    conn.execute(
-                        "INSERT INTO skfedpriv_budget (id, epsilon, delta, created) "
-                        "VALUES (1, ?, ?, ?)", (self.epsilon, self.delta, time.time()))
-                elif (float(row[0]), float(row[1])) != (self.epsilon, self.delta):
-                    raise ValueError(
-                        f"the budget file {self.path!r} records totals (epsilon="
-                        f"{row[0]!r}, delta={row[1]!r}), not (epsilon={self.epsilon!r}, "
-                        f"delta={self.delta!r}); open it with PrivacyBudget.from_file."
-                    )
-        except BaseException:
-            conn.close()
-            raise
+        with _sqlite_errors(self.path):
+            conn = _connect(self.path, create=create)
+            try:
+                with write_transaction(conn):
+                    self._check_totals(conn)
+            except BaseException:
+                conn.close()
+                raise
         self._conn, self._conn_pid = conn, os.getpid()
+        if self._file_id is None:
+            self._file_id = self._stat_id()
+        self._check_same_file()
         return conn
+
+    def _check_totals(self, conn):
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        row = conn.execute("SELECT epsilon, delta FROM skfedpriv_budget").fetchone()
+        if row is None:
+            conn.execute(
+                "INSERT INTO skfedpriv_budget (id, epsilon, delta, created) "
+                "VALUES (1, ?, ?, ?)", (self.epsilon, self.delta, time.time()))
+        elif (float(row[0]), float(row[1])) != (self.epsilon, self.delta):
+            raise ValueError(
+                f"the budget file {self.path!r} records totals (epsilon="
+                f"{row[0]!r}, delta={row[1]!r}), not (epsilon={self.epsilon!r}, "
+                f"delta={self.delta!r}); open it with PrivacyBudget.from_file."
+            )
+
+    def _stat_id(self):
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    def _check_same_file(self):
+        if self._stat_id() != self._file_id:
+            raise PrivacyBudgetError(
+                f"the budget file {self.path!r} was deleted or replaced since this "
+                "budget opened it; its spends would be charged to a ledger no one "
+                "reads, so it refuses. Restore the file, or create a new budget "
+                "explicitly with PrivacyBudget(epsilon, delta, path=...).")
 
     @staticmethod
     def _read_entries(conn):
@@ -324,11 +387,12 @@ class PrivacyBudget:
         if self.path is None:
             return list(self._entries)
         conn = self._connection()
-        conn.execute("BEGIN")
-        try:
-            return self._read_entries(conn)
-        finally:
-            conn.execute("COMMIT")
+        with _sqlite_errors(self.path):
+            conn.execute("BEGIN")
+            try:
+                return self._read_entries(conn)
+            finally:
+                conn.execute("COMMIT")
 
     # -- queries -----------------------------------------------------------
     @property
@@ -435,7 +499,7 @@ class PrivacyBudget:
     def _charge_file(self, entry):
         """One transaction: read the ledger, compose, insert or refuse."""
         conn = self._connection()
-        with write_transaction(conn):
+        with _sqlite_errors(self.path), write_transaction(conn):
             msg = self._refusal(self._read_entries(conn), entry)
             if msg is None:
                 conn.execute(
@@ -444,3 +508,45 @@ class PrivacyBudget:
                     tuple(getattr(entry, f) for f in _FIELDS) + (os.getpid(), time.time()),
                 )
         return msg
+
+    def advance_stream(self, stream, position):
+        """Move a private stream from ``position`` to ``position + 1``, once.
+
+        A private estimator with a file budget calls this when it commits an
+        update of its stream (named by 128 bits of OS entropy drawn when the
+        stream started): the file records each stream's next position, so a
+        copy of the training estimator continued from a position already
+        continued, in any process or run, is refused. One ``BEGIN
+        IMMEDIATE`` transaction checks and advances.
+
+        Parameters
+        ----------
+        stream : str
+            The stream's id.
+        position : int
+            The number of updates committed on the stream before this one.
+
+        Returns
+        -------
+        advanced : bool
+            False (and nothing recorded) if the file records the stream at
+            another position.
+
+        Raises
+        ------
+        PrivacyBudgetError
+            If the budget has no file, or the file cannot be used.
+        """
+        if self.path is None:
+            raise PrivacyBudgetError("an in-memory budget records no streams.")
+        with self._lock:
+            conn = self._connection()
+            with _sqlite_errors(self.path), write_transaction(conn):
+                row = conn.execute("SELECT next_position FROM skfedpriv_streams "
+                                   "WHERE stream = ?", (stream,)).fetchone()
+                if row is not None and row[0] != position:
+                    return False
+                conn.execute("INSERT OR REPLACE INTO skfedpriv_streams "
+                             "(stream, next_position, time) VALUES (?, ?, ?)",
+                             (stream, int(position) + 1, time.time()))
+        return True
