@@ -8,6 +8,7 @@ from .linear_model import (
 )
 from . import preprocessing
 from ._param_validation import InvalidParameterError
+from .linear_model._stream_position import StreamReplayError
 from .preprocessing import BoundedScaler, RowNormClipper
 from .privacy import PrivacyBudget, PrivacyBudgetError
 
@@ -23,5 +24,6 @@ __all__ = [
     "PrivacyBudgetError",
     "ReleasedModelError",
     "RowNormClipper",
+    "StreamReplayError",
     "__version__",
 ]

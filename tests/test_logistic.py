@@ -16,6 +16,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skfedpriv.linear_model import BatchLearners
 from skfedpriv.linear_model._logistic import LogisticRegression
+from skfedpriv.linear_model._stream_position import StreamReplayError
 from skfedpriv.privacy import as_generator
 from skfedpriv.privacy import make_factorization
 
@@ -220,10 +221,19 @@ def test_pickle_mid_stream_resumes_identically(mechanism):
     for X, y, g in batches[:4]:
         clf.partial_fit(X, y, sample_group=g, classes=[0, 1])
     clone = pickle.loads(pickle.dumps(clf))
+    straight = LogisticRegression(**kw)  # the same seed, never pickled
+    for X, y, g in batches[:4]:
+        straight.partial_fit(X, y, sample_group=g, classes=[0, 1])
     for X, y, g in batches[4:]:
-        clf.partial_fit(X, y, sample_group=g)
         clone.partial_fit(X, y, sample_group=g)
-    np.testing.assert_array_equal(model(clf), model(clone))
+        straight.partial_fit(X, y, sample_group=g)
+    np.testing.assert_array_equal(model(straight), model(clone))
+    # a private stream continues on one copy only (#20, 5)
+    if mechanism is None:
+        clf.partial_fit(*batches[4][:2], sample_group=batches[4][2])
+    else:
+        with pytest.raises(StreamReplayError):
+            clf.partial_fit(*batches[4][:2], sample_group=batches[4][2])
 
 
 def test_seeded_private_fit_is_reproducible_and_noisy():
@@ -299,7 +309,9 @@ def test_bad_input_leaves_state_unchanged(bad, mechanism):
         clf.partial_fit(Xb, yb, sample_group=gb, classes=classes)
     assert _snapshot(clf) == before
     # and the stream continues as if the bad call never happened
-    ref = pickle.loads(pickle.dumps(clf))
+    ref = LogisticRegression(n_rounds=5, mechanism=mechanism, feature_clip_norm=1.0,
+                             random_state=0, delta=1e-3)
+    ref.partial_fit(*batches[0][:2], sample_group=batches[0][2], classes=[0, 1])
     clf.partial_fit(X, y, sample_group=g)
     ref.partial_fit(X, y, sample_group=g)
     np.testing.assert_array_equal(model(clf), model(ref))

@@ -15,8 +15,9 @@ from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.utils.multiclass import check_classification_targets, unique_labels
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._param_validation import validate_parameters
+from .._param_validation import InvalidParameterError, validate_parameters
 from .._sites import check_sample_group
+from ._stream_position import check_position, commit_position, new_stream_id
 
 _FEATURE_ATTRIBUTES = ("n_features_in_", "feature_names_in_")
 
@@ -163,13 +164,46 @@ class FederatedClassifierMixin(ClassifierMixin):
         (:meth:`_check_continuation`). Returns ``(settings, first)``, where
         ``first`` says whether the call starts a stream."""
         settings = self._validate_params()
+        self._check_noise_source()
         self._check_call(settings, new_stream)
         if not new_stream:
             self._check_can_continue()
         first = new_stream or not hasattr(self, "_training_state")
         if not first:
             self._check_continuation(settings, **context)
+            position = self._stream_position()
+            if position is not None:
+                check_position(*position, type(self).__name__)
         return settings, first
+
+    def _check_noise_source(self):
+        """Under a mechanism, refuse a generator object as ``random_state``.
+
+        :func:`sklearn.base.clone` deep-copies a ``Generator`` or
+        ``RandomState`` hyperparameter, so every clone (each GridSearchCV
+        candidate, each ``cross_validate`` fold, the refit) would draw the
+        same noise, and two releases on neighbouring folds would give away
+        the noise-free difference of their models. ``None`` (fresh OS
+        entropy per stream) and an integer seed (which warns, see
+        :class:`~skfedpriv.privacy.SeededNoiseWarning`) remain.
+        """
+        if self._is_private() and isinstance(
+                getattr(self, "random_state", None), (np.random.Generator, np.random.RandomState)):
+            raise InvalidParameterError(
+                f"{type(self).__name__} with a privacy mechanism does not take a "
+                f"{type(self.random_state).__name__} as random_state: clone() copies "
+                "it, so every clone (grid-search candidate, cross-validation fold, "
+                "refit) would draw the same noise. Use random_state=None (fresh OS "
+                "entropy for each stream) for a real release, or an integer seed "
+                "for tests and reproducible experiments."
+            )
+
+    def _stream_position(self):
+        """``(stream id, position)`` of the private stream this estimator
+        would continue, or None (no private stream)."""
+        state = getattr(self, "_training_state", None)
+        stream_id = getattr(state, "stream_id", None)
+        return None if stream_id is None else (stream_id, state.position)
 
     def _check_call(self, settings, new_stream):
         """Rules on the call itself (estimators override); raise to refuse."""
@@ -196,7 +230,7 @@ class FederatedClassifierMixin(ClassifierMixin):
             )
             release, training_state = self._update(
                 batch, classes, settings, first=first, new_stream=new_stream)
-        self._commit(release, training_state)
+        self._commit(release, training_state, first=first)
         return self
 
     def _update(self, batch, classes, settings, *, first, new_stream):
@@ -234,13 +268,26 @@ class FederatedClassifierMixin(ClassifierMixin):
             release["n_features_in_"] = n_features
             if hasattr(self, "feature_names_in_"):
                 del self.feature_names_in_
-        self._commit(release, training_state)
+        self._commit(release, training_state, first=first)
 
-    def _commit(self, release, training_state):
+    def _commit(self, release, training_state, *, first):
         """Write one update: the public attributes of ``release`` (dict name ->
         value) and the secret ``training_state``. Public fitted attributes of
         an earlier stream that ``release`` lacks are removed, so a stream
-        never shows another stream's numbers."""
+        never shows another stream's numbers.
+
+        Under a mechanism the update first takes its stream's next position
+        (:mod:`._stream_position`): a copy of the training estimator that
+        continues from a position already continued raises
+        :class:`StreamReplayError` here, before anything is written."""
+        if self._is_private():
+            stream_id, position = (None, None) if first else (self._stream_position()
+                                                               or (None, None))
+            if stream_id is None:
+                stream_id, position = new_stream_id(), 0
+            commit_position(stream_id, position, getattr(self, "budget", None),
+                            type(self).__name__)
+            training_state.stream_id, training_state.position = stream_id, position + 1
         for name in list(vars(self)):
             stale = (name.endswith("_") and not name.startswith("_")
                      and name not in release and name not in _FEATURE_ATTRIBUTES)
@@ -253,9 +300,10 @@ class FederatedClassifierMixin(ClassifierMixin):
     def release(self):
         """Return the release: a fitted copy holding only published attributes.
 
-        The returned estimator has the same hyperparameters (except a
-        generator passed as ``random_state``, whose state would let one
-        regenerate the noise: the release has ``random_state=None``) and every
+        The returned estimator has the same hyperparameters except
+        ``random_state``, which is None: a seed (or a generator's state)
+        would let a holder of the release refit candidate neighbouring
+        datasets with the same noise and match ``coef_`` exactly. It has every
         public fitted attribute (``coef_``, ``intercept_``, ``classes_``, ...), each
         of which is covered by the privacy claim of the mechanism (see the
         estimator's Notes) or data-independent. It holds no training state
@@ -274,9 +322,7 @@ class FederatedClassifierMixin(ClassifierMixin):
         """
         check_is_fitted(self)
         released = clone(self)
-        if isinstance(getattr(released, "random_state", None),
-                      (np.random.Generator, np.random.RandomState)):
-            # a generator's state after the draws lets one regenerate them
+        if "random_state" in released.get_params(deep=False):
             released.set_params(random_state=None)
         for name, value in vars(self).items():
             public = name.endswith("_") and not name.startswith("_")
