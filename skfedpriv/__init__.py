@@ -8,6 +8,7 @@ from .linear_model import (
 )
 from . import preprocessing
 from ._param_validation import InvalidParameterError
+from ._release import release
 from .linear_model._stream_position import StreamReplayError
 from .preprocessing import BoundedScaler, RowNormClipper
 from .privacy import PrivacyBudget, PrivacyBudgetError
@@ -26,4 +27,5 @@ __all__ = [
     "RowNormClipper",
     "StreamReplayError",
     "__version__",
+    "release",
 ]

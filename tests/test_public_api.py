@@ -96,3 +96,19 @@ def test_the_same_mistake_raises_the_same_error_whether_or_not_private(
     with pytest.raises(InvalidParameterError, match=name):
         est.fit(X, y, sample_group=sites)
     assert not hasattr(est, "classes_")
+
+
+@pytest.mark.parametrize("Estimator", ESTIMATORS)
+def test_release_function_publishes_each_estimator_as_its_release(Estimator, data):
+    """``skfedpriv.release(est)`` is ``est.release()`` for a lone estimator
+    (#20): the same public attributes, no training state, no seed."""
+    import skfedpriv
+
+    assert {"release", "StreamReplayError"} <= set(skfedpriv.__all__)
+    X, y, sites = data
+    est = Estimator(classes=[0, 1], **{**SMALL[Estimator], **PRIVATE[Estimator]}).fit(
+        X, y, sample_group=sites)
+    published = skfedpriv.release(est)
+    assert type(published) is Estimator and not hasattr(published, "_training_state")
+    assert published.random_state is None
+    np.testing.assert_array_equal(published.coef_, est.release().coef_)
