@@ -509,7 +509,9 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         Noise source; ``None`` draws fresh OS entropy. Whoever knows a fixed
         seed can remove the noise: a private stream started with an integer
         seed emits :class:`~skfedpriv.privacy.SeededNoiseWarning` (seeds are
-        for tests and reproducible experiments).
+        for tests and reproducible experiments). A ``Generator`` or ``RandomState`` is refused with a mechanism
+        (``clone`` would copy it into every candidate, fold and refit), and
+        a release has ``random_state=None``.
     budget : PrivacyBudget or None, default=None
         A budget shared with other estimators (it survives ``clone``): each
         private ``fit`` and the first ``partial_fit`` of a run spend
@@ -647,7 +649,12 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     the public attributes, which predicts (also per ``learner``), pickles and
     can be shared — never the training estimator, whose pickle carries the
     training state needed to continue the stream (it resumes bit-identically
-    after unpickling).
+    after unpickling). A copy of the training estimator (pickle, deep copy) and its
+    original continue the stream once from each point: the second
+    continuation raises :class:`~skfedpriv.StreamReplayError` (in this
+    process always; in another process only with a file ``budget``). A
+    Pipeline or meta-estimator holding it: publish
+    :func:`skfedpriv.release`.
 
     References
     ----------

@@ -246,7 +246,9 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         integer makes the noise reproducible, and anyone who knows it can
         remove the noise, so a private stream started from an integer seed
         emits a :class:`~skfedpriv.privacy.SeededNoiseWarning` (fixed seeds
-        are for tests and experiments). The non-private model is
+        are for tests and experiments). A ``Generator`` or ``RandomState`` is refused with a mechanism
+        (``clone`` would copy it into every candidate, fold and refit), and
+        a release has ``random_state=None``. The non-private model is
         deterministic.
     mechanism : {None, 'laplace', 'gaussian', 'local-gaussian'}, default=None
         Differential privacy (see Notes). ``None`` is the non-private model.
@@ -417,7 +419,12 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
     estimator carries it. Publish :meth:`release`, a fitted copy that
     predicts, scores and pickles without it (its ``partial_fit`` raises
     ``ReleasedModelError``); keep the training estimator private to
-    continue the stream.
+    continue the stream. A copy of the training estimator (pickle, deep copy) and its
+    original continue the stream once from each point: the second
+    continuation raises :class:`~skfedpriv.StreamReplayError` (in this
+    process always; in another process only with a file ``budget``). A
+    Pipeline or meta-estimator holding it: publish
+    :func:`skfedpriv.release`.
 
     ``fit`` is one batch: with 'laplace'/'gaussian' it is one release from
     ``θ_0 = 0`` (a single step, as Algorithm 2 starts a stream). The privacy

@@ -218,7 +218,9 @@ default=None
         releases should. With a mechanism, an integer seed makes ``fit``
         and the first ``partial_fit`` of a stream emit a
         :class:`~skfedpriv.privacy.SeededNoiseWarning`: whoever knows the
-        seed can regenerate the noise and remove it.
+        seed can regenerate the noise and remove it. A ``Generator`` or ``RandomState`` is refused with a mechanism
+        (``clone`` would copy it into every candidate, fold and refit), and
+        a release has ``random_state=None``.
     budget : PrivacyBudget or None, default=None
         A budget shared with other estimators (it survives ``clone``):
         ``fit`` and the first ``partial_fit`` of a stream spend
@@ -341,7 +343,12 @@ default=None
     on a trusted machine; publish :meth:`release`, a fitted copy that
     predicts identically and holds only the attributes listed above (and
     the validated hyperparameters). ``partial_fit`` on a release raises
-    :class:`~skfedpriv.linear_model._base.ReleasedModelError`.
+    :class:`~skfedpriv.linear_model._base.ReleasedModelError`. A copy of the training estimator (pickle, deep copy) and its
+    original continue the stream once from each point: the second
+    continuation raises :class:`~skfedpriv.StreamReplayError` (in this
+    process always; in another process only with a file ``budget``). A
+    Pipeline or meta-estimator holding it: publish
+    :func:`skfedpriv.release`.
 
     **Budget.** The learners' noise is independent, so the whole stream,
     all learners and all rounds, is one Gaussian mechanism on the stacked
