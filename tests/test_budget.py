@@ -509,5 +509,7 @@ def test_budget_file_advances_each_stream_position_once(tmp_path):
     assert not other.advance_stream("s", 0)  # the position was taken
     assert other.advance_stream("s", 1) and budget.advance_stream("t", 5)
     assert not budget.advance_stream("s", 1) and budget.advance_stream("s", 2)
+    assert budget.stream_at("s", 3) and not budget.stream_at("s", 2)
+    assert budget.stream_at("new", 7)  # a stream the file has not seen
     with pytest.raises(PrivacyBudgetError):
         PrivacyBudget(1.0).advance_stream("s", 0)

@@ -236,3 +236,23 @@ def test_release_carries_no_seed(Estimator, data):
     assert not np.array_equal(refit.coef_, released.coef_)
     # the training estimator's own seed is untouched
     assert est.random_state == 7
+
+
+def test_budget_file_refuses_before_the_charge(tmp_path):
+    """Algorithm 2 charges every batch: a copy refused by the budget file
+    (here: this process forgets the stream, as another process would not
+    know it) is refused before it charges."""
+    from skfedpriv.linear_model import _stream_position
+
+    X, y = make_classification(n_samples=60, n_features=3, n_informative=2, n_redundant=0,
+                               random_state=3)
+    budget = PrivacyBudget(10.0, path=tmp_path / "budget.sqlite")
+    est = DWDClassifier(mechanism="laplace", clip_norm=3.0, classes=[0, 1], budget=budget)
+    est.partial_fit(X[:30], y[:30])
+    twin = pickle.loads(pickle.dumps(est))
+    est.partial_fit(X[30:], y[30:])
+    _stream_position._NEXT.pop(est._training_state.stream_id)
+    charges = len(budget.ledger)
+    with pytest.raises(StreamReplayError):
+        twin.partial_fit(X[30:], y[30:])
+    assert len(budget.ledger) == charges == 2

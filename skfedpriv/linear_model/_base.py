@@ -173,7 +173,8 @@ class FederatedClassifierMixin(ClassifierMixin):
             self._check_continuation(settings, **context)
             position = self._stream_position()
             if position is not None:
-                check_position(*position, type(self).__name__)
+                check_position(*position, getattr(self, "budget", None),
+                               type(self).__name__)
         return settings, first
 
     def _check_noise_source(self):

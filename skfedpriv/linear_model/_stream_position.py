@@ -13,9 +13,10 @@ is accepted once:
   before the call reads any data and checked and advanced under a lock when
   the update is committed;
 * across processes and runs, when the estimator's ``budget`` is backed by a
-  file, by the budget file's stream table
-  (:meth:`~skfedpriv.privacy.PrivacyBudget.advance_stream`), checked and
-  advanced in one SQLite transaction at the commit.
+  file, by the budget file's stream table: read before the call reads any
+  data or charges (:meth:`~skfedpriv.privacy.PrivacyBudget.stream_at`), and
+  checked and advanced in one SQLite transaction at the commit
+  (:meth:`~skfedpriv.privacy.PrivacyBudget.advance_stream`).
 
 Without a budget file a copy continued in another process is not seen: not
 continuing two copies of a training estimator is then the publisher's duty.
@@ -58,12 +59,16 @@ def _refusal(owner):
     )
 
 
-def check_position(stream_id, position, owner):
-    """Raise :class:`StreamReplayError` if this process already continued
-    ``stream_id`` from ``position`` (a read: nothing is recorded)."""
+def check_position(stream_id, position, budget, owner):
+    """Raise :class:`StreamReplayError` if this process, or the file of
+    ``budget``, already continued ``stream_id`` from ``position`` (a read:
+    nothing is recorded; :func:`commit_position` decides)."""
     with _LOCK:
         taken = _NEXT.get(stream_id)
     if taken is not None and taken != position:
+        raise _refusal(owner)
+    if budget is not None and budget.path is not None and not budget.stream_at(
+            stream_id, position):
         raise _refusal(owner)
 
 

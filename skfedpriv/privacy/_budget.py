@@ -537,16 +537,35 @@ class PrivacyBudget:
         PrivacyBudgetError
             If the budget has no file, or the file cannot be used.
         """
-        if self.path is None:
-            raise PrivacyBudgetError("an in-memory budget records no streams.")
         with self._lock:
-            conn = self._connection()
+            conn = self._stream_connection()
             with _sqlite_errors(self.path), write_transaction(conn):
-                row = conn.execute("SELECT next_position FROM skfedpriv_streams "
-                                   "WHERE stream = ?", (stream,)).fetchone()
-                if row is not None and row[0] != position:
+                if not self._at_position(conn, stream, position):
                     return False
                 conn.execute("INSERT OR REPLACE INTO skfedpriv_streams "
                              "(stream, next_position, time) VALUES (?, ?, ?)",
                              (stream, int(position) + 1, time.time()))
         return True
+
+    def stream_at(self, stream, position):
+        """Whether the file would let ``stream`` advance from ``position``
+        now (a read; :meth:`advance_stream` decides)."""
+        with self._lock:
+            conn = self._stream_connection()
+            with _sqlite_errors(self.path):
+                conn.execute("BEGIN")
+                try:
+                    return self._at_position(conn, stream, position)
+                finally:
+                    conn.execute("COMMIT")
+
+    def _stream_connection(self):
+        if self.path is None:
+            raise PrivacyBudgetError("an in-memory budget records no streams.")
+        return self._connection()
+
+    @staticmethod
+    def _at_position(conn, stream, position):
+        row = conn.execute("SELECT next_position FROM skfedpriv_streams "
+                           "WHERE stream = ?", (stream,)).fetchone()
+        return row is None or row[0] == position
