@@ -282,10 +282,8 @@ class FederatedClassifierMixin(ClassifierMixin):
         continues from a position already continued raises
         :class:`StreamReplayError` here, before anything is written."""
         if self._is_private():
-            stream_id, position = (None, None) if first else (self._stream_position()
-                                                               or (None, None))
-            if stream_id is None:
-                stream_id, position = new_stream_id(), 0
+            continued = None if first else self._stream_position()
+            stream_id, position = continued or (new_stream_id(), 0)
             commit_position(stream_id, position, getattr(self, "budget", None),
                             type(self).__name__)
             training_state.stream_id, training_state.position = stream_id, position + 1
