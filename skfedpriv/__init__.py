@@ -11,7 +11,7 @@ from ._param_validation import InvalidParameterError
 from .preprocessing import BoundedScaler, RowNormClipper
 from .privacy import PrivacyBudget, PrivacyBudgetError
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.1.0"
 
 __all__ = [
     "BoundedScaler",

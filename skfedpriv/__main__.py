@@ -1,4 +1,4 @@
-"""Command line: python -m skfedpriv demo | bench NAME (also the skfedpriv script)."""
+"""Command line: python -m skfedpriv demo | bench NAME | --version (also the skfedpriv script)."""
 
 import argparse
 import sys
@@ -245,7 +245,10 @@ def bench(name, quick=False, output_dir=None, root=None):
 
 
 def main(argv=None):
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="skfedpriv", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"skfedpriv {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo_parser = commands.add_parser(
         "demo",
