@@ -8,6 +8,7 @@ import runpy
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from skfedpriv.__main__ import BENCHMARKS, bench, demo, main
@@ -30,20 +31,45 @@ def test_demo_prints_private_and_non_private_models():
         "sklearn LogisticRegression (pooled rows)",
         "sklearn LinearSVC (pooled rows)",
     ]
-    for name, accuracy, privacy, seconds in rows:
+    for name, accuracy, sd, privacy, seconds in rows:
         assert name in text and seconds >= 0
         if privacy is None:
-            assert 0.9 < accuracy <= 1.0
+            assert 0.9 < accuracy <= 1.0 and sd is None
         else:  # noised, still well above chance on this split
-            assert 0.8 < accuracy <= 1.0
+            assert 0.8 < accuracy <= 1.0 and sd > 0
             assert privacy == (1.0, 1e-5)
+            assert f"{accuracy:.3f} ± {sd:.3f}" in text
     assert text.count("(1, 1e-05)") == 3 and text.count("not private") == 4
+
+
+def test_demo_private_rows_are_the_mean_and_sd_of_seeded_fits():
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+
+    from skfedpriv import DWDClassifier
+    from skfedpriv.datasets import load_breast_cancer_sites
+
+    rows = demo(noise_seed=5, n_repeats=3, out=io.StringIO())
+    X, y, sites = load_breast_cancer_sites(n_sites=4, random_state=0)
+    X_train, X_test, y_train, y_test, g_train, _ = train_test_split(
+        X, y, sites, test_size=0.3, stratify=y, random_state=0)
+    scaler = StandardScaler().fit(X_train)
+    scores = []
+    for seed in (5, 6, 7):
+        with pytest.warns(UserWarning):  # seeded noise
+            clf = DWDClassifier(mechanism="gaussian", epsilon=1.0, delta=1e-5, clip_norm=3.0,
+                                classes=[0, 1], random_state=seed)
+            clf.fit(scaler.transform(X_train), y_train, sample_group=g_train)
+        scores.append(clf.release().score(scaler.transform(X_test), y_test))
+    _, mean, sd, _, _ = next(r for r in rows if r[0] == "DWDClassifier.fit, private 'gaussian'")
+    assert mean == pytest.approx(np.mean(scores)) and sd == pytest.approx(np.std(scores, ddof=1))
 
 
 def test_main_demo_exit_code(capsys):
     assert main(["demo", "--sites", "3", "--batches", "4", "--epsilon", "2"]) == 0
     out = capsys.readouterr().out
     assert "LinearSVC" in out and "(2, 1e-05)" in out and "fresh noise" in out
+    assert main(["demo", "--repeats", "2"]) == 0 and "over 2 fits" in capsys.readouterr().out
 
 
 def test_demo_runs_with_the_base_dependencies_only():
