@@ -24,6 +24,10 @@ BLOCK = re.compile(r"(?:<!--\s*(?P<marker>[^>]*?)\s*-->\s*\n)?```python\n(?P<cod
                    re.DOTALL)
 FIRST_LINE_REQUIRES = re.compile(r"#\s*requires:\s*(.+)")
 
+# Pages whose every block needs an extra (until the page marks its blocks):
+# the page's name -> the modules.
+PAGE_REQUIRES = {"flower.md": ["flwr"]}
+
 # Blocks that fail as printed, whose file belongs to ongoing work: the file's
 # name -> the reason (the test then xfails, strictly: it must start passing
 # once the file is fixed).
@@ -48,6 +52,7 @@ def blocks(path):
         first = FIRST_LINE_REQUIRES.match(code.lstrip().splitlines()[0] if code.strip() else "")
         if first:
             requires += first[1].split(",")
+        requires += PAGE_REQUIRES.get(path.name, [])
         found.append((code, [r.strip() for r in requires if r.strip()], not_run))
     return found
 
