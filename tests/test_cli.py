@@ -72,6 +72,7 @@ def test_main_demo_exit_code(capsys):
     out = capsys.readouterr().out
     assert "LinearSVC" in out and "(2, 1e-05)" in out and "fresh noise" in out
     assert main(["demo", "--repeats", "2"]) == 0 and "over 2 fits" in capsys.readouterr().out
+    assert main(["demo", "--repeats", "1"]) == 0 and "one fit (fresh noise" in capsys.readouterr().out
 
 
 def test_demo_runs_with_the_base_dependencies_only():
