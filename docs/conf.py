@@ -46,15 +46,14 @@ myst_heading_anchors = 3
 # unresolved external references stay plain text and nitpicky mode is off.
 intersphinx_mapping = {}
 
-# Example gallery: every examples/*.py except the README's tour (a plain
-# script without a gallery title) is executed during the build and becomes
-# a page of docs/auto_examples/ (generated, not committed). A failing example
-# fails the build.
+# Example gallery: every examples/plot_*.py is executed during the build and
+# becomes a page of docs/auto_examples/ (generated, not committed). A failing
+# example fails the build.
 sphinx_gallery_conf = {
     "examples_dirs": "../examples",
     "gallery_dirs": "auto_examples",
     "filename_pattern": r"/plot_",
-    "ignore_pattern": r"(__init__|readme_tour)\.py$",
+    "ignore_pattern": r"__init__\.py$",
     "image_scrapers": ("matplotlib",) if find_spec("matplotlib") else (),
     "reset_modules": ("matplotlib",),
     "download_all_examples": False,

@@ -5,10 +5,9 @@ A partial_fit stream: online against offline
 ``DWDClassifier.partial_fit`` keeps only summaries of past batches (the
 parameters and the accumulated curvature, ``O(p²)`` numbers) and no rows.
 After each batch we compare its test accuracy with the offline fit on all
-rows seen so far, for the published single step (``online_steps=1``,
-eq. 37 of the genDWD paper) and for the default, which solves the renewable
-estimating equation for each batch. Set ``SKFEDPRIV_QUICK=1`` for a small,
-fast run.
+rows seen so far, for the published single step (``online_steps=1``, eq. 37
+of the genDWD paper) and for the default, which solves the renewable
+estimating equation for each batch.
 """
 
 # %%
@@ -19,6 +18,7 @@ import numpy as np
 from skfedpriv import DWDClassifier
 from skfedpriv.datasets import make_federated_gaussians
 
+# SKFEDPRIV_QUICK=1 (the docs build and the tests set it): a small, fast run
 QUICK = os.environ.get("SKFEDPRIV_QUICK") == "1"
 n_batches = 6 if QUICK else 50
 kwargs = dict(n_sites=5, n_per_batch=10, n_features=20, mu=0.25, ratio=4.0)

@@ -13,7 +13,7 @@ from .linear_model._stream_position import StreamReplayError
 from .preprocessing import BoundedScaler, RowNormClipper
 from .privacy import PrivacyBudget, PrivacyBudgetError
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.1.0"
 
 __all__ = [
     "BoundedScaler",

@@ -1,4 +1,4 @@
-"""Command line: python -m skfedpriv demo | bench NAME (also the skfedpriv script)."""
+"""Command line: python -m skfedpriv demo | bench NAME | --version (also the skfedpriv script)."""
 
 import argparse
 import sys
@@ -21,7 +21,8 @@ def _timed(func):
     return result, time.perf_counter() - start
 
 
-def demo(n_sites=4, n_batches=8, epsilon=1.0, random_state=0, noise_seed=None, out=None):
+def demo(n_sites=4, n_batches=8, epsilon=1.0, random_state=0, noise_seed=None, out=None,
+         n_repeats=10):
     """Fit on breast cancer split into non-IID sites and print a small table.
 
     Compares, on one held-out split: the offline federated fit, a
@@ -50,13 +51,20 @@ def demo(n_sites=4, n_batches=8, epsilon=1.0, random_state=0, noise_seed=None, o
         and emits a ``SeededNoiseWarning``.
     out : file-like or None, default=None
         Where to print (standard output by default).
+    n_repeats : int, default=10
+        Private fits per private row (noise seeds ``noise_seed + i`` when
+        seeded): the row reports their mean test accuracy and its standard
+        deviation.
 
     Returns
     -------
     rows : list of tuple
-        ``(model, test accuracy, (epsilon, delta) spent or None, seconds)``.
+        ``(model, mean test accuracy, its sd over the repeats or None,
+        (epsilon, delta) spent by one fit or None, seconds per fit)``.
     """
     out = sys.stdout if out is None else out
+    if n_repeats < 1:
+        raise ValueError(f"n_repeats must be at least 1, got {n_repeats}.")
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import train_test_split
     from sklearn.preprocessing import StandardScaler
@@ -75,18 +83,27 @@ def demo(n_sites=4, n_batches=8, epsilon=1.0, random_state=0, noise_seed=None, o
 
     rows = []
 
-    def add(name, fit):
-        model, seconds = _timed(fit)
-        privacy = None
-        if getattr(model, "mechanism", None) is not None:
-            privacy = model.privacy_spent_
-            model = model.release()  # score what would be published, not the training state
-        rows.append((name, model.score(X_test, y_test), privacy, seconds))
+    def add(name, fit, repeats=1):
+        """Fit ``repeats`` times (fit(i) for i < repeats); score the mean and sd."""
+        scores, seconds = [], 0.0
+        for i in range(repeats):
+            model, took = _timed(lambda: fit(i))
+            seconds += took / repeats
+            privacy = None
+            if getattr(model, "mechanism", None) is not None:
+                privacy = model.privacy_spent_
+                model = model.release()  # score what would be published, not the training state
+            scores.append(model.score(X_test, y_test))
+        sd = float(np.std(scores, ddof=1)) if repeats > 1 else None
+        rows.append((name, float(np.mean(scores)), sd, privacy, seconds))
+
+    def seed(i):  # fresh noise, or reproducible noise per repeat
+        return None if noise_seed is None else noise_seed + i
 
     add("DWDClassifier.fit (offline, federated)",
-        lambda: DWDClassifier().fit(X_train, y_train, sample_group=g_train))
+        lambda i: DWDClassifier().fit(X_train, y_train, sample_group=g_train))
 
-    def stream():
+    def stream(i):
         clf = DWDClassifier()
         for batch in np.array_split(np.arange(len(y_train)), n_batches):
             clf.partial_fit(
@@ -95,28 +112,23 @@ def demo(n_sites=4, n_batches=8, epsilon=1.0, random_state=0, noise_seed=None, o
         return clf
 
     add(f"DWDClassifier.partial_fit ({n_batches} batches)", stream)
-    for mechanism in ("local-gaussian", "gaussian"):
-        private = DWDClassifier(
-            mechanism=mechanism, epsilon=epsilon, delta=1e-5, clip_norm=3.0,
-            classes=[0, 1], random_state=noise_seed,
-        )
-        with warnings.catch_warnings():
-            if noise_seed is not None:  # the caller asked for reproducible noise
-                warnings.simplefilter("ignore")
-            add(f"DWDClassifier.fit, private '{mechanism}'",
-                lambda: private.fit(X_train, y_train, sample_group=g_train))
-    private = FederatedLogisticRegression(
-        mechanism="blt", epsilon=epsilon, delta=1e-5, feature_clip_norm=6.0,
-        n_rounds=50, classes=[0, 1], random_state=noise_seed,
-    )
     with warnings.catch_warnings():
-        if noise_seed is not None:
+        if noise_seed is not None:  # the caller asked for reproducible noise
             warnings.simplefilter("ignore")
+        for mechanism in ("local-gaussian", "gaussian"):
+            add(f"DWDClassifier.fit, private '{mechanism}'",
+                lambda i: DWDClassifier(
+                    mechanism=mechanism, epsilon=epsilon, delta=1e-5, clip_norm=3.0,
+                    classes=[0, 1], random_state=seed(i),
+                ).fit(X_train, y_train, sample_group=g_train), n_repeats)
         add("LogisticRegression.fit, local DP 'blt'",
-            lambda: private.fit(X_train, y_train, sample_group=g_train))
+            lambda i: FederatedLogisticRegression(
+                mechanism="blt", epsilon=epsilon, delta=1e-5, feature_clip_norm=6.0,
+                n_rounds=50, classes=[0, 1], random_state=seed(i),
+            ).fit(X_train, y_train, sample_group=g_train), n_repeats)
     add("sklearn LogisticRegression (pooled rows)",
-        lambda: LogisticRegression().fit(X_train, y_train))
-    add("sklearn LinearSVC (pooled rows)", lambda: LinearSVC().fit(X_train, y_train))
+        lambda i: LogisticRegression().fit(X_train, y_train))
+    add("sklearn LinearSVC (pooled rows)", lambda i: LinearSVC().fit(X_train, y_train))
 
     print(
         f"breast cancer, {n_sites} non-IID sites, {len(y_train)} training rows, "
@@ -124,13 +136,20 @@ def demo(n_sites=4, n_batches=8, epsilon=1.0, random_state=0, noise_seed=None, o
         file=out,
     )
     width = max(len(r[0]) for r in rows)
-    print(f"{'model':<{width}}  accuracy  privacy (eps, delta)  time (s)", file=out)
-    for name, accuracy, privacy, seconds in rows:
+    print(f"{'model':<{width}}  accuracy       privacy (eps, delta)  time (s)", file=out)
+    for name, accuracy, sd, privacy, seconds in rows:
         spent = "not private" if privacy is None else f"({privacy[0]:g}, {privacy[1]:g})"
-        print(f"{name:<{width}}  {accuracy:8.3f}  {spent:<20}  {seconds:8.4f}", file=out)
-    noise = "fresh noise each run" if noise_seed is None else "seeded noise (not for release)"
+        score = f"{accuracy:.3f}" + ("" if sd is None else f" ± {sd:.3f}")
+        print(f"{name:<{width}}  {score:<13}  {spent:<20}  {seconds:8.4f}", file=out)
+    noise = "fresh noise each fit" if noise_seed is None else "seeded noise, not for release"
+    repeats = (
+        f"mean ± sd of the test accuracy over {n_repeats} fits ({noise}; the spread is "
+        f"the noise's), time per fit; each fit is (eps, delta)-DP, and publishing all "
+        f"{n_repeats} would spend up to {n_repeats} times as much (composed)"
+        if n_repeats > 1 else f"one fit ({noise})"
+    )
     note = (
-        f"Private rows: the labels are declared, {noise}; the model scored is the "
+        f"Private rows: {repeats}. The labels are declared; the model scored is the "
         "release. DWD: every row (1, x) is scaled into the norm ball clip_norm=3 (a bound "
         "fixed in advance). 'local-gaussian': each site noises the sums it sends, so every "
         "message and model is (eps, delta)-DP for each row against the server. 'gaussian': "
@@ -245,16 +264,20 @@ def bench(name, quick=False, output_dir=None, root=None):
 
 
 def main(argv=None):
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="skfedpriv", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"skfedpriv {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo_parser = commands.add_parser(
         "demo",
         help="fit private and non-private models on breast cancer split into sites",
         description="Fit on scikit-learn's breast cancer data split into non-IID sites "
         "and print test accuracy, privacy spent and time of: DWDClassifier's federated "
-        "fit and partial_fit stream, two private DWDClassifier fits, and scikit-learn's "
-        "LogisticRegression and LinearSVC on the pooled rows. Base dependencies only; "
-        "a few seconds.",
+        "fit and partial_fit stream, two private DWDClassifier fits and a private "
+        "federated LogisticRegression (each the mean ± sd over --repeats noise draws), "
+        "and scikit-learn's LogisticRegression and LinearSVC on the pooled rows. Base "
+        "dependencies only; a few seconds.",
     )
     demo_parser.add_argument("--sites", type=int, default=4,
                              help="number of sites the rows are split into (default: 4)")
@@ -265,6 +288,9 @@ def main(argv=None):
     demo_parser.add_argument("--seed", type=int, default=0,
                              help="seed of the site and train/test splits (default: 0); "
                              "the privacy noise is always fresh")
+    demo_parser.add_argument("--repeats", type=int, default=10,
+                             help="private fits per private model, reported as mean ± sd "
+                             "of the test accuracy (default: 10)")
     bench_parser = commands.add_parser(
         "bench",
         help="reproduce a paper table or figure (source checkout)",
@@ -285,7 +311,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.command == "demo":
         demo(n_sites=args.sites, n_batches=args.batches, epsilon=args.epsilon,
-             random_state=args.seed)
+             random_state=args.seed, n_repeats=args.repeats)
     elif args.command == "bench":
         bench(args.name, quick=args.quick, output_dir=args.output_dir)
     return 0

@@ -107,7 +107,8 @@ def _encode_small_range(groups):
     if high - low > 4 * len(groups) + 1024:
         return None
     wide = np.uint64 if groups.dtype.kind == "u" else np.int64
-    offsets = groups.astype(wide) - wide(low)  # in [0, high - low]: no overflow
+    # in [0, high - low]: no overflow, and small (numpy < 2 bincounts no uint64)
+    offsets = (groups.astype(wide) - wide(low)).astype(np.intp)
     present = np.flatnonzero(np.bincount(offsets, minlength=high - low + 1))
     lookup = np.empty(high - low + 1, dtype=np.intp)
     lookup[present] = np.arange(len(present))

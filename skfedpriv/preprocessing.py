@@ -25,6 +25,7 @@ guarantee.
 import numbers
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import validate_data
 
@@ -46,6 +47,21 @@ def _l2_norms(X):
     return peak * np.sqrt(np.einsum("ij,ij->i", X / safe[:, None], X / safe[:, None]))
 
 
+def _sparse_row_norms(X, norm):
+    """The ``norm`` of each row of a CSR matrix (as ``_NORMS`` of its dense form)."""
+    n_rows = X.shape[0]
+    rows = np.repeat(np.arange(n_rows), np.diff(X.indptr))
+    values = np.abs(X.data)
+    if norm == "l1":
+        return np.bincount(rows, values, minlength=n_rows)
+    peak = np.zeros(n_rows)
+    np.maximum.at(peak, rows, values)
+    if norm == "max":
+        return peak
+    safe = np.where(peak > 0, peak, 1.0)  # as _l2_norms: no overflow
+    return peak * np.sqrt(np.bincount(rows, (values / safe[rows]) ** 2, minlength=n_rows))
+
+
 _NORMS = Registry("norm", {
     "l2": _l2_norms,
     "l1": lambda X: np.abs(X).sum(axis=1),
@@ -57,6 +73,8 @@ class _DataIndependentTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEs
     """``fit`` validates only; the map is fixed by the hyperparameters."""
 
     _parameter_constraints = {}
+    #: sparse formats ``fit`` and ``transform`` take (False: dense only)
+    _accept_sparse = False
 
     def _check_params(self, n_features):
         """Check the hyperparameters (declared constraints, then the rules
@@ -76,7 +94,8 @@ class _DataIndependentTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEs
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Sparse input is taken where ``transform`` takes it.
         y : None
             Ignored.
 
@@ -85,13 +104,17 @@ class _DataIndependentTransformer(OneToOneFeatureMixin, TransformerMixin, BaseEs
         self : object
         """
         with _restore_feature_attributes_on_error(self):
-            X = validate_data(self, X, dtype=np.float64)
-            self._check_params(X.shape[1])
+            X = validate_data(self, X, dtype=np.float64, accept_sparse=self._accept_sparse)
+            self._check_input(X, self._check_params(X.shape[1]))
         return self
+
+    def _check_input(self, X, settings):
+        """Refuse an input the map cannot take (transformers override)."""
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.requires_fit = False
+        tags.input_tags.sparse = bool(self._accept_sparse)
         return tags
 
 
@@ -145,6 +168,8 @@ class RowNormClipper(_DataIndependentTransformer):
            [0.3 , 0.4 ]])
     """
 
+    _accept_sparse = "csr"
+
     def __init__(self, max_norm=1.0, norm="l2"):
         self.max_norm = max_norm
         self.norm = norm
@@ -162,16 +187,23 @@ class RowNormClipper(_DataIndependentTransformer):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
             Finite values, of any norm; each row is mapped on its own.
+            Sparse input is converted to CSR.
 
         Returns
         -------
-        X_clipped : ndarray of shape (n_samples, n_features)
-            Every row has norm ``<= max_norm``.
+        X_clipped : {ndarray, CSR matrix} of shape (n_samples, n_features)
+            Every row has norm ``<= max_norm``; sparse if ``X`` is.
         """
-        X = validate_data(self, X, reset=False, dtype=np.float64, copy=True)
+        X = validate_data(self, X, reset=False, dtype=np.float64, copy=True,
+                          accept_sparse=self._accept_sparse)
         max_norm = self._check_params(X.shape[1])
+        if sp.issparse(X):
+            norms = _sparse_row_norms(X, self.norm)
+            scale = np.where(norms > max_norm, max_norm / np.where(norms > 0, norms, 1.0), 1.0)
+            X.data *= np.repeat(scale, np.diff(X.indptr))
+            return X
         norms = _NORMS[self.norm](X)
         over = norms > max_norm
         X[over] *= (max_norm / norms[over])[:, None]
@@ -251,6 +283,8 @@ class BoundedScaler(_DataIndependentTransformer):
     1.0
     """
 
+    _accept_sparse = ("csr", "csc")
+
     def __init__(self, lower=-1.0, upper=1.0, clip=True):
         self.lower = lower
         self.upper = upper
@@ -289,22 +323,42 @@ class BoundedScaler(_DataIndependentTransformer):
             )
         return lower, upper - lower
 
+    def _check_input(self, X, settings):
+        lower, width = settings
+        # the midpoint of the bounds maps to 0; up to rounding of the bounds
+        if sp.issparse(X) and np.any(np.abs(lower + width / 2) > 1e-12 * width):
+            raise ValueError(
+                "Sparse input needs bounds symmetric about 0 (lower == -upper), which "
+                "map 0 to 0; other bounds map every zero entry to a nonzero value. "
+                "Pass a dense X or use symmetric bounds."
+            )
+
     def transform(self, X):
         """Map each feature's bounds onto ``[-1, 1]`` (and clip).
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
             Finite values; column ``j`` is read against ``lower[j]`` and
-            ``upper[j]``.
+            ``upper[j]``. Sparse (CSR or CSC) input needs bounds symmetric
+            about 0 (``lower == -upper``), so that zeros stay zeros.
 
         Returns
         -------
-        X_scaled : ndarray of shape (n_samples, n_features)
-            In ``[-1, 1]`` when ``clip=True``.
+        X_scaled : {ndarray, sparse matrix} of shape (n_samples, n_features)
+            In ``[-1, 1]`` when ``clip=True``; sparse, in ``X``'s format, if
+            ``X`` is.
         """
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = validate_data(self, X, reset=False, dtype=np.float64,
+                          accept_sparse=self._accept_sparse)
         lower, width = self._check_params(X.shape[1])
+        self._check_input(X, (lower, width))
+        if sp.issparse(X):
+            # symmetric bounds: 2 (x - lower) / width - 1 = x / upper
+            Z = X.multiply(2.0 / width).asformat(X.format)
+            if self.clip:
+                np.clip(Z.data, -1.0, 1.0, out=Z.data)
+            return Z
         Z = 2.0 * ((X - lower) / width) - 1.0
         if self.clip:
             np.clip(Z, -1.0, 1.0, out=Z)

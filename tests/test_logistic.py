@@ -14,6 +14,7 @@ from sklearn.datasets import load_breast_cancer
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+from skfedpriv.estimator_checks import expected_failed_checks
 from skfedpriv.linear_model import BatchLearners
 from skfedpriv.linear_model._logistic import LogisticRegression
 from skfedpriv.linear_model._stream_position import StreamReplayError
@@ -462,33 +463,6 @@ def test_hyperparameter_change_mid_stream_is_refused():
 # --------------------------------------------------------------------------
 
 
-# Checks that fit labels other than 0 and 1 (three classes, strings, ...): a
-# private estimator declares its label set (classes=[0, 1] here) and refuses
-# every other label by design (issue 10, point 2).
-_UNDECLARED_LABEL_CHECKS = (
-    "check_estimators_overwrite_params", "check_dont_overwrite_parameters",
-    "check_estimators_fit_returns_self", "check_readonly_memmap_input",
-    "check_n_features_in_after_fitting", "check_positive_only_tag_during_fit",
-    "check_estimators_dtypes", "check_dtype_object",
-    "check_f_contiguous_array_estimator", "check_classifier_data_not_an_array",
-    "check_classifiers_classes", "check_estimators_partial_fit_n_features",
-    "check_classifiers_train", "check_supervised_y_2d",
-    "check_methods_sample_order_invariance", "check_methods_subset_invariance",
-    "check_fit2d_1feature", "check_dict_unchanged", "check_fit2d_predict1d",
-)
-
-
-def _expected_failures(estimator):
-    if estimator.mechanism is not None:
-        # fit spends the whole horizon, so the partial_fit this check calls
-        # after fit raises PrivacyBudgetError by design.
-        failures = {"check_fit_score_takes_y": "partial_fit after fit is past the horizon"}
-        failures.update({name: "fits labels outside the declared classes [0, 1]"
-                         for name in _UNDECLARED_LABEL_CHECKS})
-        return failures
-    return {}
-
-
 @parametrize_with_checks(
     [
         LogisticRegression(),
@@ -496,7 +470,8 @@ def _expected_failures(estimator):
         LogisticRegression(mechanism="tree", feature_clip_norm=1.0, epsilon=50.0,
                            random_state=0, classes=[0, 1]),
     ],
-    expected_failed_checks=_expected_failures,
+    # the private instance fails some checks by design, declared with reasons
+    expected_failed_checks=expected_failed_checks,
 )
 def test_sklearn_compatible(estimator, check):
     check(estimator)
