@@ -40,31 +40,15 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from skfedpriv import DWDClassifier
-from skfedpriv.datasets import load_breast_cancer_sites, make_federated_gaussians
 
 from _output import benchmark_parser, output_dir, wrote
+from bench_dwd_epsilon import cancer_task, gaussian_task
 
 
 def _standardize(X, Xt):
     mean, std = X.mean(0), X.std(0)
     std[std == 0] = 1.0
     return (X - mean) / std, (Xt - mean) / std
-
-
-def cancer(seed):
-    X, y, g = load_breast_cancer_sites(n_sites=4, random_state=seed)
-    X, Xt, y, yt, g, _ = train_test_split(X, y, g, test_size=0.3, stratify=y, random_state=seed)
-    X, Xt = _standardize(X, Xt)
-    b = np.repeat(np.arange(8), int(np.ceil(len(y) / 8)))[: len(y)]
-    return X, y, g, b, Xt, yt, float(np.sqrt(1 + 30))
-
-
-def table1(seed):
-    X, y, g, b = make_federated_gaussians(n_sites=10, n_batches=100, n_per_batch=10,
-                                          n_features=50, random_state=seed)
-    Xt, yt, _, _ = make_federated_gaussians(n_sites=10, n_batches=20, n_per_batch=10,
-                                            n_features=50, random_state=1000 + seed)
-    return X, y, g, b, Xt, yt, float(np.sqrt(1 + 1.5 * 50))
 
 
 def digits(seed):
@@ -77,8 +61,8 @@ def digits(seed):
 
 #: task name -> (data of a seed, ε)
 TASKS = {
-    "breast cancer, 4 sites x 8 batches": (cancer, 1.0),
-    "Table 1, 10 sites x 100 batches of 100": (table1, 1.0),
+    "breast cancer, 4 sites x 8 batches": (cancer_task, 1.0),
+    "Table 1, 10 sites x 100 batches of 100": (gaussian_task, 1.0),
     "digits, 10 classes, 5 sites, one fit": (digits, 4.0),
 }
 
