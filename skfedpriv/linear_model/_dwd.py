@@ -12,7 +12,13 @@ from sklearn.utils.class_weight import compute_class_weight
 from .._losses import count_models, gendwd_curvature_bound
 from .._param_validation import Interval, InvalidParameterError, Options, Registry
 from ._base import FederatedClassifierMixin, TrainingState, is_balanced_class_weight
-from ..privacy import PrivacyBudget, as_generator, gaussian_epsilon, warn_if_seeded
+from ..privacy import (
+    PrivacyBudget,
+    as_generator,
+    gaussian_epsilon,
+    make_factorization,
+    warn_if_seeded,
+)
 from ..privacy._objective_perturbation import (
     CALIBRATIONS,
     PublishedCalibration,
@@ -20,7 +26,13 @@ from ..privacy._objective_perturbation import (
     local_gaussian_releases,
     local_gaussian_sigma,
 )
-from ._dwd_private import local_gaussian_update, published_private_update
+from ..privacy._continual_summaries import (
+    SiteNoiseStreams,
+    continual_sensitivities,
+    continual_sigma,
+)
+from ..privacy._horizon import HorizonExceededError
+from ._dwd_private import continual_update, local_gaussian_update, published_private_update
 from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step, solve_batch
 
@@ -32,7 +44,7 @@ def _stream_signature(params):
         return (None, bool(params["fit_intercept"]))
     return tuple(params[name] for name in (
         "mechanism", "epsilon", "delta", "clip_norm", "rho", "step_radius",
-        "calibration", "online_steps", "q", "alpha", "fit_intercept"))
+        "calibration", "online_steps", "q", "alpha", "fit_intercept", "n_batches"))
 
 
 def _renewable_step(sites, stream, settings):
@@ -129,6 +141,56 @@ def _published(sites, stream, settings, *, first):
     return theta, h_bar, 1, release, 0.0
 
 
+#: The prefix-sum mechanisms: name -> factorization of every site's stream.
+CONTINUAL = {"local-tree": "honaker", "local-blt": "blt"}
+
+
+def _continual(sites, stream, settings, *, first):
+    """Correlated noise across a site's batches (:mod:`skfedpriv.privacy.
+    _continual_summaries`): one Gaussian mechanism per stream, charged once
+    before any noise is drawn; in-process sites only."""
+    if not isinstance(sites, SiteData):
+        raise NotImplementedError(
+            f"mechanism={settings['mechanism']!r} runs with sites in this process only "
+            "(fit / partial_fit); remote sites do not implement its noise streams yet."
+        )
+    horizon = settings["n_batches"]
+    if stream.n_batches >= horizon:
+        raise HorizonExceededError(
+            f"the stream was calibrated for n_batches={horizon} batches; start a new "
+            "stream (fit) to train further."
+        )
+    p1, n_models = stream.theta.shape
+    if first:
+        factorization = make_factorization(CONTINUAL[settings["mechanism"]], horizon)
+        sigma = continual_sigma(settings["epsilon"], settings["delta"], factorization,
+                                settings["calibration"])
+        sensitivity = factorization.sensitivity
+        spent = (_gaussian_claim(settings["epsilon"], settings["delta"], sigma, sensitivity**2),
+                 settings["delta"])
+        _charge(settings, *spent, note=f"a new stream of {horizon} batches",
+                mechanism="gaussian", sigma=sigma, sensitivity=sensitivity)
+        # the sites' streams own a child generator: no draw shares a state
+        noise = SiteNoiseStreams(
+            factorization, sites.n_sites, p1, n_models, sigma,
+            continual_sensitivities(settings["q"], settings["clip_norm"]), stream.rng.spawn(1)[0])
+        linear = None
+    else:
+        noise, linear, spent = stream.extra["noise"], stream.extra["linear"], stream.privacy_spent
+        if sites.n_sites > len(noise.streams):
+            raise ValueError(
+                f"the stream's noise was set up for {len(noise.streams)} sites; this batch "
+                f"has {sites.n_sites}."
+            )
+    theta, linear, curvature = continual_update(
+        sites, stream.theta, noise, linear, stream.prior, stream.n_batches,
+        stream.seen + sites.weight_sum, q=settings["q"], alpha=settings["alpha"],
+        fit_intercept=settings["fit_intercept"])
+    stream.extra = dict(noise=noise, linear=linear)
+    release = dict(privacy_spent_=spent, noise_scale_=noise.sigma, rho_=None)
+    return theta, curvature, 1, release, 0.0
+
+
 def _gaussian_claim(epsilon, delta, sigma, releases):
     """ε of ``releases`` composed unit-sensitivity Gaussian releases of noise
     multiplier σ: exactly one Gaussian mechanism of sensitivity
@@ -147,6 +209,7 @@ MECHANISMS = Registry("mechanism", {
     "laplace": _published,
     "gaussian": _published,
     "local-gaussian": _local_gaussian,
+    **{name: _continual for name in CONTINUAL},
 })
 
 
@@ -171,6 +234,7 @@ PARAMETER_CONSTRAINTS = {
     "calibration": [CALIBRATIONS],
     "budget": [PrivacyBudget, None],
     "classes": ["array-like", None],
+    "n_batches": [Interval(numbers.Integral, 1, None), None],
 }
 
 
@@ -484,6 +548,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         calibration="analytic",
         budget=None,
         classes=None,
+        n_batches=None,
     ):
         self.q = q
         self.alpha = alpha
@@ -503,6 +568,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         self.calibration = calibration
         self.budget = budget
         self.classes = classes
+        self.n_batches = n_batches
 
     _parameter_constraints = PARAMETER_CONSTRAINTS
 
@@ -573,6 +639,11 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         settings["epsilon"] = float(params["epsilon"])
         settings["delta"] = 0.0 if mechanism == "laplace" else float(params["delta"])
         settings["clip_norm"] = float(params["clip_norm"])
+        if mechanism in CONTINUAL and params["n_batches"] is None:
+            raise InvalidParameterError(
+                f"mechanism={mechanism!r} needs n_batches, the stream's horizon: its "
+                "noise is calibrated for that many batches."
+            )
         if params["step_radius"] is None:
             # R = q / ((q+1)² C2): the curvature part of T1 (eq. 61) equals
             # its gradient part
@@ -712,6 +783,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             stream_privacy=settings["signature"],
             rng=rng,
             curvature_noise_var=noise_var,
+            extra=getattr(stream, "extra", None),
         )
         release = dict(
             step,
@@ -752,7 +824,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             return SimpleNamespace(
                 theta=np.zeros((p1, n_models)), prior=None, seen=0.0, n_batches=0,
                 started=np.zeros(n_models, dtype=bool), curvature_noise_var=0.0,
-                privacy_spent=None,
+                privacy_spent=None, extra=None,
                 rng=as_generator(settings["random_state"]) if private else None,
             )
         training = self._training_state
@@ -762,4 +834,5 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             curvature_noise_var=training.curvature_noise_var,
             privacy_spent=self.privacy_spent_,
             rng=copy.deepcopy(training.rng),
+            extra=copy.deepcopy(getattr(training, "extra", None)),
         )
