@@ -1,0 +1,241 @@
+"""DWD's prefix-sum mechanisms ('local-tree', 'local-blt'): the site's
+summary, its sensitivity, the calibration, an audit, the estimator."""
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+from scipy.stats import beta as beta_dist
+
+from skfedpriv import DWDClassifier
+from skfedpriv._losses import gendwd_derivative, gendwd_smoothed_curvature
+from skfedpriv.datasets import make_federated_gaussians
+from skfedpriv.linear_model._dwd import CONTINUAL
+from skfedpriv.privacy import (
+    HorizonExceededError,
+    PrivacyBudget,
+    gaussian_epsilon,
+    make_factorization,
+)
+from skfedpriv.privacy._continual_summaries import (
+    SiteNoiseStreams,
+    coefficient_bound,
+    continual_sensitivities,
+    continual_sigma,
+    linearized_summary,
+    model_curvature,
+)
+from skfedpriv.privacy._objective_perturbation import clip_augmented_rows
+
+pytestmark = pytest.mark.filterwarnings("ignore::skfedpriv.privacy.SeededNoiseWarning")
+
+
+def _rows(rng, n, p, c2, fit_intercept=True):
+    return clip_augmented_rows(rng.normal(scale=3.0, size=(n, p)), c2, fit_intercept)
+
+
+# -- the site's summary ---------------------------------------------------------
+
+
+def test_model_gradient_at_its_point_is_the_batch_gradient():
+    """``a + J θ`` at the linearization point is the batch's gradient
+    ``Σ y V'(u) x̄`` (clipping inactive for one model), and ``J`` is the
+    smoothed curvature off the band."""
+    rng = np.random.default_rng(0)
+    X, y = _rows(rng, 50, 3, 3.0), rng.choice([-1.0, 1.0], size=(50, 1))
+    theta = rng.normal(scale=2.0, size=(4, 1))
+    a, J = linearized_summary(X, y, theta, 1.0, True)
+    Xb = np.hstack([np.ones((50, 1)), X])
+    u = y[:, 0] * (Xb @ theta[:, 0])
+    gradient = Xb.T @ (y[:, 0] * gendwd_derivative(u, 1.0))
+    np.testing.assert_allclose(a[:, 0] + J[0] @ theta[:, 0], gradient, atol=1e-10)
+    off = np.abs(u) > 1.0
+    np.testing.assert_allclose(model_curvature(u[off], 1.0), gendwd_smoothed_curvature(u[off], 1.0))
+
+
+@pytest.mark.parametrize("q", [0.5, 1.0, 3.0])
+def test_coefficient_bound_is_the_sup_of_the_coefficient(q):
+    u = np.linspace(-200.0, 200.0, 2_000_001)
+    sup = np.max(np.abs(gendwd_derivative(u, q) - u * model_curvature(u, q)))
+    assert sup <= coefficient_bound(q) * (1 + 1e-9)
+    assert sup >= coefficient_bound(q) * (1 - 1e-3)
+
+
+@pytest.mark.parametrize("q, n_models", [(1.0, 1), (0.5, 3), (3.0, 4)])
+def test_summary_moves_within_the_sensitivity_brute_force(q, n_models):
+    """Replace one row by random and adversarial rows, at random and large
+    parameters: the stacked ``a`` and ``J`` move by at most (Δ_a, Δ_J), and
+    some neighbour comes within a factor 2 of each (the bounds are not vacuous)."""
+    rng = np.random.default_rng(1)
+    c2, p = 3.0, 3
+    delta_a, delta_J = continual_sensitivities(q, c2)
+    worst = np.zeros(2)
+    for trial in range(300):
+        X = _rows(rng, 6, p, c2)
+        Y = rng.choice([-1.0, 1.0], size=(6, n_models))
+        theta = rng.normal(scale=[0.3, 1.0, 5.0][trial % 3], size=(p + 1, n_models))
+        Xn, Yn = X.copy(), Y.copy()
+        Xn[0] = [-X[0], _rows(rng, 1, p, c2)[0], np.zeros(p)][trial % 3]
+        Yn[0] = rng.choice([-1.0, 1.0], size=n_models)
+        a, J = linearized_summary(X, Y, theta, q, True)
+        an, Jn = linearized_summary(Xn, Yn, theta, q, True)
+        moved = np.array([np.linalg.norm(a - an), np.linalg.norm(J - Jn)])
+        assert moved[0] <= delta_a * (1 + 1e-12) and moved[1] <= delta_J * (1 + 1e-12)
+        worst = np.maximum(worst, moved / [delta_a, delta_J])
+    assert np.all(worst > 0.35), worst
+
+
+# -- calibration and accounting ---------------------------------------------------
+
+
+@pytest.mark.parametrize("name, n_batches", [("honaker", 8), ("blt", 100)])
+def test_sigma_is_one_gaussian_mechanism_of_the_factorization(name, n_batches):
+    dp_accounting = pytest.importorskip("dp_accounting")
+    factorization = make_factorization(name, n_batches)
+    sigma = continual_sigma(1.0, 1e-5, factorization)
+    reference = dp_accounting.get_sigma_gaussian(1.0, 1e-5) * factorization.sensitivity
+    assert sigma == pytest.approx(reference, rel=1e-6)
+    # a row enters one step of one site's stream: the column norm of C
+    C = np.asarray(factorization.C)
+    assert factorization.sensitivity == pytest.approx(np.linalg.norm(C, axis=0).max(), rel=1e-12)
+
+
+def test_site_noise_is_the_factorization_noise_at_the_calibrated_std():
+    """Every entry of the summed noise of the prefix sums has the variance
+    ``n_sites σ² (Δ/w)² (BBᵀ)_rr`` (checked on many replicas)."""
+    factorization = make_factorization("honaker", 4)
+    sums = []
+    for seed in range(2000):
+        noise = SiteNoiseStreams(factorization, 2, 2, 1, 1.5, (1.0, 1.0),
+                                 np.random.default_rng(seed))
+        a = np.cumsum([noise.next()[0][0, 0] for _ in range(4)])
+        sums.append(a)
+    expected = 2 * noise.std[0] ** 2 * np.diag(factorization.B @ factorization.B.T)
+    np.testing.assert_allclose(np.var(sums, axis=0), expected, rtol=0.15)
+    assert noise.prefix_variance(3) == pytest.approx(
+        2 * noise.std[1] ** 2 * (factorization.B @ factorization.B.T)[3, 3])
+
+
+# -- empirical audit --------------------------------------------------------------
+
+
+def _audit_epsilon(sample_d, sample_d_prime, delta, thresholds, confidence=0.05):
+    """Lower confidence bound of ε from threshold tests (Clopper-Pearson)."""
+    n, best = len(sample_d), 0.0
+    for t in thresholds:
+        k1, k2 = int(np.sum(sample_d > t)), int(np.sum(sample_d_prime > t))
+        p1 = beta_dist.ppf(confidence / 2, k1, n - k1 + 1) if k1 > 0 else 0.0
+        p2 = beta_dist.ppf(1 - confidence / 2, k2 + 1, n - k2) if k2 < n else 1.0
+        if p1 - delta > 0 and p2 > 0:
+            best = max(best, math.log((p1 - delta) / p2))
+    return best
+
+
+@pytest.mark.parametrize("noise_factor, should_violate", [(1.0, False), (0.5, True)])
+def test_empirical_audit_of_a_site_stream(noise_factor, should_violate):
+    """Two prefix sums of one site's 2-batch Honaker stream, on neighbouring
+    batches (one row replaced, in the first batch), summaries from the
+    package's site code and noise std from its calibration.
+
+    The row pair is near the worst case: orthogonal rows of norm C2 at the
+    margin where the coefficient is largest. Both prefix sums see the change;
+    the audit projects them on the likelihood-ratio direction (the noise
+    covariance is ``BBᵀ`` per entry, in units of each block's std). The ε
+    lower bound (Clopper-Pearson, 95%) stays below ε; with half the noise it
+    exceeds it (the audit has power).
+    """
+    q, c2, epsilon, delta = 1.0, 2.0, 1.0, 1e-5
+    u = np.linspace(-2, 4, 60001)
+    star = u[np.argmax(np.abs(gendwd_derivative(u, q) - u * model_curvature(u, q)))]
+    theta = np.array([[star / c2], [star / c2]])
+    rows = np.array([[c2, 0.0], [0.0, c2]])
+    a, J = linearized_summary(rows[:1], np.ones((1, 1)), theta, q, False)
+    an, Jn = linearized_summary(rows[1:], np.ones((1, 1)), theta, q, False)
+    factorization = make_factorization("honaker", 2)
+    sigma = continual_sigma(epsilon, delta, factorization) * noise_factor
+    noise = SiteNoiseStreams(factorization, 1, 2, 1, sigma, continual_sensitivities(q, c2),
+                             np.random.default_rng(0))
+    upper = np.triu_indices(2)
+    # the change in units of each entry's noise std
+    shift = np.concatenate([(a - an).ravel() / noise.std[0], (J - Jn)[0][upper] / noise.std[1]])
+    distance = np.linalg.norm(shift)
+    B = np.asarray(factorization.B)
+    covariance = B @ B.T
+    weights = np.linalg.solve(covariance, np.ones(2))  # likelihood-ratio direction
+    # the pair's Gaussian distinguishability μ against the claim's: the pair is
+    # close enough to the worst case that half the noise exceeds the claim
+    mu_pair = distance * math.sqrt(weights.sum())
+    mu_claim = factorization.sensitivity / continual_sigma(epsilon, delta, factorization)
+    assert 0.6 < mu_pair / (mu_claim / noise_factor) < 1.0
+    rng = np.random.default_rng(5)
+    n = 400_000
+    noise_d = rng.standard_normal((n, B.shape[1])) @ B.T
+    noise_n = rng.standard_normal((n, B.shape[1])) @ B.T
+    released_d = (distance + noise_d) @ weights
+    released_n = noise_n @ weights
+    spread = math.sqrt(weights @ covariance @ weights)
+    grid = np.linspace(0, distance * weights.sum() + 5 * spread, 200)
+    lower = _audit_epsilon(released_d, released_n, delta, grid)
+    assert (lower > epsilon) if should_violate else (lower <= epsilon)
+
+
+# -- the estimator ----------------------------------------------------------------
+
+
+def _data(n_batches=4, seed=0):
+    return make_federated_gaussians(n_sites=3, n_batches=n_batches, n_per_batch=100,
+                                    n_features=5, mu=0.5, random_state=seed)
+
+
+@pytest.mark.parametrize("mechanism", sorted(CONTINUAL))
+def test_stream_charges_once_resumes_after_pickle_and_stops_at_its_horizon(mechanism):
+    X, y, g, b = _data()
+    budget = PrivacyBudget(epsilon=2.0, delta=1e-4)
+    clf = DWDClassifier(mechanism=mechanism, epsilon=1.0, clip_norm=4.0, n_batches=4,
+                        classes=[-1, 1], budget=budget, random_state=0)
+    twin = None
+    for k in range(4):
+        m = b == k
+        if k == 2:
+            twin = pickle.loads(pickle.dumps(clf))
+        clf.partial_fit(X[m], y[m], sample_group=g[m])
+        if twin is not None:
+            twin.partial_fit(X[m], y[m], sample_group=g[m])
+            np.testing.assert_array_equal(twin.coef_, clf.coef_)
+    (entry,) = budget.ledger.entries
+    factorization = make_factorization(CONTINUAL[mechanism], 4)
+    assert entry.mechanism == "gaussian"
+    assert entry.sensitivity == pytest.approx(factorization.sensitivity)
+    assert gaussian_epsilon(entry.sigma, 1e-5, entry.sensitivity) == pytest.approx(1.0, rel=1e-6)
+    assert clf.privacy_spent_ == (1.0, 1e-5)
+    assert not hasattr(clf, "curvature_")
+    assert clf.score(X, y) > 0.75  # Bayes rate 0.87, chance 0.5
+    before = pickle.dumps(clf.__dict__)
+    with pytest.raises(HorizonExceededError):
+        clf.partial_fit(X[b == 0], y[b == 0], sample_group=g[b == 0])
+    assert pickle.dumps(clf.__dict__) == before
+
+
+def test_continual_mechanism_needs_a_horizon_and_changes_nothing_without():
+    X, y, g, b = _data(n_batches=1)
+    clf = DWDClassifier(mechanism="local-blt", clip_norm=4.0, classes=[-1, 1])
+    with pytest.raises(ValueError, match="n_batches"):
+        clf.fit(X, y, sample_group=g)
+    assert not hasattr(clf, "coef_")
+
+
+def test_a_failed_batch_leaves_the_noise_streams_untouched():
+    """More sites than the stream's noise was set up for: refused, and the
+    next valid batch draws the same noise as without the failed call."""
+    X, y, g, b = _data(n_batches=2)
+    params = dict(mechanism="local-tree", clip_norm=4.0, n_batches=2, classes=[-1, 1],
+                  random_state=3)
+    one, two = DWDClassifier(**params), DWDClassifier(**params)
+    for clf in (one, two):
+        clf.partial_fit(X[b == 0], y[b == 0], sample_group=g[b == 0])
+    with pytest.raises(ValueError, match="sites"):
+        one.partial_fit(X[b == 1], y[b == 1], sample_group=np.arange((b == 1).sum()) % 5)
+    for clf in (one, two):
+        clf.partial_fit(X[b == 1], y[b == 1], sample_group=g[b == 1])
+    np.testing.assert_array_equal(one.coef_, two.coef_)
