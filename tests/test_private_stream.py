@@ -6,8 +6,8 @@ import pickle
 
 import numpy as np
 import pytest
-from scipy.stats import beta as beta_dist
 
+from _reference import audit_epsilon
 from skfedpriv import DWDClassifier
 from skfedpriv._losses import gendwd_derivative, gendwd_smoothed_curvature
 from skfedpriv.datasets import make_federated_gaussians
@@ -120,18 +120,6 @@ def test_site_noise_is_the_factorization_noise_at_the_calibrated_std():
 # -- empirical audit --------------------------------------------------------------
 
 
-def _audit_epsilon(sample_d, sample_d_prime, delta, thresholds, confidence=0.05):
-    """Lower confidence bound of ε from threshold tests (Clopper-Pearson)."""
-    n, best = len(sample_d), 0.0
-    for t in thresholds:
-        k1, k2 = int(np.sum(sample_d > t)), int(np.sum(sample_d_prime > t))
-        p1 = beta_dist.ppf(confidence / 2, k1, n - k1 + 1) if k1 > 0 else 0.0
-        p2 = beta_dist.ppf(1 - confidence / 2, k2 + 1, n - k2) if k2 < n else 1.0
-        if p1 - delta > 0 and p2 > 0:
-            best = max(best, math.log((p1 - delta) / p2))
-    return best
-
-
 @pytest.mark.parametrize("noise_factor, should_violate", [(1.0, False), (0.5, True)])
 def test_empirical_audit_of_a_site_stream(noise_factor, should_violate):
     """Two prefix sums of one site's 2-batch Honaker stream, on neighbouring
@@ -176,7 +164,7 @@ def test_empirical_audit_of_a_site_stream(noise_factor, should_violate):
     released_n = noise_n @ weights
     spread = math.sqrt(weights @ covariance @ weights)
     grid = np.linspace(0, distance * weights.sum() + 5 * spread, 200)
-    lower = _audit_epsilon(released_d, released_n, delta, grid)
+    lower = audit_epsilon(released_d, released_n, delta, grid)
     assert (lower > epsilon) if should_violate else (lower <= epsilon)
 
 
