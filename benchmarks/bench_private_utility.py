@@ -70,6 +70,8 @@ TASKS = {
 METHODS = {
     "DWD non-private stream": None,
     "DWD local-gaussian": dict(mechanism="local-gaussian", online_steps=1),
+    "DWD local-tree": dict(mechanism="local-tree", horizon=True),
+    "DWD local-blt": dict(mechanism="local-blt", horizon=True),
 }
 
 

@@ -3,6 +3,7 @@ summary, its sensitivity, the calibration, an audit, the estimator."""
 
 import math
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -14,7 +15,9 @@ from skfedpriv.datasets import make_federated_gaussians
 from skfedpriv.linear_model._dwd import CONTINUAL
 from skfedpriv.privacy import (
     HorizonExceededError,
+    NoiseDominatesWarning,
     PrivacyBudget,
+    PrivacyBudgetError,
     gaussian_epsilon,
     make_factorization,
 )
@@ -25,6 +28,7 @@ from skfedpriv.privacy._continual_summaries import (
     continual_sigma,
     linearized_summary,
     model_curvature,
+    noise_to_signal,
 )
 from skfedpriv.privacy._objective_perturbation import clip_augmented_rows
 
@@ -227,3 +231,29 @@ def test_a_failed_batch_leaves_the_noise_streams_untouched():
     for clf in (one, two):
         clf.partial_fit(X[b == 1], y[b == 1], sample_group=g[b == 1])
     np.testing.assert_array_equal(one.coef_, two.coef_)
+
+
+def test_a_stream_too_small_for_its_epsilon_warns_before_spending():
+    """Few rows at a small ε: the warning comes before the budget is charged
+    (public quantities only) and the ratio it reports is the noise norm over
+    ``n_rows C2``, checked against the empirical norm of the summed noise."""
+    X, y, g, b = _data(n_batches=4)
+    m = b == 0
+    budget = PrivacyBudget(epsilon=0.05, delta=1e-4)
+    clf = DWDClassifier(mechanism="local-blt", epsilon=0.1, clip_norm=4.0, n_batches=4,
+                        classes=[-1, 1], budget=budget)
+    with pytest.warns(NoiseDominatesWarning, match="mostly noise"):
+        with pytest.raises(PrivacyBudgetError):  # the charge comes after the warning
+            clf.partial_fit(X[m][:20], y[m][:20], sample_group=g[m][:20])
+    factorization = make_factorization("blt", 4)
+    sigma = continual_sigma(0.1, 1e-5, factorization)
+    ratio = noise_to_signal(factorization, sigma, 3, 6, 1, 1.0, 4.0, 80)
+    noise = SiteNoiseStreams(factorization, 3, 6, 1, sigma, continual_sensitivities(1.0, 4.0),
+                             np.random.default_rng(0))
+    total = sum(noise.next()[0] for _ in range(4))
+    assert np.linalg.norm(total) / (80 * 4.0) == pytest.approx(ratio, rel=0.6)
+    assert ratio > 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoiseDominatesWarning)
+        DWDClassifier(mechanism="local-blt", epsilon=1.0, clip_norm=4.0, n_batches=4,
+                      classes=[-1, 1]).partial_fit(X[m], y[m], sample_group=g[m])

@@ -3,6 +3,7 @@
 import copy
 import math
 import numbers
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -27,9 +28,11 @@ from ..privacy._objective_perturbation import (
     local_gaussian_sigma,
 )
 from ..privacy._continual_summaries import (
+    NoiseDominatesWarning,
     SiteNoiseStreams,
     continual_sensitivities,
     continual_sigma,
+    noise_to_signal,
 )
 from ..privacy._horizon import HorizonExceededError
 from ._dwd_private import continual_update, local_gaussian_update, published_private_update
@@ -166,6 +169,7 @@ def _continual(sites, stream, settings, *, first):
         sigma = continual_sigma(settings["epsilon"], settings["delta"], factorization,
                                 settings["calibration"])
         sensitivity = factorization.sensitivity
+        _warn_if_noise_dominates(factorization, sigma, sites, p1, n_models, settings)
         spent = (_gaussian_claim(settings["epsilon"], settings["delta"], sigma, sensitivity**2),
                  settings["delta"])
         _charge(settings, *spent, note=f"a new stream of {horizon} batches",
@@ -189,6 +193,22 @@ def _continual(sites, stream, settings, *, first):
     stream.extra = dict(noise=noise, linear=linear)
     release = dict(privacy_spent_=spent, noise_scale_=noise.sigma, rho_=None)
     return theta, curvature, 1, release, 0.0
+
+
+def _warn_if_noise_dominates(factorization, sigma, sites, p1, n_models, settings):
+    """Warn, before any charge, when the stream's noise would swamp its
+    rows: public quantities only (the first batch's size times the horizon
+    stands for the stream's rows)."""
+    n_rows = sites.weight_sum * factorization.n_rounds
+    ratio = noise_to_signal(factorization, sigma, sites.n_sites, p1, n_models, settings["q"],
+                            settings["clip_norm"], n_rows)
+    if ratio > 1.0:
+        warnings.warn(NoiseDominatesWarning(
+            f"mechanism={settings['mechanism']!r}: the noise of the summed linear term is "
+            f"expected to be {ratio:.3g} times the largest sum {n_rows:.0f} rows (the first "
+            f"batch's size times n_batches) could give; the model will be mostly noise. "
+            f"About {ratio * n_rows:.0f} rows at this epsilon (or a larger epsilon, fewer "
+            "sites, a smaller clip_norm) bring the ratio to one."), stacklevel=4)
 
 
 def _gaussian_claim(epsilon, delta, sigma, releases):

@@ -43,6 +43,7 @@ from ._calibration import gaussian_sigma
 from ._clipping import clip_vectors
 
 __all__ = [
+    "NoiseDominatesWarning",
     "BAND",
     "CURVATURE_NOISE_RATIO",
     "KAPPA",
@@ -52,6 +53,7 @@ __all__ = [
     "continual_sigma",
     "linearized_summary",
     "model_curvature",
+    "noise_to_signal",
 ]
 
 #: Curvature floor of the model on the band, as a fraction of ``(q+1)²/q``.
@@ -180,3 +182,33 @@ class SiteNoiseStreams:
         of steps ``0..step`` (``n_sites Σ_k B[step, k]²`` times std²)."""
         row = np.asarray(self.factorization.B)[step]
         return len(self.streams) * float(row @ row) * self.std[1] ** 2
+
+
+class NoiseDominatesWarning(UserWarning):
+    """A private stream's noise is expected to swamp what its rows can say.
+
+    Emitted before any budget is spent, from public quantities only.
+    """
+
+
+def noise_to_signal(factorization, sigma, n_sites, p1, n_models, q, clip_norm, n_rows):
+    """Expected norm of the noise of the last prefix sum of ``a`` over the
+    largest norm that sum can have without noise.
+
+    Computed from public quantities only: the horizon's factorization, σ,
+    the number of sites, the parameter layout, ``q``, the clip and the
+    number of rows of the stream (``n_rows``, from the public batch sizes).
+    At ``θ_0 = 0`` every row's coefficient is ``±1`` (``V_q'(0) = -1``) and
+    its row has norm at most C2, so no stream's summed linear term exceeds
+    ``n_rows C2`` there; a ratio above one means the noise alone is larger
+    than anything the rows could add (the model is mostly noise).
+
+    Returns
+    -------
+    ratio : float
+    """
+    w_a, _ = _weights()
+    std = sigma * continual_sensitivities(q, clip_norm)[0] / w_a
+    B = np.asarray(factorization.B)
+    last = float(B[-1] @ B[-1])
+    return std * math.sqrt(n_sites * last * p1 * n_models) / (n_rows * clip_norm)
