@@ -23,7 +23,7 @@ from skfedpriv.privacy import (
 )
 from skfedpriv.privacy._continual_summaries import (
     SiteNoiseStreams,
-    coefficient_bound,
+    COEFFICIENT_CLIP,
     continual_sensitivities,
     continual_sigma,
     linearized_summary,
@@ -42,28 +42,29 @@ def _rows(rng, n, p, c2, fit_intercept=True):
 # -- the site's summary ---------------------------------------------------------
 
 
-def test_model_gradient_at_its_point_is_the_batch_gradient():
-    """``a + J θ`` at the linearization point is the batch's gradient
-    ``Σ y V'(u) x̄`` (clipping inactive for one model), and ``J`` is the
-    smoothed curvature off the band."""
-    rng = np.random.default_rng(0)
-    X, y = _rows(rng, 50, 3, 3.0), rng.choice([-1.0, 1.0], size=(50, 1))
-    theta = rng.normal(scale=2.0, size=(4, 1))
-    a, J = linearized_summary(X, y, theta, 1.0, True)
-    Xb = np.hstack([np.ones((50, 1)), X])
-    u = y[:, 0] * (Xb @ theta[:, 0])
-    gradient = Xb.T @ (y[:, 0] * gendwd_derivative(u, 1.0))
-    np.testing.assert_allclose(a[:, 0] + J[0] @ theta[:, 0], gradient, atol=1e-10)
-    off = np.abs(u) > 1.0
-    np.testing.assert_allclose(model_curvature(u[off], 1.0), gendwd_smoothed_curvature(u[off], 1.0))
-
-
 @pytest.mark.parametrize("q", [0.5, 1.0, 3.0])
-def test_coefficient_bound_is_the_sup_of_the_coefficient(q):
-    u = np.linspace(-200.0, 200.0, 2_000_001)
-    sup = np.max(np.abs(gendwd_derivative(u, q) - u * model_curvature(u, q)))
-    assert sup <= coefficient_bound(q) * (1 + 1e-9)
-    assert sup >= coefficient_bound(q) * (1 - 1e-3)
+def test_model_gradient_at_its_point_is_the_batch_gradient(q):
+    """``a + J θ`` at the linearization point is the batch's gradient
+    ``Σ y V'(u) x̄`` for rows whose coefficient is inside the clip (margins
+    past the band: ``h`` is the smoothed ``V_q''``); a row beyond it has its
+    coefficient clipped to norm ``COEFFICIENT_CLIP`` exactly."""
+    rng = np.random.default_rng(0)
+    X = _rows(rng, 50, 3, 3.0)
+    Xb = np.hstack([np.ones((50, 1)), X])
+    theta = rng.normal(size=(4, 1))
+    theta *= 3.0 / np.min(np.abs(Xb @ theta))
+    y = np.sign(Xb @ theta)  # every margin >= 3
+    a, J = linearized_summary(X, y, theta, q, True)
+    u = y[:, 0] * (Xb @ theta[:, 0])
+    assert np.all(u >= 3.0 - 1e-9)
+    np.testing.assert_allclose(model_curvature(u, q), gendwd_smoothed_curvature(u, q))
+    gradient = Xb.T @ (y[:, 0] * gendwd_derivative(u, q))
+    np.testing.assert_allclose(a[:, 0] + J[0] @ theta[:, 0], gradient, atol=1e-10)
+    # a row at margin 0.9 (in the band, |V' - u h| > 1): coefficient -1 exactly
+    point = theta * 0.9 / (Xb[:1] @ theta)
+    a1, _ = linearized_summary(X[:1], np.ones((1, 1)), point, q, True)
+    assert abs(gendwd_derivative(0.9, q) - 0.9 * model_curvature(0.9, q)) > COEFFICIENT_CLIP
+    np.testing.assert_allclose(a1[:, 0], -COEFFICIENT_CLIP * Xb[0])
 
 
 @pytest.mark.parametrize("q, n_models", [(1.0, 1), (0.5, 3), (3.0, 4)])

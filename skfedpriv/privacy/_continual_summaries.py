@@ -19,22 +19,19 @@ factorization ``A = B C`` (:mod:`._prefix_sum`), one noise stream per site.
 
 **Enforced bounds.** Rows are clipped to ``‖x̄_i‖ <= C2``; per row the
 vector ``(h(u_ik))_k`` is clipped to L2 norm ``L = (q+1)²/q`` and then
-``(c_ik)_k`` to L2 norm :func:`coefficient_bound` (joint clipping over the
+``(c_ik)_k`` to L2 norm :data:`COEFFICIENT_CLIP` (joint clipping over the
 ``K`` models: no ``sqrt(K)`` factor). So replacing one row moves the
-stacked ``a`` by at most ``2 C2 M_q`` (L2) and the stacked ``J`` by at most
+stacked ``a`` by at most ``2 C2`` (L2) and the stacked ``J`` by at most
 ``sqrt(2) L C2²`` (Frobenius; each ``J_k`` term is PSD). A site's input of
 one step is ``(w_a a / Δ_a, w_J vech(J) / Δ_J)`` with ``w_a² + w_J² = 1``:
 unit L2 sensitivity per step.
 """
 
-import functools
 import math
 
 import numpy as np
 
 from .._losses import (
-    SMOOTHING_WIDTH,
-    _kink,
     gendwd_curvature_bound,
     gendwd_derivative,
     gendwd_smoothed_curvature,
@@ -48,7 +45,7 @@ __all__ = [
     "CURVATURE_NOISE_RATIO",
     "KAPPA",
     "SiteNoiseStreams",
-    "coefficient_bound",
+    "COEFFICIENT_CLIP",
     "continual_sensitivities",
     "continual_sigma",
     "linearized_summary",
@@ -65,6 +62,12 @@ BAND = 1.0
 #: server's floor, so most of the budget goes to the linear part (measured
 #: in benchmarks/bench_private_utility.py).
 CURVATURE_NOISE_RATIO = 4.0
+#: L2 norm each row's coefficient vector ``(c_ik)_k`` is clipped to: the
+#: bound of ``|V_q'|``, so the linear part has the sensitivity of a gradient
+#: sum. ``|V_q'(u) - u h(u)|`` itself reaches 2.0-3.9 near the kink (q =
+#: 0.5-3); clipping those rows' coefficients biases their model but cuts the
+#: noise 2-4 fold, which measured better (benchmarks/README.md, issue #22).
+COEFFICIENT_CLIP = 1.0
 
 
 def model_curvature(u, q):
@@ -74,26 +77,10 @@ def model_curvature(u, q):
     return np.maximum(gendwd_smoothed_curvature(u, q), floor)
 
 
-@functools.lru_cache(maxsize=64)
-def coefficient_bound(q):
-    """``M_q = max |V_q'(u) - u h(u)|``, the L2 norm each row's coefficient
-    vector ``(c_ik)_k`` is clipped to.
-
-    Taken on a fine grid of margins (it is reached near the kink: ``|V_q'|
-    <= 1``, ``u V_q''(u) = (q+1) (u0/u)^(q+1)`` decays right of it, and
-    ``h = 0`` left of the band). The clipping enforces it, so the
-    sensitivity never rests on the grid; a grid that missed the maximum
-    would only bias the model of the rare row beyond it.
-    """
-    u = np.concatenate([np.linspace(-2.0 * BAND, 4.0 + 4.0 * _kink(q), 200_001),
-                        _kink(q) + SMOOTHING_WIDTH * np.array([-1.0, 0.0, 1.0]), [BAND, -BAND]])
-    return float(np.max(np.abs(gendwd_derivative(u, q) - u * model_curvature(u, q))))
-
-
 def continual_sensitivities(q, clip_norm):
     """``(Δ_a, Δ_J)``: L2 change of the stacked ``a`` and Frobenius change of
     the stacked ``J`` when one row is replaced."""
-    return (2.0 * clip_norm * coefficient_bound(q),
+    return (2.0 * clip_norm * COEFFICIENT_CLIP,
             math.sqrt(2.0) * gendwd_curvature_bound(q) * clip_norm**2)
 
 
@@ -125,7 +112,7 @@ def linearized_summary(X, Y, theta, q, fit_intercept):
     scores = Xb @ theta
     margins = Y * scores
     h = clip_vectors(model_curvature(margins, q), gendwd_curvature_bound(q))
-    c = clip_vectors(Y * gendwd_derivative(margins, q) - h * scores, coefficient_bound(q))
+    c = clip_vectors(Y * gendwd_derivative(margins, q) - h * scores, COEFFICIENT_CLIP)
     return Xb.T @ c, np.einsum("ik,ij,il->kjl", h, Xb, Xb)
 
 
