@@ -332,7 +332,8 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         emits a :class:`~skfedpriv.privacy.SeededNoiseWarning` (fixed seeds
         are for tests and experiments). The non-private model is
         deterministic.
-    mechanism : {None, 'laplace', 'gaussian', 'local-gaussian'}, default=None
+    mechanism : {None, 'laplace', 'gaussian', 'local-gaussian', 'local-tree', 'local-blt'}, \
+            default=None
         Differential privacy (see Notes). ``None`` is the non-private model.
     epsilon : float, default=1.0
         ε of the guarantee (finite, > 0).
@@ -358,7 +359,8 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         bound. ``None`` uses ``q / ((q+1)² C2)``, which makes the curvature
         part of T1 (eq. 61) equal to its gradient part.
     calibration : {'analytic', 'classic', 'zcdp'}, default='analytic'
-        Gaussian calibration of 'local-gaussian': the exact analytic Gaussian
+        Gaussian calibration of 'local-gaussian', 'local-tree' and
+        'local-blt': the exact analytic Gaussian
         mechanism (Balle & Wang 2018), or the classic / zCDP conversions for
         comparison.
     budget : PrivacyBudget or None, default=None
@@ -368,7 +370,8 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         'local-gaussian' charges once per stream (``fit`` or the first
         ``partial_fit``), as one Gaussian mechanism (``mechanism='gaussian'``
         with its noise multiplier σ and sensitivity ``sqrt(releases)``, see
-        Notes); 'laplace'/'gaussian' charge every batch, each a release
+        Notes); so do 'local-tree'/'local-blt' (σ and the factorization's
+        sensitivity); 'laplace'/'gaussian' charge every batch, each a release
         (``(epsilon, 0)`` as 'laplace', ``(epsilon, delta)`` as 'approx').
     classes : array-like of shape (n_classes,) or None, default=None
         The label set, declared. Required with a mechanism (here or as the
@@ -377,6 +380,12 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         the shape of ``coef_``. Rows with a label outside it are refused
         before any state changes. ``None`` without a mechanism: ``fit``
         takes the labels of ``y``, as in scikit-learn.
+    n_batches : int or None, default=None
+        The horizon of a 'local-tree'/'local-blt' stream: its noise is
+        calibrated for this many batches (``fit`` is the first of them);
+        one more raises :class:`~skfedpriv.privacy.HorizonExceededError`
+        and changes nothing. Required by those mechanisms, ignored by the
+        others.
 
     Attributes
     ----------
@@ -406,11 +415,12 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         this is the number of rows, public (batch sizes are public).
     n_iter_ : int
         Iterations of the last ``fit`` or ``partial_fit``; with a mechanism
-        it is ``online_steps`` ('local-gaussian') or 1 (Algorithm 2),
-        data-independent.
+        it is ``online_steps`` ('local-gaussian') or 1 (Algorithm 2,
+        'local-tree', 'local-blt'), data-independent.
     privacy_spent_ : tuple of float
         ``(epsilon, delta)`` charged for the stream so far; ``(inf, 0.0)``
-        without a mechanism (no finite guarantee). 'local-gaussian': the exact
+        without a mechanism (no finite guarantee). 'local-gaussian',
+        'local-tree', 'local-blt': the exact
         ε at δ of the one Gaussian mechanism the stream is (``epsilon`` with the default
         analytic calibration, smaller with 'classic'/'zcdp'), fixed over the
         stream. 'laplace'/'gaussian': the sum over the stream's batches of
@@ -420,12 +430,13 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
     noise_scale_ : float
         Last noise scale: Laplace η or Gaussian τ of Algorithm 2, or the
         unit noise multiplier σ of 'local-gaussian' (a summary with
-        sensitivity Δ gets noise of std ``σ Δ``); 0 without a mechanism. A
+        sensitivity Δ gets noise of std ``σ Δ``) or of the sites' streams of
+        'local-tree'/'local-blt'; 0 without a mechanism. A
         function of the hyperparameters and the (public) row count.
     rho_ : float or None
         Defined with a mechanism. ρ used by the last 'laplace'/'gaussian'
         release (a function of the hyperparameters and the row count); None
-        under 'local-gaussian'.
+        under the site-local mechanisms.
 
     See Also
     --------
@@ -492,6 +503,33 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
       controls, so even the sum is not a proven guarantee for the stream
       as a whole. Use
       ``'local-gaussian'`` for a guarantee over the whole stream.
+    * ``'local-tree'`` / ``'local-blt'`` (rigorous over the whole stream,
+      against the server; adaptive continual release, Denisov et al. 2022,
+      Thm. 2.1): at batch ``b`` each site forms, at the released
+      ``θ_{b-1}``, the coefficients ``(a_b, J_b)`` of the second-order model
+      of its rows' loss (its gradient at ``θ`` is ``a_b + J_b θ``; see
+      :mod:`skfedpriv.privacy._continual_summaries`), each row's
+      coefficients over the ``K`` models jointly clipped (the linear ones to
+      norm 1, the curvature ones to ``(q+1)²/q``), so replacing a row moves
+      the stacked ``a`` by at most ``2 C2`` and the stacked ``J`` by
+      ``sqrt(2) (q+1)²/q C2²``. The site releases the prefix sums
+      ``Σ_{j<=b} (a_j, J_j)`` continually, through a Honaker binary tree
+      or an optimized BLT factorization ``A = B C`` of horizon
+      ``n_batches``, with its own noise (the curvature part 4 times
+      noisier per unit of sensitivity). A row is in one batch of one site,
+      so the stream is one Gaussian mechanism of sensitivity the largest
+      column norm of ``C``: every site's messages and every model released
+      after every batch are ``(epsilon, delta)``-DP for each row, against
+      the server and anyone who sees messages or models. The server
+      minimizes the summed models plus the ridge (post-processing; the
+      curvature below the noise's spectral norm is taken at that level).
+      Batches should be of about equal size: before any charge the first
+      batch's size times ``n_batches`` estimates the stream's rows, and a
+      :class:`~skfedpriv.privacy.NoiseDominatesWarning` says when the noise
+      of the summed linear term is expected to exceed the largest sum
+      those rows could give (the model would be mostly noise). In this
+      process only (``fit``/``partial_fit``): :meth:`fit_sites` with remote
+      sites raises ``NotImplementedError``.
 
     **What to publish.** Every public fitted attribute is listed above
     with what covers it. The secret training state a stream needs to

@@ -6,6 +6,9 @@ minimized over a trust region) and the server's part of site-local Gaussian
 noise draw live in :mod:`skfedpriv.privacy._objective_perturbation`; the
 site-local noise is added by the sites themselves
 (:meth:`~skfedpriv.linear_model.DWDSites.noised_summary`), wherever they run.
+The prefix-sum mechanisms ('local-tree', 'local-blt') sum the batches'
+second-order models released continually by the sites
+(:mod:`skfedpriv.privacy._continual_summaries`) and minimize the sum.
 
 References
 ----------
