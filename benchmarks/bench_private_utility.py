@@ -66,7 +66,8 @@ TASKS = {
     "digits, 10 classes, 5 sites, one fit": (digits, 4.0),
 }
 
-#: method name -> DWDClassifier parameters (None: the non-private stream)
+#: method name -> DWDClassifier parameters (None: the non-private stream;
+#: ``horizon=True``: ``n_batches`` is the task's number of batches)
 METHODS = {
     "DWD non-private stream": None,
     "DWD local-gaussian": dict(mechanism="local-gaussian", online_steps=1),

@@ -12,7 +12,9 @@ from _reference import audit_epsilon
 from skfedpriv import DWDClassifier
 from skfedpriv._losses import gendwd_derivative, gendwd_smoothed_curvature
 from skfedpriv.datasets import make_federated_gaussians
+from skfedpriv.linear_model import DWDSites
 from skfedpriv.linear_model._dwd import CONTINUAL
+from skfedpriv.linear_model._dwd_solver import SiteData
 from skfedpriv.privacy import (
     HorizonExceededError,
     NoiseDominatesWarning,
@@ -258,3 +260,46 @@ def test_a_stream_too_small_for_its_epsilon_warns_before_spending():
         warnings.simplefilter("error", NoiseDominatesWarning)
         DWDClassifier(mechanism="local-blt", epsilon=1.0, clip_norm=4.0, n_batches=4,
                       classes=[-1, 1]).partial_fit(X[m], y[m], sample_group=g[m])
+
+
+class _ElsewhereSites(DWDSites):
+    """Sites behind a transport: the answers of in-process sites, no rows."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.n_features, self.n_sites = inner.n_features, inner.n_sites
+
+    def labels(self):
+        return None
+
+    def prepare(self, classes, **kwargs):
+        self._inner.prepare(classes, **kwargs)
+        self.weight_sum, self.two_sided = self._inner.weight_sum, self._inner.two_sided
+
+    def summaries(self, *args):
+        return self._inner.summaries(*args)
+
+    def majorizer(self, q):
+        return self._inner.majorizer(q)
+
+    def curvature_product(self, *args, **kwargs):
+        return self._inner.curvature_product(*args, **kwargs)
+
+    def line_losses(self, *args):
+        return self._inner.line_losses(*args)
+
+    def noised_summary(self, *args):
+        return self._inner.noised_summary(*args)
+
+
+@pytest.mark.parametrize("mechanism", sorted(CONTINUAL))
+def test_remote_sites_are_refused_before_any_charge(mechanism):
+    X, y, g, b = _data(n_batches=1)
+    codes = np.unique(g, return_inverse=True)[1]
+    inner = SiteData.from_rows(X, y, np.ones(len(y)), [np.flatnonzero(codes == s) for s in range(3)])
+    budget = PrivacyBudget(epsilon=2.0, delta=1e-4)
+    clf = DWDClassifier(mechanism=mechanism, clip_norm=4.0, n_batches=2, classes=[-1, 1],
+                        budget=budget)
+    with pytest.raises(NotImplementedError, match="in this process"):
+        clf.fit_sites(_ElsewhereSites(inner))
+    assert budget.spent == (0.0, 0.0) and not hasattr(clf, "coef_")
