@@ -529,7 +529,12 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
       of the summed linear term is expected to exceed the largest sum
       those rows could give (the model would be mostly noise). In this
       process only (``fit``/``partial_fit``): :meth:`fit_sites` with remote
-      sites raises ``NotImplementedError``.
+      sites raises ``NotImplementedError``. At small sizes (hundreds to
+      tens of thousands of rows at ε = 1) the curvature is below the noise
+      floor and the coefficients sit at their clip: the release is then a
+      shrunk private class-mean-difference direction, whose accuracy is
+      measured in ``benchmarks/README.md`` (issue #22) but whose
+      ``decision_function`` is not on the non-private model's scale.
 
     **What to publish.** Every public fitted attribute is listed above
     with what covers it. The secret training state a stream needs to
