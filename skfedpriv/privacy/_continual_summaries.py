@@ -25,6 +25,13 @@ stacked ``a`` by at most ``2 C2`` (L2) and the stacked ``J`` by at most
 ``sqrt(2) L C2²`` (Frobenius; each ``J_k`` term is PSD). A site's input of
 one step is ``(w_a a / Δ_a, w_J vech(J) / Δ_J)`` with ``w_a² + w_J² = 1``:
 unit L2 sensitivity per step.
+
+**Claim.** A row is in one batch of one site, so it enters one step of one
+site's stream: the site's messages are the Gaussian mechanism on ``C X``
+with L2 sensitivity the largest column norm of ``C`` (any step's input
+chosen adaptively from the earlier releases: adaptive continual release,
+Denisov et al. 2022, Thm. 2.1), calibrated to (ε, δ) by
+:func:`continual_sigma`. The server's sums and models are post-processing.
 """
 
 import math
@@ -40,12 +47,12 @@ from ._calibration import gaussian_sigma
 from ._clipping import clip_vectors
 
 __all__ = [
-    "NoiseDominatesWarning",
     "BAND",
+    "COEFFICIENT_CLIP",
     "CURVATURE_NOISE_RATIO",
     "KAPPA",
+    "NoiseDominatesWarning",
     "SiteNoiseStreams",
-    "COEFFICIENT_CLIP",
     "continual_sensitivities",
     "continual_sigma",
     "linearized_summary",
