@@ -187,6 +187,12 @@ BENCHMARKS = {
         "against the non-private stream (and diffprivlib's LogisticRegression when its "
         "CSV is present)",
     ),
+    "private-utility": Benchmark(
+        "bench_private_utility.py",
+        "issue #22 target rows: private DWD streams (breast cancer, paper Table 1) and "
+        "digits at their epsilon, against the non-private stream and diffprivlib's central "
+        "LogisticRegression (--diffprivlib-python)",
+    ),
     "dwd-speed": Benchmark(
         "bench_dwd_speed.py",
         "DWD fit and partial_fit time and memory against sklearn LogisticRegression "

@@ -1,6 +1,9 @@
 """Reference computations for the tests, written independently of the package."""
 
+import math
+
 import numpy as np
+from scipy.stats import beta as beta_dist
 
 
 def gendwd_objective(theta, Xbar, y, weights, q, alpha):
@@ -17,3 +20,17 @@ def gendwd_objective(theta, Xbar, y, weights, q, alpha):
     value = weights @ loss + 0.5 * alpha * weights.sum() * penalized @ penalized
     grad = Xbar.T @ (weights * y * slope) + alpha * weights.sum() * penalized
     return value, grad
+
+
+def audit_epsilon(sample_d, sample_d_prime, delta, threshold_grid, confidence=0.05):
+    """Lower confidence bound of ε from threshold tests (Clopper-Pearson)."""
+    n = len(sample_d)
+    best = 0.0
+    for t in threshold_grid:
+        k1 = int(np.sum(sample_d > t))
+        k2 = int(np.sum(sample_d_prime > t))
+        p1_low = beta_dist.ppf(confidence / 2, k1, n - k1 + 1) if k1 > 0 else 0.0
+        p2_high = beta_dist.ppf(1 - confidence / 2, k2 + 1, n - k2) if k2 < n else 1.0
+        if p1_low - delta > 0 and p2_high > 0:
+            best = max(best, math.log((p1_low - delta) / p2_high))
+    return best

@@ -5,10 +5,10 @@ import pickle
 
 import numpy as np
 import pytest
-from scipy.stats import beta as beta_dist
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV
 
+from _reference import audit_epsilon
 from skfedpriv import DWDClassifier
 from skfedpriv._losses import gendwd_derivative, gendwd_smoothed_curvature
 from skfedpriv.datasets import make_federated_gaussians
@@ -190,20 +190,6 @@ def test_trust_region_step_is_the_constrained_minimizer():
 # -- empirical audit ----------------------------------------------------------
 
 
-def _audit_epsilon(sample_d, sample_d_prime, delta, threshold_grid, confidence=0.05):
-    """Lower confidence bound of ε from threshold tests (Clopper-Pearson)."""
-    n = len(sample_d)
-    best = 0.0
-    for t in threshold_grid:
-        k1 = int(np.sum(sample_d > t))
-        k2 = int(np.sum(sample_d_prime > t))
-        p1_low = beta_dist.ppf(confidence / 2, k1, n - k1 + 1) if k1 > 0 else 0.0
-        p2_high = beta_dist.ppf(1 - confidence / 2, k2 + 1, n - k2) if k2 < n else 1.0
-        if p1_low - delta > 0 and p2_high > 0:
-            best = max(best, math.log((p1_low - delta) / p2_high))
-    return best
-
-
 @pytest.mark.parametrize("noise_factor, should_violate", [(1.0, False), (0.25, True)])
 def test_empirical_audit_of_a_local_gaussian_release(noise_factor, should_violate):
     """Run a site's gradient release many times on two neighbouring batches.
@@ -238,7 +224,7 @@ def test_empirical_audit_of_a_local_gaussian_release(noise_factor, should_violat
     released_n = (grad_n + gaussian_noise(sigma, (n, 4), random_state=rng)) @ direction
     center = grad_n @ direction
     grid = center + np.linspace(0, np.linalg.norm(grad_d - grad_n) + 5 * sigma, 200)
-    lower = _audit_epsilon(released_d, released_n, delta, grid)
+    lower = audit_epsilon(released_d, released_n, delta, grid)
     if should_violate:
         assert lower > epsilon
     else:

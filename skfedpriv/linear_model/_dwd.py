@@ -3,6 +3,7 @@
 import copy
 import math
 import numbers
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,7 +13,13 @@ from sklearn.utils.class_weight import compute_class_weight
 from .._losses import count_models, gendwd_curvature_bound
 from .._param_validation import Interval, InvalidParameterError, Options, Registry
 from ._base import FederatedClassifierMixin, TrainingState, is_balanced_class_weight
-from ..privacy import PrivacyBudget, as_generator, gaussian_epsilon, warn_if_seeded
+from ..privacy import (
+    PrivacyBudget,
+    as_generator,
+    gaussian_epsilon,
+    make_factorization,
+    warn_if_seeded,
+)
 from ..privacy._objective_perturbation import (
     CALIBRATIONS,
     PublishedCalibration,
@@ -20,7 +27,15 @@ from ..privacy._objective_perturbation import (
     local_gaussian_releases,
     local_gaussian_sigma,
 )
-from ._dwd_private import local_gaussian_update, published_private_update
+from ..privacy._continual_summaries import (
+    NoiseDominatesWarning,
+    SiteNoiseStreams,
+    continual_sensitivities,
+    continual_sigma,
+    noise_to_signal,
+)
+from ..privacy._horizon import HorizonExceededError
+from ._dwd_private import continual_update, local_gaussian_update, published_private_update
 from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step, solve_batch
 
@@ -32,7 +47,7 @@ def _stream_signature(params):
         return (None, bool(params["fit_intercept"]))
     return tuple(params[name] for name in (
         "mechanism", "epsilon", "delta", "clip_norm", "rho", "step_radius",
-        "calibration", "online_steps", "q", "alpha", "fit_intercept"))
+        "calibration", "online_steps", "q", "alpha", "fit_intercept", "n_batches"))
 
 
 def _renewable_step(sites, stream, settings):
@@ -129,6 +144,73 @@ def _published(sites, stream, settings, *, first):
     return theta, h_bar, 1, release, 0.0
 
 
+#: The prefix-sum mechanisms: name -> factorization of every site's stream.
+CONTINUAL = {"local-tree": "honaker", "local-blt": "blt"}
+
+
+def _continual(sites, stream, settings, *, first):
+    """Correlated noise across a site's batches (:mod:`skfedpriv.privacy.
+    _continual_summaries`): one Gaussian mechanism per stream, charged once
+    before any noise is drawn; in-process sites only."""
+    if not isinstance(sites, SiteData):
+        raise NotImplementedError(
+            f"mechanism={settings['mechanism']!r} runs with sites in this process only "
+            "(fit / partial_fit); remote sites do not implement its noise streams yet."
+        )
+    horizon = settings["n_batches"]
+    if stream.n_batches >= horizon:
+        raise HorizonExceededError(
+            f"the stream was calibrated for n_batches={horizon} batches; start a new "
+            "stream (fit) to train further."
+        )
+    p1, n_models = stream.theta.shape
+    if first:
+        factorization = make_factorization(CONTINUAL[settings["mechanism"]], horizon)
+        sigma = continual_sigma(settings["epsilon"], settings["delta"], factorization,
+                                settings["calibration"])
+        sensitivity = factorization.sensitivity
+        _warn_if_noise_dominates(factorization, sigma, sites, p1, n_models, settings)
+        spent = (_gaussian_claim(settings["epsilon"], settings["delta"], sigma, sensitivity**2),
+                 settings["delta"])
+        _charge(settings, *spent, note=f"a new stream of {horizon} batches",
+                mechanism="gaussian", sigma=sigma, sensitivity=sensitivity)
+        # the sites' streams own a child generator: no draw shares a state
+        noise = SiteNoiseStreams(
+            factorization, sites.n_sites, p1, n_models, sigma,
+            continual_sensitivities(settings["q"], settings["clip_norm"]), stream.rng.spawn(1)[0])
+        linear = None
+    else:
+        noise, linear, spent = stream.extra["noise"], stream.extra["linear"], stream.privacy_spent
+        if sites.n_sites > len(noise.streams):
+            raise ValueError(
+                f"the stream's noise was set up for {len(noise.streams)} sites; this batch "
+                f"has {sites.n_sites}."
+            )
+    theta, linear, curvature = continual_update(
+        sites, stream.theta, noise, linear, stream.prior, stream.n_batches,
+        stream.seen + sites.weight_sum, q=settings["q"], alpha=settings["alpha"],
+        fit_intercept=settings["fit_intercept"])
+    stream.extra = dict(noise=noise, linear=linear)
+    release = dict(privacy_spent_=spent, noise_scale_=noise.sigma, rho_=None)
+    return theta, curvature, 1, release, 0.0
+
+
+def _warn_if_noise_dominates(factorization, sigma, sites, p1, n_models, settings):
+    """Warn, before any charge, when the stream's noise would swamp its
+    rows: public quantities only (the first batch's size times the horizon
+    stands for the stream's rows)."""
+    n_rows = sites.weight_sum * factorization.n_rounds
+    ratio = noise_to_signal(factorization, sigma, sites.n_sites, p1, n_models, settings["q"],
+                            settings["clip_norm"], n_rows)
+    if ratio > 1.0:
+        warnings.warn(NoiseDominatesWarning(
+            f"mechanism={settings['mechanism']!r}: the noise of the summed linear term is "
+            f"expected to be {ratio:.3g} times the largest sum {n_rows:.0f} rows (the first "
+            f"batch's size times n_batches) could give; the model will be mostly noise. "
+            f"About {ratio * n_rows:.0f} rows at this epsilon (or a larger epsilon, fewer "
+            "sites, a smaller clip_norm) bring the ratio to one."), stacklevel=4)
+
+
 def _gaussian_claim(epsilon, delta, sigma, releases):
     """ε of ``releases`` composed unit-sensitivity Gaussian releases of noise
     multiplier σ: exactly one Gaussian mechanism of sensitivity
@@ -147,6 +229,7 @@ MECHANISMS = Registry("mechanism", {
     "laplace": _published,
     "gaussian": _published,
     "local-gaussian": _local_gaussian,
+    **{name: _continual for name in CONTINUAL},
 })
 
 
@@ -171,6 +254,7 @@ PARAMETER_CONSTRAINTS = {
     "calibration": [CALIBRATIONS],
     "budget": [PrivacyBudget, None],
     "classes": ["array-like", None],
+    "n_batches": [Interval(numbers.Integral, 1, None), None],
 }
 
 
@@ -250,7 +334,8 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         (``clone`` would copy it into every candidate, fold and refit), and
         a release has ``random_state=None``. The non-private model is
         deterministic.
-    mechanism : {None, 'laplace', 'gaussian', 'local-gaussian'}, default=None
+    mechanism : {None, 'laplace', 'gaussian', 'local-gaussian', 'local-tree', 'local-blt'}, \
+            default=None
         Differential privacy (see Notes). ``None`` is the non-private model.
     epsilon : float, default=1.0
         ε of the guarantee (finite, > 0).
@@ -276,7 +361,8 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         bound. ``None`` uses ``q / ((q+1)² C2)``, which makes the curvature
         part of T1 (eq. 61) equal to its gradient part.
     calibration : {'analytic', 'classic', 'zcdp'}, default='analytic'
-        Gaussian calibration of 'local-gaussian': the exact analytic Gaussian
+        Gaussian calibration of 'local-gaussian', 'local-tree' and
+        'local-blt': the exact analytic Gaussian
         mechanism (Balle & Wang 2018), or the classic / zCDP conversions for
         comparison.
     budget : PrivacyBudget or None, default=None
@@ -286,7 +372,8 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         'local-gaussian' charges once per stream (``fit`` or the first
         ``partial_fit``), as one Gaussian mechanism (``mechanism='gaussian'``
         with its noise multiplier σ and sensitivity ``sqrt(releases)``, see
-        Notes); 'laplace'/'gaussian' charge every batch, each a release
+        Notes); so do 'local-tree'/'local-blt' (σ and the factorization's
+        sensitivity); 'laplace'/'gaussian' charge every batch, each a release
         (``(epsilon, 0)`` as 'laplace', ``(epsilon, delta)`` as 'approx').
     classes : array-like of shape (n_classes,) or None, default=None
         The label set, declared. Required with a mechanism (here or as the
@@ -295,6 +382,12 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         the shape of ``coef_``. Rows with a label outside it are refused
         before any state changes. ``None`` without a mechanism: ``fit``
         takes the labels of ``y``, as in scikit-learn.
+    n_batches : int or None, default=None
+        The horizon of a 'local-tree'/'local-blt' stream: its noise is
+        calibrated for this many batches (``fit`` is the first of them);
+        one more raises :class:`~skfedpriv.privacy.HorizonExceededError`
+        and changes nothing. Required by those mechanisms, ignored by the
+        others.
 
     Attributes
     ----------
@@ -324,11 +417,12 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         this is the number of rows, public (batch sizes are public).
     n_iter_ : int
         Iterations of the last ``fit`` or ``partial_fit``; with a mechanism
-        it is ``online_steps`` ('local-gaussian') or 1 (Algorithm 2),
-        data-independent.
+        it is ``online_steps`` ('local-gaussian') or 1 (Algorithm 2,
+        'local-tree', 'local-blt'), data-independent.
     privacy_spent_ : tuple of float
         ``(epsilon, delta)`` charged for the stream so far; ``(inf, 0.0)``
-        without a mechanism (no finite guarantee). 'local-gaussian': the exact
+        without a mechanism (no finite guarantee). 'local-gaussian',
+        'local-tree', 'local-blt': the exact
         ε at δ of the one Gaussian mechanism the stream is (``epsilon`` with the default
         analytic calibration, smaller with 'classic'/'zcdp'), fixed over the
         stream. 'laplace'/'gaussian': the sum over the stream's batches of
@@ -338,12 +432,13 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
     noise_scale_ : float
         Last noise scale: Laplace η or Gaussian τ of Algorithm 2, or the
         unit noise multiplier σ of 'local-gaussian' (a summary with
-        sensitivity Δ gets noise of std ``σ Δ``); 0 without a mechanism. A
+        sensitivity Δ gets noise of std ``σ Δ``) or of the sites' streams of
+        'local-tree'/'local-blt'; 0 without a mechanism. A
         function of the hyperparameters and the (public) row count.
     rho_ : float or None
         Defined with a mechanism. ρ used by the last 'laplace'/'gaussian'
         release (a function of the hyperparameters and the row count); None
-        under 'local-gaussian'.
+        under the site-local mechanisms.
 
     See Also
     --------
@@ -410,6 +505,38 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
       controls, so even the sum is not a proven guarantee for the stream
       as a whole. Use
       ``'local-gaussian'`` for a guarantee over the whole stream.
+    * ``'local-tree'`` / ``'local-blt'`` (rigorous over the whole stream,
+      against the server; adaptive continual release, Denisov et al. 2022,
+      Thm. 2.1): at batch ``b`` each site forms, at the released
+      ``θ_{b-1}``, the coefficients ``(a_b, J_b)`` of the second-order model
+      of its rows' loss (its gradient at ``θ`` is ``a_b + J_b θ``; see
+      :mod:`skfedpriv.privacy._continual_summaries`), each row's
+      coefficients over the ``K`` models jointly clipped (the linear ones to
+      norm 1, the curvature ones to ``(q+1)²/q``), so replacing a row moves
+      the stacked ``a`` by at most ``2 C2`` and the stacked ``J`` by
+      ``sqrt(2) (q+1)²/q C2²``. The site releases the prefix sums
+      ``Σ_{j<=b} (a_j, J_j)`` continually, through a Honaker binary tree
+      or an optimized BLT factorization ``A = B C`` of horizon
+      ``n_batches``, with its own noise (the curvature part 4 times
+      noisier per unit of sensitivity). A row is in one batch of one site,
+      so the stream is one Gaussian mechanism of sensitivity the largest
+      column norm of ``C``: every site's messages and every model released
+      after every batch are ``(epsilon, delta)``-DP for each row, against
+      the server and anyone who sees messages or models. The server
+      minimizes the summed models plus the ridge (post-processing; the
+      curvature below the noise's spectral norm is taken at that level).
+      Batches should be of about equal size: before any charge the first
+      batch's size times ``n_batches`` estimates the stream's rows, and a
+      :class:`~skfedpriv.privacy.NoiseDominatesWarning` says when the noise
+      of the summed linear term is expected to exceed the largest sum
+      those rows could give (the model would be mostly noise). In this
+      process only (``fit``/``partial_fit``): :meth:`fit_sites` with remote
+      sites raises ``NotImplementedError``. At small sizes (hundreds to
+      tens of thousands of rows at ε = 1) the curvature is below the noise
+      floor and the coefficients sit at their clip: the release is then a
+      shrunk private class-mean-difference direction, whose accuracy is
+      measured in ``benchmarks/README.md`` (issue #22) but whose
+      ``decision_function`` is not on the non-private model's scale.
 
     **What to publish.** Every public fitted attribute is listed above
     with what covers it. The secret training state a stream needs to
@@ -491,6 +618,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         calibration="analytic",
         budget=None,
         classes=None,
+        n_batches=None,
     ):
         self.q = q
         self.alpha = alpha
@@ -510,6 +638,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         self.calibration = calibration
         self.budget = budget
         self.classes = classes
+        self.n_batches = n_batches
 
     _parameter_constraints = PARAMETER_CONSTRAINTS
 
@@ -580,6 +709,11 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         settings["epsilon"] = float(params["epsilon"])
         settings["delta"] = 0.0 if mechanism == "laplace" else float(params["delta"])
         settings["clip_norm"] = float(params["clip_norm"])
+        if mechanism in CONTINUAL and params["n_batches"] is None:
+            raise InvalidParameterError(
+                f"mechanism={mechanism!r} needs n_batches, the stream's horizon: its "
+                "noise is calibrated for that many batches."
+            )
         if params["step_radius"] is None:
             # R = q / ((q+1)² C2): the curvature part of T1 (eq. 61) equals
             # its gradient part
@@ -719,6 +853,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             stream_privacy=settings["signature"],
             rng=rng,
             curvature_noise_var=noise_var,
+            extra=getattr(stream, "extra", None),
         )
         release = dict(
             step,
@@ -759,7 +894,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             return SimpleNamespace(
                 theta=np.zeros((p1, n_models)), prior=None, seen=0.0, n_batches=0,
                 started=np.zeros(n_models, dtype=bool), curvature_noise_var=0.0,
-                privacy_spent=None,
+                privacy_spent=None, extra=None,
                 rng=as_generator(settings["random_state"]) if private else None,
             )
         training = self._training_state
@@ -769,4 +904,5 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             curvature_noise_var=training.curvature_noise_var,
             privacy_spent=self.privacy_spent_,
             rng=copy.deepcopy(training.rng),
+            extra=copy.deepcopy(getattr(training, "extra", None)),
         )

@@ -6,6 +6,9 @@ minimized over a trust region) and the server's part of site-local Gaussian
 noise draw live in :mod:`skfedpriv.privacy._objective_perturbation`; the
 site-local noise is added by the sites themselves
 (:meth:`~skfedpriv.linear_model.DWDSites.noised_summary`), wherever they run.
+The prefix-sum mechanisms ('local-tree', 'local-blt') sum the batches'
+second-order models released continually by the sites
+(:mod:`skfedpriv.privacy._continual_summaries`) and minimize the sum.
 
 References
 ----------
@@ -21,6 +24,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from .._losses import gendwd_curvature_bound
+from ..privacy._continual_summaries import linearized_summary
 from ..privacy._objective_perturbation import summary_sensitivity
 from .._losses import penalty_mask
 from ._dwd_solver import _solve_psd
@@ -142,3 +146,36 @@ def local_gaussian_update(sites, theta, prior, first, sigma_unit, rng, *, online
             trust_region_step(system[k], residual[:, k], step_radius) for k in range(n_models)
         ], axis=1)
     return theta, curvature, n_sites * sigma_h**2
+
+
+# -- continual release of the linearized summaries ('local-tree', 'local-blt') --
+
+
+def continual_update(sites, theta, noise, linear, curvature, step, n_seen, *, q, alpha, fit_intercept):
+    """One batch of the prefix-sum mechanisms: the sites' ``(a_b, J_b)`` at
+    ``θ_{b-1}`` plus each site's correlated noise, added to the prefix sums;
+    ``θ_b`` minimizes the sum of the batches' quadratic models plus the
+    ridge (post-processing of the noisy prefix sums).
+
+    ``sites`` are in this process (their rows in ``sites.parts``);
+    ``noise`` is the sites' :class:`~skfedpriv.privacy._continual_summaries.
+    SiteNoiseStreams`; ``linear`` and ``curvature`` are the noisy prefix sums
+    up to the previous batch (None on the first); ``step`` is the batch's
+    index in the stream and ``n_seen`` the rows seen including it (public).
+
+    Returns the new parameters, the noisy prefix sum of ``a`` and the noisy
+    ``J_b`` (its increment of the curvature prefix sum).
+    """
+    p1, n_models = theta.shape
+    a, J = np.zeros_like(theta), np.zeros((n_models, p1, p1))
+    for X, Y, _ in sites.parts:
+        part_a, part_J = linearized_summary(X, Y, theta, q, fit_intercept)
+        a, J = a + part_a, J + part_J
+    noise_a, noise_J = noise.next()
+    linear = (0.0 if linear is None else linear) + a + noise_a
+    increment = J + noise_J
+    summed = (0.0 if curvature is None else curvature) + increment
+    ridge = alpha * n_seen * penalty_mask(p1, fit_intercept)
+    # curvature below the prefix noise's spectral norm is taken at that level
+    system = _project_psd(summed, math.sqrt(noise.prefix_variance(step))) + np.diag(ridge)[None]
+    return -_solve_psd(system, linear), linear, increment

@@ -30,6 +30,7 @@ from ._calibration import (
     zcdp_to_dp,
 )
 from ._clipping import clip_rows, clip_vectors
+from ._continual_summaries import NoiseDominatesWarning
 from ._factorizations import (
     FACTORIZATIONS,
     BinaryTreeFactorization,
@@ -59,6 +60,7 @@ __all__ = [
     "HorizonExceededError",
     "IndependentFactorization",
     "LedgerEntry",
+    "NoiseDominatesWarning",
     "NoiseStream",
     "OptimalFactorization",
     "PrefixSumFactorization",
