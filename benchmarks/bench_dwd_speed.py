@@ -19,6 +19,7 @@ alternate the methods (a shared machine slows both alike).
 * Offline ``fit`` on scikit-learn's bundled datasets (breast cancer, digits,
   wine, iris; standardized, 3 sites) beside ``LogisticRegression``: time,
   Newton steps and rounds (nearly separable rows make the path long).
+* Many sites (10 to 10 000) on ``n_jobs=None`` against ``n_jobs=2``.
 * ``LogisticRegression`` and ``DecentralizedLogisticRegression`` beside
   ``SGDClassifier(loss="log_loss")`` on the same rows: time and accuracy.
 
@@ -266,12 +267,36 @@ def logistic_rows(n, p, reps):
     return rows
 
 
+def sites_rows(reps, n=100_000, p=20, counts=(10, 1_000, 10_000)):
+    """Fit and one 10 000-row ``partial_fit`` batch with many sites, ``n_jobs``
+    None against 2 (alternated): the per-site path groups sites per worker task."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, p))
+    y = (X[:, 0] + 2.0 * rng.standard_normal(n) > 0).astype(int)  # not separable
+    rows = []
+    for n_sites in counts:
+        g = rng.integers(0, n_sites, n)
+        times = {None: ([], []), 2: ([], [])}
+        for _ in range(reps):
+            for n_jobs in (None, 2):
+                clf, seconds = _time(lambda: DWDClassifier(n_jobs=n_jobs).fit(X, y, sample_group=g))
+                times[n_jobs][0].append(seconds)
+                batch = slice(0, 10_000)
+                _, seconds = _time(lambda: clf.partial_fit(X[batch], y[batch],
+                                                           sample_group=g[batch]))
+                times[n_jobs][1].append(seconds)
+        rows.append(dict(n_sites=n_sites, n=n, p=p,
+                         fit=[float(np.median(times[j][0])) for j in (None, 2)],
+                         batch=[float(np.median(times[j][1])) for j in (None, 2)]))
+    return rows
+
+
 def main():
     parser = benchmark_parser(__doc__)
     parser.add_argument("--repetitions", type=int, default=None)
-    parser.add_argument("--parts", default="offline,bundled,private,partial,logistic",
+    parser.add_argument("--parts", default="offline,bundled,private,partial,logistic,sites",
                         help="comma-separated subset of offline,bundled,private,partial,"
-                             "logistic")
+                             "logistic,sites")
     parser.add_argument("--qs", default="0.5,1,4", help="genDWD exponents of the offline table")
     parser.add_argument("--max-p", type=int, default=None,
                         help="offline sizes with at most this many features")
@@ -290,7 +315,7 @@ def main():
     if args.min_p is not None:
         sizes = [size for size in sizes if size[1] >= args.min_p] or sizes[-1:]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    offline = bundled = private = logistic = []
+    offline = bundled = private = logistic = many_sites = []
     through = fixed = memory = {}
     with threadpool_limits(1):
         if "offline" in parts:
@@ -305,6 +330,9 @@ def main():
             memory = stream_memory(lengths=(20, 200) if quick else (100, 1000))
         if "logistic" in parts:
             logistic = logistic_rows(5_000 if quick else 20_000, 20, reps)
+        if "sites" in parts:
+            many_sites = sites_rows(reps, n=20_000 if quick else 100_000,
+                                    counts=(10, 1_000) if quick else (10, 1_000, 10_000))
 
     lines = [
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared: load average "
@@ -360,8 +388,18 @@ def main():
                   "| method | seconds | test accuracy |", "|---|---|---|"]
         lines += [f"| {r['method']} | {r['seconds']:.3f} | {r['accuracy']:.3f} |"
                   for r in logistic]
+    if many_sites:
+        lines += ["", f"**Many sites** (n={many_sites[0]['n']}, p={many_sites[0]['p']}, "
+                  "non-separable; a fit, then one 10 000-row partial_fit batch), n_jobs=None "
+                  "against n_jobs=2, same run (one BLAS thread each):", "",
+                  "| sites | fit s, n_jobs=None | fit s, n_jobs=2 | ratio | batch ms, None | "
+                  "batch ms, 2 | ratio |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['n_sites']:,} | {r['fit'][0]:.3f} | {r['fit'][1]:.3f} | "
+                  f"{r['fit'][1] / r['fit'][0]:.2f} | {1e3 * r['batch'][0]:.1f} | "
+                  f"{1e3 * r['batch'][1]:.1f} | {r['batch'][1] / r['batch'][0]:.2f} |"
+                  for r in many_sites]
     text = "\n".join(lines) + "\n"
-    every = {"offline", "bundled", "private", "partial", "logistic"}
+    every = {"offline", "bundled", "private", "partial", "logistic", "sites"}
     suffix = "_quick" if quick else ("" if parts == every else "_" + "_".join(sorted(parts)))
     if args.min_p is not None or args.max_p is not None:
         suffix += f"_p{args.min_p or ''}-{args.max_p or ''}"

@@ -14,9 +14,12 @@ of the batch instead of travelling with each round's tasks.
 """
 
 import numbers
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from joblib import Parallel, delayed
+from joblib import Parallel, delayed, effective_n_jobs
 from joblib.parallel import get_active_backend
 
 # joblib's local backends: with one job they run in-process anyway, so a plain
@@ -122,6 +125,88 @@ def site_row_indices(codes, n_sites):
     return np.split(order, bounds)
 
 
+#: Worker tasks per parallel job when sites are grouped: a few more tasks than
+#: workers keep the workers busy when groups take unequal time.
+_TASKS_PER_JOB = 2
+
+
+def site_groups(site_sizes, n_jobs=None):
+    """The group of each site when sites are gathered into worker tasks.
+
+    Every request is a sum over the sites' rows, so a group of sites answers
+    with the sum of its sites' answers: grouping changes the cost of a round
+    (one task per group instead of one per site), not the numbers (up to
+    summation order). Groups are runs of whole sites in order, with about
+    equal numbers of rows.
+
+    Parameters
+    ----------
+    site_sizes : array-like of int
+        The number of rows of each site.
+    n_jobs : int or None
+        The estimator's ``n_jobs``, resolved under the active joblib backend.
+
+    Returns
+    -------
+    group_of_site : ndarray of int
+        ``group_of_site[s]`` in ``range(n_groups)``, non-decreasing.
+    n_groups : int
+        At most ``_TASKS_PER_JOB * effective_n_jobs(n_jobs)``, and no more
+        than there are sites.
+    """
+    ends = np.cumsum(site_sizes)
+    n_sites = len(ends)
+    n_groups = min(n_sites, _TASKS_PER_JOB * max(1, effective_n_jobs(n_jobs)))
+    if n_groups >= n_sites:
+        return np.arange(n_sites), n_sites
+    # a site's group is the share of all rows that ends before its end
+    group_of_site = np.minimum((ends - 1) * n_groups // max(int(ends[-1]), 1), n_groups - 1)
+    kept, group_of_site = np.unique(group_of_site, return_inverse=True)  # no empty group
+    return group_of_site, len(kept)
+
+
+def group_site_rows(site_rows, n_jobs=None):
+    """Row indices of the sites gathered by :func:`site_groups`."""
+    group_of_site, n_groups = site_groups([len(rows) for rows in site_rows], n_jobs)
+    if n_groups == len(site_rows):
+        return list(site_rows)
+    bounds = np.flatnonzero(np.diff(group_of_site)) + 1
+    return [np.concatenate(site_rows[a:b])
+            for a, b in zip(np.r_[0, bounds], np.r_[bounds, len(site_rows)])]
+
+
+def grouped_row_indices(codes, n_sites, n_jobs=None):
+    """:func:`group_site_rows` of :func:`site_row_indices`, from the codes
+    directly (one sort of the rows by group, not by site)."""
+    group_of_site, n_groups = site_groups(np.bincount(codes, minlength=n_sites), n_jobs)
+    return site_row_indices(group_of_site[codes], n_groups)
+
+
+#: Under a local joblib backend, rows per job below which the sites' work is
+#: not split into threaded tasks: one vectorized pass over all rows (with the
+#: pooled path's score cache and fused line searches) was faster than two
+#: threads of grouped sites at 1e5 rows on this project's shared 2-core
+#: machines (benchmarks/README.md, "Many sites").
+_MIN_ROWS_PER_JOB = 100_000
+
+
+def splits_sites(n_sites, n_rows, n_jobs=None):
+    """True when the sites' summaries should be computed as separate tasks.
+
+    False for one site, for one job in this process (:func:`runs_in_process`)
+    and, under joblib's local backends, for fewer than ``_MIN_ROWS_PER_JOB``
+    rows per job; then the sum over sites is one vectorized pass over all the
+    rows, the same numbers up to summation order. A cluster backend (Dask,
+    Ray) always gets the sites apart.
+    """
+    if n_sites == 1 or runs_in_process(n_jobs):
+        return False
+    backend, _ = get_active_backend()
+    if type(backend).__name__ in _LOCAL_BACKENDS:
+        return n_rows >= _MIN_ROWS_PER_JOB * max(1, effective_n_jobs(n_jobs))
+    return True
+
+
 def runs_in_process(n_jobs=None):
     """True when joblib would run per-site work one after another in this process.
 
@@ -206,9 +291,11 @@ def _futures_client(site_args):
 def map_sites(func, site_args, n_jobs=None):
     """Run ``func(*args)`` for each site's ``args`` through joblib.
 
-    Threads are preferred (the per-site work is BLAS-bound and releases the
-    GIL); a backend set with ``joblib.parallel_config`` takes precedence.
-    In process, a plain loop does the same work without joblib's dispatch.
+    Under joblib's local backends the sites' work runs on a pool of
+    ``effective_n_jobs(n_jobs)`` threads of this process (the per-site work
+    is BLAS-bound and releases the GIL); a cluster backend set with
+    ``joblib.parallel_config`` (Dask, Ray) gets the tasks through joblib.
+    In process (one job), a plain loop does the same work.
 
     When the arguments hold Dask futures (site data sent once with
     :func:`scatter_sites`), each site's call is submitted to their cluster
@@ -227,6 +314,32 @@ def map_sites(func, site_args, n_jobs=None):
         return client.gather(futures)
     if len(site_args) == 1 or runs_in_process(n_jobs):
         return [func(*args) for args in site_args]
+    backend, _ = get_active_backend()
+    if type(backend).__name__ in _LOCAL_BACKENDS:
+        return list(_thread_pool(effective_n_jobs(n_jobs)).map(lambda args: func(*args), site_args))
     return Parallel(n_jobs=n_jobs, prefer="threads")(
         delayed(func)(*args) for args in site_args
     )
+
+
+_POOLS = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _thread_pool(n_workers):
+    """A thread pool of ``n_workers`` kept for the life of the process.
+
+    Per-site work on a local backend runs on threads of this process (the
+    sites' rows are here; a process backend would copy them every round).
+    joblib's ``Parallel`` polls its workers every 10 ms, which a round of
+    millisecond tasks pays many times over a fit, so a plain pool serves
+    them; cluster backends (Dask, Ray) still go through joblib.
+    """
+    with _POOLS_LOCK:
+        if _POOLS.get("pid") != os.getpid():  # a forked child has no pool threads
+            _POOLS.clear()
+            _POOLS["pid"] = os.getpid()
+        pool = _POOLS.get(n_workers)
+        if pool is None:
+            pool = _POOLS[n_workers] = ThreadPoolExecutor(n_workers, thread_name_prefix="skfedpriv-site")
+        return pool

@@ -353,9 +353,10 @@ def test_invalid_hyperparameters_raise(params):
         DWDClassifier(**params).fit(X, y)
 
 
-def test_per_site_joblib_path_equals_in_process_path():
+def test_per_site_joblib_path_equals_in_process_path(monkeypatch):
     import joblib
 
+    monkeypatch.setattr("skfedpriv._sites._MIN_ROWS_PER_JOB", 0)  # split even small batches
     from skfedpriv.linear_model._dwd_solver import SiteData
 
     X, y, sites = _standardized_cancer()

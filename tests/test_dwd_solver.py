@@ -70,7 +70,8 @@ def test_gram_equals_weighted_product_and_skips_zero_rows(every):
 
 
 @pytest.mark.parametrize("pooled", [True, False])
-def test_site_requests_are_sums_of_the_defined_quantities(pooled):
+def test_site_requests_are_sums_of_the_defined_quantities(pooled, monkeypatch):
+    monkeypatch.setattr("skfedpriv._sites._MIN_ROWS_PER_JOB", 0)  # split even small batches
     X, Y, weights, Theta = _problem()
     q = 1.5
     codes = np.arange(len(X)) % 3

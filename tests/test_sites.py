@@ -68,3 +68,70 @@ def test_estimators_refuse_mixed_site_labels_before_any_state(make):
 def test_tuples_and_strings_are_distinct_hashable_labels():
     labels, codes = check_sample_group(np.array([("a", 1), "a", "b"], dtype=object), 3)
     assert len(labels) == 3
+
+
+# -- many sites: grouped into worker tasks ---------------------------------------
+
+from skfedpriv._sites import (  # noqa: E402
+    group_site_rows,
+    grouped_row_indices,
+    map_sites,
+    site_groups,
+    site_row_indices,
+)
+
+
+@pytest.mark.parametrize("n_jobs", [2, 3])
+@pytest.mark.parametrize("n_sites", [1, 5, 6, 7, 1000])
+def test_site_groups_are_runs_of_whole_sites(n_sites, n_jobs):
+    rng = np.random.default_rng(n_sites)
+    sizes = rng.integers(0, 50, n_sites)
+    group_of_site, n_groups = site_groups(sizes, n_jobs)
+    assert 1 <= n_groups <= min(n_sites, 2 * n_jobs)
+    if n_sites == 1000:
+        assert n_groups == 2 * n_jobs
+    assert np.all(np.diff(group_of_site) >= 0)  # runs of sites, in order
+    assert set(group_of_site.tolist()) == set(range(n_groups))  # no empty group
+    if n_sites == 1000:  # rows spread about evenly
+        rows = np.bincount(group_of_site, weights=sizes)
+        assert rows.max() - rows.min() <= 2 * sizes.max()
+
+
+def test_grouped_rows_are_the_sites_rows_gathered():
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 500, 3000)
+    per_site = site_row_indices(codes, 500)
+    groups = grouped_row_indices(codes, 500, n_jobs=2)
+    assert len(groups) == 4
+    assert ([sorted(g.tolist()) for g in groups]
+            == [sorted(g.tolist()) for g in group_site_rows(per_site, 2)])
+    assert sorted(np.concatenate(groups).tolist()) == list(range(3000))
+    for rows in groups:  # each site wholly in one group
+        sites = np.unique(codes[rows])
+        assert np.isin(np.flatnonzero(np.isin(codes, sites)), rows).all()
+
+
+@pytest.mark.parametrize("n_rows, n_jobs, expected", [(10**6, 2, True), (10**5, 2, False),
+                                                      (10**6, None, False)])
+def test_small_batches_stay_one_pass_under_local_backends(n_rows, n_jobs, expected):
+    from skfedpriv._sites import splits_sites
+
+    assert splits_sites(50, n_rows, n_jobs) is expected
+    assert splits_sites(1, n_rows, n_jobs) is False
+
+
+def test_map_sites_keeps_the_order_of_the_sites_on_threads():
+    out = map_sites(lambda a, b: a * b, [(i, 2) for i in range(50)], n_jobs=2)
+    assert out == [2 * i for i in range(50)]
+
+
+def test_many_sites_on_two_jobs_fit_the_in_process_model(monkeypatch):
+    monkeypatch.setattr("skfedpriv._sites._MIN_ROWS_PER_JOB", 0)  # split even small batches
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((3000, 4))
+    y = (X[:, 0] + rng.standard_normal(3000) > 0).astype(int)
+    g = rng.integers(0, 2000, 3000)
+    pooled = DWDClassifier().fit(X, y, sample_group=g)
+    grouped = DWDClassifier(n_jobs=2).fit(X, y, sample_group=g)
+    np.testing.assert_allclose(grouped.coef_, pooled.coef_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(grouped.intercept_, pooled.intercept_, rtol=1e-9, atol=1e-12)

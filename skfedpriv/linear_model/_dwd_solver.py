@@ -79,7 +79,15 @@ from .._losses import (
     gendwd_smoothed_curvature,
     penalty_mask,
 )
-from .._sites import dask_client, map_sites, runs_in_process, scatter_sites, site_row_indices
+from .._sites import (
+    dask_client,
+    group_site_rows,
+    grouped_row_indices,
+    map_sites,
+    runs_in_process,
+    scatter_sites,
+    splits_sites,
+)
 from ..privacy._objective_perturbation import site_noise
 from ._dwd_sites import DWDSites, prepare_rows, side_flags
 
@@ -401,8 +409,9 @@ class SiteData(DWDSites):
     (:func:`~skfedpriv.linear_model._dwd_sites.prepare_rows`).
 
     When joblib would run the sites one after another in this process
-    (``n_jobs=None``, no ``parallel_config``), the sum of the sites'
-    summaries is computed in one vectorized pass over all rows: the same
+    (``n_jobs=None``, no ``parallel_config``), or the batch is too small to
+    pay for threads (:func:`~skfedpriv._sites.splits_sites`), the sum of the
+    sites' summaries is computed in one vectorized pass over all rows: the same
     numbers up to floating-point summation order, without a Python call
     per site. In that case the scores ``x̄_iᵀθ`` of the last few parameter
     values asked about are kept (a site would keep its own), so a round at
@@ -410,7 +419,9 @@ class SiteData(DWDSites):
     the rows; a line search over the full step (and longer ones) also forms
     the loss and gradient there in its pass, which answer the next summary
     request at the step taken (the request still counts as a round).
-    Otherwise each site's summary is a separate joblib task.
+    Otherwise the sites' summaries are joblib tasks, one per group of sites
+    (:func:`~skfedpriv._sites.group_site_rows`: about two per worker), so a
+    round costs the same with 10 or 10 000 sites.
 
     Under joblib's Dask backend (and outside a Dask task) each site's rows
     are scattered to the cluster once, when the batch's ``SiteData`` is
@@ -429,13 +440,15 @@ class SiteData(DWDSites):
 
     def __init__(self, X, Y, weights, site_rows, n_jobs, fit_intercept):
         self._raw = None
-        self._setup(X, Y, weights, len(site_rows), lambda: site_rows, n_jobs, fit_intercept)
+        self._setup(X, Y, weights, len(site_rows), lambda: group_site_rows(site_rows, n_jobs),
+                    n_jobs, fit_intercept)
 
     @classmethod
     def from_rows(cls, X, y, sample_weight, site_rows, n_jobs=None):
         """Sites holding raw rows: features, labels and row weights, with
         ``site_rows[s]`` the row indices of site ``s``."""
-        return cls._from_raw(X, y, sample_weight, len(site_rows), lambda: site_rows, n_jobs)
+        return cls._from_raw(X, y, sample_weight, len(site_rows),
+                             lambda: group_site_rows(site_rows, n_jobs), n_jobs)
 
     @classmethod
     def from_site_codes(cls, X, y, sample_weight, site_codes, n_sites, n_jobs=None):
@@ -443,7 +456,7 @@ class SiteData(DWDSites):
         ``range(n_sites)``; the rows are split by site only if the sites'
         work runs apart (not for the pooled pass in process)."""
         return cls._from_raw(X, y, sample_weight, n_sites,
-                             lambda: site_row_indices(site_codes, n_sites), n_jobs)
+                             lambda: grouped_row_indices(site_codes, n_sites, n_jobs), n_jobs)
 
     @classmethod
     def _from_raw(cls, X, y, sample_weight, n_sites, split, n_jobs):
@@ -475,9 +488,10 @@ class SiteData(DWDSites):
         self._setup(X, Y, weights, n_sites, split, n_jobs, bool(fit_intercept))
 
     def _setup(self, X, Y, weights, n_sites, split, n_jobs, fit_intercept):
-        """``split()`` returns the row indices of each of the ``n_sites``
-        sites (called only when the sites' work runs apart)."""
-        if n_sites == 1 or runs_in_process(n_jobs):
+        """``split()`` returns the row indices of each group of sites
+        (:func:`~skfedpriv._sites.site_groups`; called only when the sites'
+        work runs apart)."""
+        if not splits_sites(n_sites, X.shape[0], n_jobs):
             self.parts = [(X, Y, weights)]
         else:
             self.parts = [(X[rows], Y[rows], weights[rows]) for rows in split()]
