@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from _reference import audit_epsilon
-from skfedpriv import DWDClassifier
+from skfedpriv import DWDClassifier, StreamReplayError
 from skfedpriv._losses import gendwd_derivative, gendwd_smoothed_curvature
 from skfedpriv.datasets import make_federated_gaussians
 from skfedpriv.linear_model import DWDSites
@@ -187,17 +187,19 @@ def _data(n_batches=4, seed=0):
 def test_stream_charges_once_resumes_after_pickle_and_stops_at_its_horizon(mechanism):
     X, y, g, b = _data()
     budget = PrivacyBudget(epsilon=2.0, delta=1e-4)
-    clf = DWDClassifier(mechanism=mechanism, epsilon=1.0, clip_norm=4.0, n_batches=4,
-                        classes=[-1, 1], budget=budget, random_state=0)
-    twin = None
+    params = dict(mechanism=mechanism, epsilon=1.0, clip_norm=4.0, n_batches=4,
+                  classes=[-1, 1], random_state=0)
+    reference = DWDClassifier(**params)  # the same seed, never pickled
+    clf = DWDClassifier(**params, budget=budget)
     for k in range(4):
         m = b == k
-        if k == 2:
-            twin = pickle.loads(pickle.dumps(clf))
+        if k == 2:  # resume from a pickle; the original may not continue too
+            original, clf = clf, pickle.loads(pickle.dumps(clf))
         clf.partial_fit(X[m], y[m], sample_group=g[m])
-        if twin is not None:
-            twin.partial_fit(X[m], y[m], sample_group=g[m])
-            np.testing.assert_array_equal(twin.coef_, clf.coef_)
+        reference.partial_fit(X[m], y[m], sample_group=g[m])
+        np.testing.assert_array_equal(clf.coef_, reference.coef_)
+    with pytest.raises(StreamReplayError):
+        original.partial_fit(X[b == 2], y[b == 2], sample_group=g[b == 2])
     (entry,) = budget.ledger.entries
     factorization = make_factorization(CONTINUAL[mechanism], 4)
     assert entry.mechanism == "gaussian"
