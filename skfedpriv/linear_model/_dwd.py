@@ -9,7 +9,8 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.class_weight import compute_class_weight
 
-from .._losses import count_models, gendwd_curvature_bound
+from .._loss import GenDWDLoss
+from .._losses import count_models
 from .._param_validation import Interval, InvalidParameterError, Options, Registry
 from ._base import FederatedClassifierMixin, TrainingState, is_balanced_class_weight
 from ..privacy import PrivacyBudget, as_generator, gaussian_epsilon, warn_if_seeded
@@ -37,7 +38,7 @@ def _stream_signature(params):
 
 def _renewable_step(sites, stream, settings):
     """Non-private update: eq. 26 for a model's first batch, then eq. 30/37."""
-    common = dict(q=settings["q"], alpha=settings["alpha"],
+    common = dict(loss=settings["loss"], alpha=settings["alpha"],
                   fit_intercept=settings["fit_intercept"])
     theta, prior, started = stream.theta, stream.prior, stream.started
     # A model whose rows so far all sit on one side has no minimizer (the
@@ -96,7 +97,7 @@ def _local_gaussian(sites, stream, settings, *, first):
     theta, curvature, noise_var = local_gaussian_update(
         sites, stream.theta, stream.prior, first, sigma, stream.rng,
         prior_noise_var=stream.curvature_noise_var,
-        online_steps=settings["online_steps"], q=settings["q"],
+        online_steps=settings["online_steps"], loss=settings["loss"],
         alpha=settings["alpha"], fit_intercept=settings["fit_intercept"],
         clip_norm=settings["clip_norm"], step_radius=settings["step_radius"],
     )
@@ -112,7 +113,7 @@ def _published(sites, stream, settings, *, first):
     p1, n_models = stream.theta.shape
     per_model = (epsilon / n_models, delta / n_models)
     calibration = PublishedCalibration(
-        settings["mechanism"], *per_model, q=settings["q"], alpha=settings["alpha"],
+        settings["mechanism"], *per_model, loss=settings["loss"], alpha=settings["alpha"],
         clip_norm=settings["clip_norm"], step_radius=settings["step_radius"],
         rho=settings["rho"], p1=p1, n_seen=stream.seen + sites.weight_sum,
     )
@@ -122,7 +123,7 @@ def _published(sites, stream, settings, *, first):
     spent = (before[0] + epsilon, before[1] + delta)
     theta, h_bar = published_private_update(
         sites, stream.theta, stream.prior, [calibration] * n_models, stream.rng,
-        q=settings["q"], alpha=settings["alpha"], fit_intercept=settings["fit_intercept"],
+        loss=settings["loss"], alpha=settings["alpha"], fit_intercept=settings["fit_intercept"],
         step_radius=settings["step_radius"],
     )
     release = dict(privacy_spent_=spent, noise_scale_=calibration.scale, rho_=calibration.rho)
@@ -555,6 +556,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         settings = dict(params)
         mechanism = params["mechanism"]
         settings["q"], settings["alpha"] = float(params["q"]), float(params["alpha"])
+        settings["loss"] = GenDWDLoss(settings["q"])
         settings["fit_intercept"] = bool(params["fit_intercept"])
         settings["signature"] = _stream_signature(params)
         if mechanism is None:
@@ -577,7 +579,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             # R = q / ((q+1)² C2): the curvature part of T1 (eq. 61) equals
             # its gradient part
             settings["step_radius"] = 1.0 / (
-                gendwd_curvature_bound(settings["q"]) * settings["clip_norm"])
+                settings["loss"].curvature_bound * settings["clip_norm"])
         else:
             settings["step_radius"] = float(params["step_radius"])
         return settings

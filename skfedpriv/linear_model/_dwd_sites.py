@@ -18,10 +18,27 @@ import abc
 
 import numpy as np
 
+from .._loss import as_loss
 from .._losses import one_vs_rest_targets
 from ..privacy._objective_perturbation import clip_augmented_rows
 
-__all__ = ["DWDSites", "prepare_rows", "side_flags"]
+__all__ = ["DWDSites", "loss_message", "prepare_rows", "side_flags"]
+
+
+def loss_message(sites, loss):
+    """What names the loss in a request to ``sites``: the loss object for
+    sites that take one (``speaks_loss_objects``), genDWD's ``q`` for sites
+    of a transport whose messages carry only ``q`` (ValueError for another
+    loss)."""
+    loss = as_loss(loss)
+    if getattr(sites, "speaks_loss_objects", False):
+        return loss
+    if loss.q is None:
+        raise ValueError(
+            f"these sites ({type(sites).__name__}) speak only genDWD's q; they "
+            f"cannot compute summaries of the {loss.name} loss."
+        )
+    return loss.q
 
 
 def side_flags(Y, weights):
@@ -147,7 +164,7 @@ class DWDSites(abc.ABC):
         Returns
         -------
         loss : ndarray of shape (K,)
-            ``Σ_i w_i V_q(u_ik)``.
+            ``Σ_i w_i ℓ(u_ik)``.
         grad : ndarray of shape (p1, K)
             ``Σ_i w_i y_ik V_q'(u_ik) x̄_i`` (no ridge term).
         curvature : ndarray of shape (K, p1, p1) or (n_flagged, p1, p1) or None
@@ -203,3 +220,7 @@ class DWDSites(abc.ABC):
 
     rounds = 0
     floats_sent = 0
+    #: whether the requests may name the loss by a loss object
+    #: (:mod:`skfedpriv._loss`); otherwise they carry genDWD's ``q``
+    #: (:func:`loss_message`)
+    speaks_loss_objects = False
