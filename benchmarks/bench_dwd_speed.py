@@ -69,7 +69,7 @@ def _objective(X, y_pm, theta, q, alpha=1e-3):
 
 def _solver_info(func):
     """Run ``func`` and collect the ``info`` of every ``solve_batch`` call."""
-    import skfedpriv.linear_model._dwd as dwd_module
+    import skfedpriv.linear_model._renewable as dwd_module  # where the update calls it
 
     infos, original = [], dwd_module.solve_batch
 

@@ -23,7 +23,8 @@ from ..privacy._objective_perturbation import (
 )
 from ._dwd_private import local_gaussian_update, published_private_update
 from ._dwd_sites import DWDSites
-from ._dwd_solver import SiteData, published_step, solve_batch
+from ._dwd_solver import SiteData, published_step
+from ._renewable import renewable_step
 
 
 def _stream_signature(params):
@@ -37,39 +38,16 @@ def _stream_signature(params):
 
 
 def _renewable_step(sites, stream, settings):
-    """Non-private update: eq. 26 for a model's first batch, then eq. 30/37."""
-    common = dict(loss=settings["loss"], alpha=settings["alpha"],
-                  fit_intercept=settings["fit_intercept"])
-    theta, prior, started = stream.theta, stream.prior, stream.started
-    # A model whose rows so far all sit on one side has no minimizer (the
-    # intercept would run off): it starts once a batch shows both sides.
-    starting = ~started & sites.two_sided
-    curvature = np.zeros((theta.shape[1],) + theta.shape[:1] * 2)
-    n_iter = 0
-    if starting.any() or not started.any():
-        # eq. 26: a model's first estimate solves its batch's equation
-        new, curv, info = solve_batch(
-            sites, theta, prior=prior, center=theta, max_iter=settings["max_iter"],
-            tol=settings["tol"], frozen=~starting, **common,
-        )
-        theta = np.where(starting, new, theta)
-        curvature[~started] = curv[~started]
-        n_iter = info["n_iter"]
-    if started.any():
-        if settings["online_steps"] == 1:  # Algorithm 1 as published (eq. 37)
-            new, curv = published_step(sites, theta, prior=prior, **common)
-            n_iter = max(n_iter, 1)
-        else:  # renewable estimating equation (30), curvature at θ_{b-1} (eq. 35)
-            new, curv, info = solve_batch(
-                sites, theta, prior=prior, center=theta,
-                max_iter=settings["online_steps"], tol=settings["tol"],
-                scale=stream.seen + sites.weight_sum, refresh_curvature=False,
-                warn=False, frozen=~started, **common,
-            )
-            n_iter = max(n_iter, info["n_iter"])
-        theta = np.where(started, new, theta)
-        curvature[started] = curv[started]
-    return theta, curvature, n_iter, started | starting
+    """Non-private update: eq. 26 for a model's first batch, then eq. 30/37
+    (:func:`~skfedpriv.linear_model._renewable.renewable_step`)."""
+    return renewable_step(
+        sites, stream.theta, stream.prior, stream.started, stream.seen, loss=settings["loss"],
+        alpha=settings["alpha"], fit_intercept=settings["fit_intercept"],
+        max_iter=settings["max_iter"], tol=settings["tol"],
+        online_steps=settings["online_steps"],
+        # Algorithm 1 as published (eq. 37)
+        first_step=published_step if settings["online_steps"] == 1 else None,
+    )
 
 
 def _charge(settings, epsilon, delta, *, note, **details):
