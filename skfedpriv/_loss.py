@@ -153,6 +153,27 @@ class LogisticLoss(MarginLoss):
 
 
 @dataclass(frozen=True)
+class SquaredHingeLoss(MarginLoss):
+    """Squared hinge ``max(0, 1 - u)²``: ``ℓ' = -2 max(0, 1 - u)`` (unbounded:
+    a sensitivity needs the gradient itself clipped), ``0 <= ℓ'' <= 2``
+    (2 left of 1, 0 right of it; the left limit at 1, an element of the
+    generalized second derivative)."""
+
+    name = "squared_hinge"
+    curvature_bound = 2.0
+    derivative_bound = float("inf")
+
+    def value(self, u):
+        return np.maximum(0.0, 1.0 - np.asarray(u, dtype=float)) ** 2
+
+    def derivative(self, u):
+        return -2.0 * np.maximum(0.0, 1.0 - np.asarray(u, dtype=float))
+
+    def curvature(self, u):
+        return np.where(np.asarray(u, dtype=float) < 1.0, 2.0, 0.0)
+
+
+@dataclass(frozen=True)
 class MultinomialLoss:
     """Multinomial (softmax) loss ``logsumexp(s) - s_y`` of scores ``s``
     (one per class, class axis last). Not a margin loss: its class models
@@ -196,6 +217,7 @@ LOSSES = {
     "gendwd": GenDWDLoss,
     "logistic": LogisticLoss,
     "multinomial": MultinomialLoss,
+    "squared_hinge": SquaredHingeLoss,
 }
 
 
@@ -218,4 +240,4 @@ def as_loss(loss):
 
 
 __all__ = ["GenDWDLoss", "LOSSES", "LogisticLoss", "MarginLoss", "MultinomialLoss",
-           "as_loss", "make_loss"]
+           "SquaredHingeLoss", "as_loss", "make_loss"]
