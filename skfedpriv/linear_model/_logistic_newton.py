@@ -77,6 +77,7 @@ def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels)
         sites, stream.theta, stream.curvature, stream.started, stream.seen, loss=loss,
         alpha=settings.alpha, fit_intercept=fit_intercept, max_iter=settings.max_iter,
         tol=settings.tol, online_steps=settings.max_iter, penalty=penalty, matrices=True,
+        newton_online=True,
     )
     seen = stream.seen + sites.weight_sum
     renewable = RenewableState(

@@ -9,6 +9,15 @@ sites of fixed-size summaries of their rows, as for
 gradient sum ``Σ_i w_i x̄_i (p_i - e_{y_i})ᵀ``, the curvature matrix
 ``Σ_i w_i (x̄_i x̄_iᵀ) ⊗ (diag(p_i) - p_i p_iᵀ)`` or its products with a
 few vectors, and losses along a direction.
+
+With intercepts, the loss does not change when every class's intercept
+moves by the same amount (the softmax is shift-invariant): the objective is
+flat along ``v``, the intercepts' common shift, and a Newton system singular
+there (rounding along it can even fake a descent). The server adds the
+data-independent gauge term ``½ W (vᵀθ)²`` to every answer (``W`` the
+batch's weight): it fixes scikit-learn's symmetric parametrization
+(intercepts summing to zero, where every fit from ``θ = 0`` stays) and
+changes no prediction.
 """
 
 import numpy as np
@@ -102,6 +111,10 @@ class MultinomialSites(DWDSites):
         # with unpenalized intercepts, a class without rows has no minimizer
         self.two_sided = np.array([bool(np.all((weights > 0) @ Y > 0))])
         self.rounds = self.floats_sent = 0
+        p1 = self.n_features + self.fit_intercept
+        self._gauge = np.zeros(p1 * self.n_classes)
+        if self.fit_intercept:
+            self._gauge[:self.n_classes] = 1.0 / np.sqrt(self.n_classes)
 
     def _matrix(self, theta):
         return theta.reshape(-1, self.n_classes)
@@ -118,6 +131,11 @@ class MultinomialSites(DWDSites):
         grad = sum(r[1] for r in results).reshape(-1, 1)
         curvature = sum(r[2] for r in results)[None] if with_curvature else None
         self._count(total, grad, curvature)
+        shift = self._gauge @ Theta[:, 0]
+        total = total + 0.5 * self.weight_sum * shift**2
+        grad = grad + self.weight_sum * shift * self._gauge[:, None]
+        if with_curvature:
+            curvature = curvature + self.weight_sum * np.outer(self._gauge, self._gauge)[None]
         return total, grad, curvature
 
     def majorizer(self, loss):
@@ -131,7 +149,7 @@ class MultinomialSites(DWDSites):
                                            self.fit_intercept) for X, Y, w in self.parts)
         out = out.reshape(-1, 1)
         self._count(out)
-        return out
+        return out + self.weight_sum * self._gauge[:, None] * (self._gauge @ V)
 
     def line_losses(self, Theta, S, steps, loss):
         out = sum(site_multinomial_line_losses(X, Y, w, self._matrix(Theta), self._matrix(S),
@@ -139,7 +157,8 @@ class MultinomialSites(DWDSites):
                   for X, Y, w in self.parts)
         out = np.asarray(out).reshape(len(steps), 1)
         self._count(out)
-        return out
+        shifts = np.array([self._gauge @ (Theta[:, 0] + t * S[:, 0]) for t in steps])
+        return out + 0.5 * self.weight_sum * shifts[:, None] ** 2
 
     def noised_summary(self, kind, Theta, loss, std, random_state):
         raise NotImplementedError("the multinomial Newton path runs no privacy mechanism.")

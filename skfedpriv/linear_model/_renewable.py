@@ -52,7 +52,7 @@ class RenewableState:
 
 def renewable_step(sites, theta, prior, started, seen, *, loss, alpha, fit_intercept,
                    max_iter, tol, online_steps, penalty=None, first_step=None,
-                   matrices=False):
+                   matrices=False, newton_online=False):
     """Non-private update of one batch: eq. 26 for a model's first batch,
     then the renewable equation (30) with the curvature at ``θ_{b-1}`` (eq. 35).
 
@@ -80,8 +80,13 @@ def renewable_step(sites, theta, prior, started, seen, *, loss, alpha, fit_inter
         online Newton steps (DWD's Algorithm 1 as published, eq. 37);
         returns ``(theta, curvature)``.
     matrices : bool
-        The first batch's Newton systems on curvature matrices formed at
-        every iterate (see :func:`~skfedpriv.linear_model._newton.solve_batch`).
+        Newton systems on curvature matrices formed at every iterate (see
+        :func:`~skfedpriv.linear_model._newton.solve_batch`).
+    newton_online : bool
+        Later batches by Newton steps on the renewable objective, the
+        batch's curvature formed at each iterate, ``J_b`` at the batch's
+        estimate (Luo and Song 2020: ``J̃_b = J̃_{b-1} + J_b(θ̃_b)``); False:
+        the curvature at ``θ_{b-1}`` throughout (the DWD paper's eq. 35).
 
     Returns
     -------
@@ -113,8 +118,8 @@ def renewable_step(sites, theta, prior, started, seen, *, loss, alpha, fit_inter
         else:  # renewable estimating equation (30), curvature at θ_{b-1} (eq. 35)
             new, curv, info = solve_batch(
                 sites, theta, prior=prior, center=theta, max_iter=online_steps, tol=tol,
-                scale=seen + sites.weight_sum, refresh_curvature=False,
-                warn=False, frozen=~started, **common,
+                scale=seen + sites.weight_sum, refresh_curvature=newton_online,
+                matrices=matrices and newton_online, warn=False, frozen=~started, **common,
             )
             n_iter = max(n_iter, info["n_iter"])
         theta = np.where(started, new, theta)
