@@ -9,7 +9,6 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.class_weight import compute_class_weight
 
-from .._loss import GenDWDLoss
 from .._losses import count_models
 from .._param_validation import Interval, InvalidParameterError, Options, Registry
 from ._base import FederatedClassifierMixin, TrainingState, is_balanced_class_weight
@@ -17,55 +16,45 @@ from ..privacy import PrivacyBudget, as_generator, gaussian_epsilon, warn_if_see
 from ..privacy._objective_perturbation import (
     CALIBRATIONS,
     PublishedCalibration,
-    check_augmented_clip_norm,
     local_gaussian_releases,
     local_gaussian_sigma,
 )
 from ._dwd_private import local_gaussian_update, published_private_update
+from ._dwd_settings import dwd_settings
 from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step
 from ._renewable import renewable_step
-
-
-def _stream_signature(params):
-    """The settings a stream's guarantee and accumulated state depend on
-    (without a mechanism: the parameter layout, ``fit_intercept``)."""
-    if params["mechanism"] is None:
-        return (None, bool(params["fit_intercept"]))
-    return tuple(params[name] for name in (
-        "mechanism", "epsilon", "delta", "clip_norm", "rho", "step_radius",
-        "calibration", "online_steps", "q", "alpha", "fit_intercept"))
 
 
 def _renewable_step(sites, stream, settings):
     """Non-private update: eq. 26 for a model's first batch, then eq. 30/37
     (:func:`~skfedpriv.linear_model._renewable.renewable_step`)."""
     return renewable_step(
-        sites, stream.theta, stream.prior, stream.started, stream.seen, loss=settings["loss"],
-        alpha=settings["alpha"], fit_intercept=settings["fit_intercept"],
-        max_iter=settings["max_iter"], tol=settings["tol"],
-        online_steps=settings["online_steps"],
+        sites, stream.theta, stream.prior, stream.started, stream.seen, loss=settings.loss,
+        alpha=settings.alpha, fit_intercept=settings.fit_intercept,
+        max_iter=settings.max_iter, tol=settings.tol,
+        online_steps=settings.online_steps,
         # Algorithm 1 as published (eq. 37)
-        first_step=published_step if settings["online_steps"] == 1 else None,
+        first_step=published_step if settings.online_steps == 1 else None,
     )
 
 
 def _charge(settings, epsilon, delta, *, note, **details):
     """Charge the shared budget, if any (raises before any noise is drawn)."""
-    if settings["budget"] is not None:
-        settings["budget"].spend(
+    if settings.budget is not None:
+        settings.budget.spend(
             epsilon, delta,
-            note=f"DWDClassifier(mechanism={settings['mechanism']!r}): {note}", **details,
+            note=f"DWDClassifier(mechanism={settings.mechanism!r}): {note}", **details,
         )
 
 
 def _local_gaussian(sites, stream, settings, *, first):
     """Site-local Gaussian perturbation of every summary; the budget is
     charged once per stream, before any noise is drawn."""
-    epsilon, delta = settings["epsilon"], settings["delta"]
+    epsilon, delta = settings.epsilon, settings.delta
     n_models = stream.theta.shape[1]
-    releases = local_gaussian_releases(n_models, settings["online_steps"], first)
-    sigma = local_gaussian_sigma(epsilon, delta, releases, settings["calibration"])
+    releases = local_gaussian_releases(n_models, settings.online_steps, first)
+    sigma = local_gaussian_sigma(epsilon, delta, releases, settings.calibration)
     if first:
         spent = (_gaussian_claim(epsilon, delta, sigma, releases), delta)
         _charge(settings, *spent, note="a new stream (all batches: disjoint rows)",
@@ -75,34 +64,34 @@ def _local_gaussian(sites, stream, settings, *, first):
     theta, curvature, noise_var = local_gaussian_update(
         sites, stream.theta, stream.prior, first, sigma, stream.rng,
         prior_noise_var=stream.curvature_noise_var,
-        online_steps=settings["online_steps"], loss=settings["loss"],
-        alpha=settings["alpha"], fit_intercept=settings["fit_intercept"],
-        clip_norm=settings["clip_norm"], step_radius=settings["step_radius"],
+        online_steps=settings.online_steps, loss=settings.loss,
+        alpha=settings.alpha, fit_intercept=settings.fit_intercept,
+        clip_norm=settings.clip_norm, step_radius=settings.step_radius,
     )
     release = dict(privacy_spent_=spent, noise_scale_=sigma, rho_=None)
-    return theta, curvature, settings["online_steps"], release, (
+    return theta, curvature, settings.online_steps, release, (
         noise_var + stream.curvature_noise_var)
 
 
 def _published(sites, stream, settings, *, first):
     """Algorithm 2: one release per batch, each charged before its noise is
     drawn; one-vs-rest models split the budget."""
-    epsilon, delta = settings["epsilon"], settings["delta"]
+    epsilon, delta = settings.epsilon, settings.delta
     p1, n_models = stream.theta.shape
     per_model = (epsilon / n_models, delta / n_models)
     calibration = PublishedCalibration(
-        settings["mechanism"], *per_model, loss=settings["loss"], alpha=settings["alpha"],
-        clip_norm=settings["clip_norm"], step_radius=settings["step_radius"],
-        rho=settings["rho"], p1=p1, n_seen=stream.seen + sites.weight_sum,
+        settings.mechanism, *per_model, loss=settings.loss, alpha=settings.alpha,
+        clip_norm=settings.clip_norm, step_radius=settings.step_radius,
+        rho=settings.rho, p1=p1, n_seen=stream.seen + sites.weight_sum,
     )
     _charge(settings, epsilon, delta, note=f"release of batch {stream.n_batches}",
-            mechanism="laplace" if settings["mechanism"] == "laplace" else "approx")
+            mechanism="laplace" if settings.mechanism == "laplace" else "approx")
     before = (0.0, 0.0) if first else stream.privacy_spent
     spent = (before[0] + epsilon, before[1] + delta)
     theta, h_bar = published_private_update(
         sites, stream.theta, stream.prior, [calibration] * n_models, stream.rng,
-        loss=settings["loss"], alpha=settings["alpha"], fit_intercept=settings["fit_intercept"],
-        step_radius=settings["step_radius"],
+        loss=settings.loss, alpha=settings.alpha, fit_intercept=settings.fit_intercept,
+        step_radius=settings.step_radius,
     )
     release = dict(privacy_spent_=spent, noise_scale_=calibration.scale, rho_=calibration.rho)
     return theta, h_bar, 1, release, 0.0
@@ -531,36 +520,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
 
     def _check_param_combinations(self, params):
         """Cross-parameter rules; returns the settings the update reads."""
-        settings = dict(params)
-        mechanism = params["mechanism"]
-        settings["q"], settings["alpha"] = float(params["q"]), float(params["alpha"])
-        settings["loss"] = GenDWDLoss(settings["q"])
-        settings["fit_intercept"] = bool(params["fit_intercept"])
-        settings["signature"] = _stream_signature(params)
-        if mechanism is None:
-            return settings
-        if params["clip_norm"] is None:
-            raise InvalidParameterError(
-                "clip_norm must be set with a privacy mechanism: it bounds the norm "
-                "of the augmented row (1, x) and is never read from the data."
-            )
-        check_augmented_clip_norm(params["clip_norm"], params["fit_intercept"])
-        if params["class_weight"] is not None:
-            raise InvalidParameterError(
-                "class_weight must be None with a privacy mechanism: the "
-                "sensitivity bounds assume every row weighs one."
-            )
-        settings["epsilon"] = float(params["epsilon"])
-        settings["delta"] = 0.0 if mechanism == "laplace" else float(params["delta"])
-        settings["clip_norm"] = float(params["clip_norm"])
-        if params["step_radius"] is None:
-            # R = q / ((q+1)² C2): the curvature part of T1 (eq. 61) equals
-            # its gradient part
-            settings["step_radius"] = 1.0 / (
-                settings["loss"].curvature_bound * settings["clip_norm"])
-        else:
-            settings["step_radius"] = float(params["step_radius"])
-        return settings
+        return dwd_settings(params)
 
     def fit_sites(self, sites, classes=None):
         """Offline federated fit on rows held at ``sites`` (``fit`` without rows).
@@ -657,7 +617,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
     def _update(self, batch, classes, settings, *, first, new_stream):
         """Validated batch -> sites in this process -> :meth:`_update_sites`."""
         sites = SiteData.from_site_codes(batch.X, batch.y, batch.sample_weight,
-                                         batch.site_codes, batch.n_sites, settings["n_jobs"])
+                                         batch.site_codes, batch.n_sites, settings.n_jobs)
         return self._update_sites(sites, classes, settings, first=first,
                                   class_weight=self._class_weight_vector(classes, batch.y))
 
@@ -669,19 +629,19 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         """
         if class_weight is None:
             class_weight = self._class_weight_vector(classes)
-        private = settings["mechanism"] is not None
-        sites.prepare(classes, fit_intercept=settings["fit_intercept"],
+        private = settings.mechanism is not None
+        sites.prepare(classes, fit_intercept=settings.fit_intercept,
                       class_weight=class_weight,
-                      clip_norm=settings["clip_norm"] if private else None)
+                      clip_norm=settings.clip_norm if private else None)
         n_models = count_models(classes)
-        p1 = sites.n_features + int(settings["fit_intercept"])
+        p1 = sites.n_features + int(settings.fit_intercept)
         stream = self._stream_start(first, p1, n_models, settings)
-        if settings["mechanism"] is None:
+        if settings.mechanism is None:
             theta, curvature, n_iter, started = _renewable_step(sites, stream, settings)
             step = dict(privacy_spent_=(math.inf, 0.0), noise_scale_=0.0)
             noise_var, rng = 0.0, None
         else:
-            mechanism = MECHANISMS[settings["mechanism"]]
+            mechanism = MECHANISMS[settings.mechanism]
             theta, curvature, n_iter, step, noise_var = mechanism(
                 sites, stream, settings, first=first)
             started, rng = np.ones(n_models, dtype=bool), stream.rng
@@ -689,7 +649,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             theta=theta,
             curvature=(0.0 if stream.prior is None else stream.prior) + curvature,
             started=started,
-            stream_privacy=settings["signature"],
+            stream_privacy=settings.stream_key(),
             rng=rng,
             curvature_noise_var=noise_var,
         )
@@ -700,10 +660,10 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             n_batches_=stream.n_batches + 1,
             n_iter_=n_iter,
         )
-        if settings["mechanism"] is None:
+        if settings.mechanism is None:
             # a raw statistic of the rows: public only without a mechanism
             release["curvature_"] = training_state.curvature
-        if settings["fit_intercept"]:
+        if settings.fit_intercept:
             release["intercept_"], release["coef_"] = theta[0].copy(), theta[1:].T.copy()
         else:
             release["intercept_"], release["coef_"] = np.zeros(theta.shape[1]), theta.T.copy()
@@ -711,29 +671,22 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
 
     def _check_continuation(self, settings):
         """Refuse a continuation whose settings differ from the stream's."""
-        was = self._training_state.stream_privacy
-        if was != settings["signature"]:
-            raise ValueError(
-                "The stream's hyperparameters changed in the middle of a stream "
-                f"(was {was}, now {settings['signature']}); the accumulated "
-                "curvature and the guarantee belong to the stream's settings. "
-                "Call fit, or start a new estimator."
-            )
+        self._check_settings_unchanged(settings, self._training_state.stream_privacy)
 
     def _stream_start(self, first, p1, n_models, settings):
         """What the update starts from: nothing on a new stream, else the
         parameters and the accumulated curvature of the earlier batches, and
         the batch's noise generator (a copy of the stream's, so a call that
         raises leaves the stream's generator untouched)."""
-        private = settings["mechanism"] is not None
+        private = settings.mechanism is not None
         if first:
             if private:
-                warn_if_seeded(settings["random_state"], "DWDClassifier")
+                warn_if_seeded(settings.random_state, "DWDClassifier")
             return SimpleNamespace(
                 theta=np.zeros((p1, n_models)), prior=None, seen=0.0, n_batches=0,
                 started=np.zeros(n_models, dtype=bool), curvature_noise_var=0.0,
                 privacy_spent=None,
-                rng=as_generator(settings["random_state"]) if private else None,
+                rng=as_generator(settings.random_state) if private else None,
             )
         training = self._training_state
         return SimpleNamespace(

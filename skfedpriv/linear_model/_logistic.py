@@ -26,7 +26,7 @@ from ..privacy._gradient_noise import (
     gradient_sensitivity,
     max_non_expansive_step,
 )
-from ._base import FederatedClassifierMixin, TrainingState
+from ._base import FederatedClassifierMixin, StreamSettings, TrainingState
 from ._dwd_sites import DWDSites
 from ._local_steps import BatchLearners, RoundRequest
 from ._logistic_newton import newton_sites, newton_update
@@ -37,7 +37,7 @@ DEFAULT_LEARNING_RATE = 0.5
 
 
 @dataclass(frozen=True)
-class LogisticSettings:
+class LogisticSettings(StreamSettings):
     """The validated hyperparameters of one stream (data-independent).
 
     ``learning_rate`` is resolved (``'auto'`` replaced by its value). A
@@ -679,12 +679,7 @@ default=None
                     "continue it there (skfedpriv.flower.federated_partial_fit for "
                     "learners, partial_fit in process), or start a new stream."
                 )
-        if settings != self._settings:
-            raise ValueError(
-                "hyperparameters changed since the first call to partial_fit; the "
-                "noise and the guarantee were planned for the old ones. Call fit or "
-                "use a fresh estimator."
-            )
+        self._check_settings_unchanged(settings, self._settings.stream_key())
 
     def _stream_solver(self, settings, first, *, learners):
         """The solver of this call: ``'auto'`` resolved (local steps with a
