@@ -22,7 +22,7 @@ Two server updates:
 import numpy as np
 
 from .._loss import GenDWDLoss, as_loss
-from .._losses import _power, penalty_mask
+from .._losses import fast_power, penalty_mask
 from .._sites import dask_client, map_sites, runs_in_process, scatter_sites, site_row_indices
 from ..privacy._objective_perturbation import site_noise
 from ._dwd_sites import DWDSites, loss_message, prepare_rows, side_flags
@@ -293,12 +293,12 @@ def _line_losses_from_zero(slope, weights, steps, q):
         crossing = np.full(len(s), len(t))
         crossing[reach] = np.searchsorted(t, u0 / s[reach], side="right")
         tail = np.zeros(len(s))
-        tail[reach] = weights[reach] * _power(u0 / s[reach], q)
+        tail[reach] = weights[reach] * fast_power(u0 / s[reach], q)
         # step j: rows crossing after it are left of the kink, the rest right
         left_weight = np.cumsum(np.bincount(crossing, weights, len(t) + 1)[::-1])[::-1][1:]
         left_slope = np.cumsum(np.bincount(crossing, weights * s, len(t) + 1)[::-1])[::-1][1:]
         right = np.cumsum(np.bincount(crossing, tail, len(t) + 1))[:-1]
-        out[order, k] = left_weight - t * left_slope + _power(1.0 / t, q) * right / (q + 1.0)
+        out[order, k] = left_weight - t * left_slope + fast_power(1.0 / t, q) * right / (q + 1.0)
     return out
 
 
