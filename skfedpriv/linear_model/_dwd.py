@@ -3,7 +3,7 @@
 import copy
 import math
 import numbers
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -24,6 +24,36 @@ from ._dwd_settings import dwd_settings
 from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step
 from ._renewable import renewable_step
+
+
+@dataclass(frozen=True)
+class DWDStream:
+    """What one batch's update starts from (:meth:`DWDClassifier._stream_start`).
+
+    Attributes
+    ----------
+    theta : ndarray of shape (p1, K)
+    prior : ndarray of shape (K, p1, p1) or None
+        The accumulated curvature of the earlier batches (None: first batch).
+    seen : float
+        Row weight of the earlier batches.
+    n_batches : int
+    started : ndarray of bool of shape (K,)
+    curvature_noise_var : float
+        Noise variance per entry carried by ``prior`` (site-local Gaussian).
+    privacy_spent : tuple of float or None
+    rng : numpy.random.Generator or None
+        The batch's noise generator (a copy of the stream's).
+    """
+
+    theta: np.ndarray
+    prior: object
+    seen: float
+    n_batches: int
+    started: np.ndarray
+    curvature_noise_var: float
+    privacy_spent: object
+    rng: object
 
 
 def _renewable_step(sites, stream, settings):
@@ -682,14 +712,14 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         if first:
             if private:
                 warn_if_seeded(settings.random_state, "DWDClassifier")
-            return SimpleNamespace(
+            return DWDStream(
                 theta=np.zeros((p1, n_models)), prior=None, seen=0.0, n_batches=0,
                 started=np.zeros(n_models, dtype=bool), curvature_noise_var=0.0,
                 privacy_spent=None,
                 rng=as_generator(settings.random_state) if private else None,
             )
         training = self._training_state
-        return SimpleNamespace(
+        return DWDStream(
             theta=training.theta, prior=training.curvature, seen=self.n_samples_seen_,
             n_batches=self.n_batches_, started=training.started,
             curvature_noise_var=training.curvature_noise_var,
