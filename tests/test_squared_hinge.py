@@ -79,3 +79,22 @@ def test_squared_hinge_derivatives_and_bounds():
                                atol=1e-6)
     assert loss.curvature(u).max() == loss.curvature_bound
     assert not loss.flat_at_zero and not loss.is_likelihood
+
+
+def test_no_sensitivity_for_an_unbounded_derivative():
+    """Clipped rows bound no squared-hinge gradient sum: the summary
+    protocol's sensitivities refuse it instead of calibrating to infinity."""
+    import pytest
+
+    from skfedpriv.privacy._objective_perturbation import (
+        PublishedCalibration,
+        summary_sensitivity,
+    )
+
+    loss = make_loss("squared_hinge")
+    with pytest.raises(ValueError, match="unbounded derivative"):
+        summary_sensitivity("gradient", loss, 2.0)
+    with pytest.raises(ValueError, match="unbounded derivative"):
+        PublishedCalibration("laplace", 1.0, 0.0, loss=loss, alpha=0.1, clip_norm=2.0,
+                             step_radius=1.0, rho=None, p1=3, n_seen=100)
+    assert summary_sensitivity("curvature", loss, 2.0) == pytest.approx(2 ** 0.5 * 2 * 4)

@@ -79,8 +79,19 @@ def clip_augmented_rows(X, clip_norm, fit_intercept):
 def gradient_sensitivity(clip_norm, loss=None):
     """L2 change of a gradient sum when one row is replaced: ``2 D C2``,
     ``D`` the loss's derivative bound (1 for genDWD, the default)."""
-    bound = 1.0 if loss is None else as_loss(loss).derivative_bound
+    bound = 1.0 if loss is None else _derivative_bound(as_loss(loss))
     return 2.0 * bound * clip_norm
+
+
+def _derivative_bound(loss):
+    """The loss's ``|ℓ'|`` bound; ValueError when it has none (a gradient
+    sum of clipped rows is then unbounded: no sensitivity)."""
+    if not math.isfinite(loss.derivative_bound):
+        raise ValueError(
+            f"the {loss.name} loss has an unbounded derivative: clipping the rows "
+            "bounds no gradient sum, so no mechanism here can be calibrated for it."
+        )
+    return loss.derivative_bound
 
 
 def curvature_sensitivity(loss, clip_norm):
@@ -201,7 +212,7 @@ class PublishedCalibration:
     def __init__(self, mechanism, epsilon, delta, *, loss, alpha, clip_norm, step_radius, rho,
                  p1, n_seen):
         loss = as_loss(loss)
-        bound, slope = loss.curvature_bound, loss.derivative_bound
+        bound, slope = loss.curvature_bound, _derivative_bound(loss)
         c2 = clip_norm
         c1 = math.sqrt(p1) * c2
         floor = n_seen * alpha
