@@ -62,6 +62,11 @@ def test_fit_sites_on_summary_sites_is_fit():
     b = LogisticRegression(alpha=1e-2).fit_sites(SiteData.from_rows(X, y, np.ones(len(y)), rows))
     np.testing.assert_allclose(b.coef_, a.coef_, rtol=1e-9, atol=1e-12)
     assert b.n_features_in_ == X.shape[1]
+    X, y = _rows(load_wine)  # three classes: one-vs-rest sites cannot serve softmax
+    est = LogisticRegression()
+    with pytest.raises(ValueError, match="MultinomialSites"):
+        est.fit_sites(SiteData.from_rows(X, y, np.ones(len(y)), [np.arange(len(y))]))
+    assert not hasattr(est, "coef_")
 
 
 def _logistic(theta, X, s, mask):

@@ -66,6 +66,12 @@ def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels)
         is a raw statistic of the rows: never published).
     """
     loss = newton_loss(classes)
+    if (loss.kind == "multinomial") != isinstance(sites, MultinomialSites):
+        raise ValueError(
+            f"{len(classes)} classes need sites of the {loss.name} loss "
+            f"({'MultinomialSites' if loss.kind == 'multinomial' else 'margin sites'}), "
+            f"got {type(sites).__name__}."
+        )
     fit_intercept = settings.fit_intercept
     sites.prepare(classes, fit_intercept=fit_intercept)
     p1 = sites.n_features + int(fit_intercept)
