@@ -149,3 +149,36 @@ def test_every_registered_loss_declares_what_the_protocols_read(name):
                else ("value", "value_and_gradient", "curvature_product"))
     for method in methods + ("probabilities",):
         assert callable(getattr(loss, method)), method
+
+
+# -- function length (docs/architecture.md) -----------------------------------
+
+#: Functions allowed over the limit, with the reason.
+LONG_FUNCTIONS = {
+    ("__main__.py", "demo"): "one straight script of the command line's demo",
+}
+MAX_FUNCTION_LINES = 80
+
+
+def _body_lines(node):
+    """Lines of a function's body, its docstring left out."""
+    first = node.body[0]
+    docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+    start = first.end_lineno + 1 if docstring and len(node.body) > 1 else first.lineno
+    return node.end_lineno - start + 1
+
+
+def test_no_function_is_over_80_lines():
+    found = [f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno} {node.name} "
+             f"({_body_lines(node)} lines)"
+             for path, tree in _modules() for node in ast.walk(tree)
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+             and _body_lines(node) > MAX_FUNCTION_LINES
+             and (path.relative_to(PACKAGE).as_posix(), node.name) not in LONG_FUNCTIONS]
+    assert found == []
+
+
+def test_the_length_rule_would_see_a_long_function():
+    body = "\n".join(f"    x{i} = {i}" for i in range(81))
+    tree = ast.parse(f'def f():\n    """doc"""\n{body}\n')
+    assert _body_lines(tree.body[0]) == 81
