@@ -261,7 +261,7 @@ def test_feature_clipping_applies_at_prediction():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(50, 3)) * 10
     y = (X[:, 0] > 0).astype(int)
-    clf = LogisticRegression(n_rounds=5, feature_clip_norm=1.0).fit(X, y)
+    clf = LogisticRegression(n_rounds=5, feature_clip_norm=1.0, solver="local-steps").fit(X, y)
     Xc = X * np.minimum(1.0, 1.0 / np.linalg.norm(X, axis=1))[:, None]
     np.testing.assert_allclose(clf.decision_function(X),
                                Xc @ clf.coef_.ravel() + clf.intercept_[0])

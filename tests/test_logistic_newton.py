@@ -54,6 +54,15 @@ def test_default_is_sklearns_at_the_matched_c():
                                atol=1e-6 * np.abs(theirs.coef_).max())
 
 
+def test_feature_clip_norm_is_a_local_steps_setting():
+    """Newton neither clips the rows in training nor at prediction."""
+    X, y = _rows(load_breast_cancer)
+    plain = LogisticRegression(alpha=1e-2).fit(X, y)
+    clipped = LogisticRegression(alpha=1e-2, feature_clip_norm=1.0).fit(X, y)
+    np.testing.assert_array_equal(clipped.coef_, plain.coef_)
+    np.testing.assert_array_equal(clipped.decision_function(X), plain.decision_function(X))
+
+
 def test_fit_sites_on_summary_sites_is_fit():
     X, y = _rows(load_breast_cancer)
     sites = np.arange(len(y)) % 4

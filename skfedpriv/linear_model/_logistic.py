@@ -282,7 +282,8 @@ class LogisticRegression(FederatedClassifierMixin, BaseEstimator):
         ``fit``, ``partial_fit`` and at prediction) and the local steps are
         kept non-expansive, which allows the smaller sensitivity
         ``2 B_g / τ`` (see Notes). ``None`` leaves rows as they are and, with
-        a mechanism, calibrates for ``2 B_g``.
+        a mechanism, calibrates for ``2 B_g``. Local steps only: Newton
+        clips no row.
     alpha : float or None, default=None
         ``None`` is ``1e-4`` when the solver is (or ``'auto'`` resolves to)
         Newton without a mechanism (a ridge keeps the fit finite on
@@ -840,8 +841,9 @@ default=None
     # ------------------------------------------------------------------
 
     def _prediction_rows(self, X):
-        # rows are clipped to ``feature_clip_norm`` (if set), as in training
-        if self._settings.feature_clip_norm is not None:
+        # rows are clipped to ``feature_clip_norm`` (if set), as the local
+        # steps clip them in training (Newton does not clip)
+        if self.solver_ == "local-steps" and self._settings.feature_clip_norm is not None:
             return clip_rows(X, self._settings.feature_clip_norm)
         return X
 
