@@ -70,7 +70,7 @@ def _objective(X, y_pm, theta, q, alpha=1e-3):
 
 def _solver_info(func):
     """Run ``func`` and collect the ``info`` of every ``solve_batch`` call."""
-    import skfedpriv.linear_model._dwd as dwd_module
+    import skfedpriv.linear_model._renewable as dwd_module  # where the update calls it
 
     infos, original = [], dwd_module.solve_batch
 
@@ -247,8 +247,10 @@ def logistic_rows(n, p, reps):
     X, y, g, _ = _data(n, p)
     X_test, y_test, _, _ = _data(n // 4, p, seed=1)
     methods = {
-        "skfedpriv LogisticRegression (non-private)": lambda: LogisticRegression().fit(
-            X, y, sample_group=g),
+        # the local steps the figures of benchmarks/README.md were measured
+        # with (the default before #21; the Newton path: bench_logistic_newton.py)
+        "skfedpriv LogisticRegression (non-private, local steps)": lambda: LogisticRegression(
+            solver="local-steps").fit(X, y, sample_group=g),
         "skfedpriv DecentralizedLogisticRegression (non-private)":
             lambda: DecentralizedLogisticRegression().fit(X, y, sample_group=g),
         "sklearn SGDClassifier(log_loss)": lambda: SGDClassifier(loss="log_loss").fit(X, y),

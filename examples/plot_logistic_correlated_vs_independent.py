@@ -73,7 +73,8 @@ def run(mechanism, data, seed):
     clf = LogisticRegression(
         local_steps=tau, learning_rate=learning_rate, n_rounds=n_rounds,
         mechanism=mechanism, epsilon=epsilon, delta=delta, clip_norm=1.0,
-        feature_clip_norm=feature_clip_norm, random_state=seed)
+        feature_clip_norm=feature_clip_norm, random_state=seed,
+        solver="local-steps")  # the paper's algorithm, also without noise
     learners = np.repeat(np.arange(n_learners), tau)
     curve = []
     for r in range(n_rounds):

@@ -58,7 +58,8 @@ def accuracy(**params):
     clf = LogisticRegression(
         local_steps=tau, learning_rate=learning_rate, n_rounds=n_rounds,
         clip_norm=1.0, feature_clip_norm=feature_clip_norm, delta=delta,
-        classes=[-1, 1], **params)  # the label set is declared, not read from y
+        classes=[-1, 1], solver="local-steps",  # the paper's algorithm, also without noise
+        **params)  # the label set is declared, not read from y
     return clf.fit(X, y, sample_group=learners).score(X_test, y_test)
 
 

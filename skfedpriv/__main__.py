@@ -209,6 +209,12 @@ BENCHMARKS = {
         "Zhang et al. section V-A: private federated LogisticRegression accuracy and loss "
         "per noise mechanism, against independent noise; time against SGDClassifier",
     ),
+    "logistic-newton": Benchmark(
+        "bench_logistic_newton.py",
+        "LogisticRegression(solver='newton') fit and renewable partial_fit: time, Newton "
+        "steps, rounds, accuracy and coefficient gap against sklearn LogisticRegression "
+        "(lbfgs, newton-cholesky) on the bundled datasets",
+    ),
     "decentralized": Benchmark(
         "bench_decentralized.py",
         "Wang et al. section 4 on UCI letter: PD-FTGL, PD-OCG and PD-OGD average loss, "

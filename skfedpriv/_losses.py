@@ -76,7 +76,7 @@ def one_vs_rest_targets(y, classes):
 SMOOTHING_WIDTH = 0.05
 
 
-def _power(x, exponent):
+def fast_power(x, exponent):
     """``x ** exponent`` for ``x >= 0``; integer and half-integer exponents up
     to 16 by multiplications and one square root (several times faster than
     the general power, to the last few ulps the same)."""
@@ -110,7 +110,7 @@ def gendwd_loss(u, q):
     u0 = _kink(q)
     right = u > u0
     safe_u = np.where(right, u, u0)
-    return np.where(right, _power(u0 / safe_u, q) / (q + 1.0), 1.0 - u)
+    return np.where(right, fast_power(u0 / safe_u, q) / (q + 1.0), 1.0 - u)
 
 
 def gendwd_derivative(u, q):
@@ -119,7 +119,7 @@ def gendwd_derivative(u, q):
     u0 = _kink(q)
     right = u > u0
     safe_u = np.where(right, u, u0)
-    return np.where(right, -_power(u0 / safe_u, q + 1.0), -1.0)
+    return np.where(right, -fast_power(u0 / safe_u, q + 1.0), -1.0)
 
 
 def gendwd_loss_and_derivative(u, q):
@@ -128,7 +128,7 @@ def gendwd_loss_and_derivative(u, q):
     u0 = _kink(q)
     right = u > u0
     ratio = u0 / np.where(right, u, u0)
-    ratio_q = _power(ratio, q)
+    ratio_q = fast_power(ratio, q)
     loss = np.where(right, ratio_q / (q + 1.0), 1.0 - u)
     derivative = np.where(right, -ratio_q * ratio, -1.0)
     return loss, derivative
@@ -146,7 +146,7 @@ def gendwd_curvature(u, q):
     u = np.asarray(u, dtype=float)
     u0 = _kink(q)
     right = u >= u0
-    return np.where(right, gendwd_curvature_bound(q) * _power(u0 / np.where(right, u, u0), q + 2.0),
+    return np.where(right, gendwd_curvature_bound(q) * fast_power(u0 / np.where(right, u, u0), q + 2.0),
                     0.0)
 
 

@@ -119,13 +119,14 @@ def test_fit_objective_never_increases():
         recorded.append(out[2]["objective"])
         return out
 
-    _dwd_solver_module = __import__("skfedpriv.linear_model._dwd", fromlist=["x"])
+    _dwd_solver_module = __import__("skfedpriv.linear_model._renewable", fromlist=["x"])
     _dwd_solver_module.solve_batch = spy
     try:
         for q in (0.5, 1.0, 3.0):
             DWDClassifier(q=q, alpha=1e-4).fit(X, y, sample_group=sites)
     finally:
         _dwd_solver_module.solve_batch = original
+    assert len(recorded) == 3
     for history in recorded:
         assert len(history) > 2
         assert np.all(np.diff(history, axis=0) <= 0)

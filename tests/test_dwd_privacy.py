@@ -48,7 +48,7 @@ def _data(n_batches=4, seed=0, p=5):
 def test_published_calibration_matches_paper_formulas(q, epsilon):
     c2, radius, alpha, n, p1, delta = 4.0, 0.05, 1e-3, 1200.0, 6, 1e-5
     rho = 500.0
-    laplace = PublishedCalibration("laplace", epsilon, 0.0, q=q, alpha=alpha, clip_norm=c2,
+    laplace = PublishedCalibration("laplace", epsilon, 0.0, loss=q, alpha=alpha, clip_norm=c2,
                                    step_radius=radius, rho=rho, p1=p1, n_seen=n)
     # eq. 61 with C1 = sqrt(p1) C2 and C_{p-1}/sqrt(N_{b-1}) replaced by R
     c1 = math.sqrt(p1) * c2
@@ -59,7 +59,7 @@ def test_published_calibration_matches_paper_formulas(q, epsilon):
     if epsilon > t2:
         assert laplace.scale == pytest.approx(t1 / (epsilon - t2), rel=1e-12)
     # eq. 64 and Algorithm 2 step 7
-    auto = PublishedCalibration("gaussian", epsilon, delta, q=q, alpha=alpha, clip_norm=c2,
+    auto = PublishedCalibration("gaussian", epsilon, delta, loss=q, alpha=alpha, clip_norm=c2,
                                 step_radius=radius, rho=None, p1=p1, n_seen=n)
     d1 = 2 * c2 + 2 * (q + 1) ** 2 * c2**2 * radius / q
     tau = d1 * (math.sqrt(2 * math.log(1 / delta)) + math.sqrt(2 * math.log(1 / delta) + epsilon)) / epsilon
@@ -74,7 +74,7 @@ def test_published_calibration_matches_paper_formulas(q, epsilon):
 
 def test_laplace_without_valid_scale_names_rho():
     with pytest.raises(ValueError, match="rho"):
-        PublishedCalibration("laplace", 0.1, 0.0, q=1.0, alpha=0.0, clip_norm=4.0,
+        PublishedCalibration("laplace", 0.1, 0.0, loss=1.0, alpha=0.0, clip_norm=4.0,
                              step_radius=0.1, rho=1.0, p1=3, n_seen=10)
     X, y, g, b = _data()
     clf = DWDClassifier(mechanism="laplace", epsilon=0.1, clip_norm=4.0, rho=1.0, alpha=0.0)
@@ -152,7 +152,7 @@ def test_published_objective_perturbation_bounds_hold_in_the_ball():
         Xbar, Xbar_n = (np.hstack([np.ones((30, 1)), Z]) for Z in (X, Xn))
         theta = rng.normal(size=p + 1)
         prior = np.eye(p + 1) * rng.uniform(0, 20)
-        cal = PublishedCalibration("laplace", 2.0, 0.0, q=q, alpha=alpha, clip_norm=c2,
+        cal = PublishedCalibration("laplace", 2.0, 0.0, loss=q, alpha=alpha, clip_norm=c2,
                                    step_radius=radius, rho=None, p1=p + 1, n_seen=30)
 
         def residual(Xb, yy, point):

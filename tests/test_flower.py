@@ -326,7 +326,8 @@ def test_logistic_protocol_matches_in_process_fit(params, n_classes):
     X, y, g, _ = logistic_stream_data(n_classes=n_classes)
     g[g == 3] = 2  # fit: every learner has rows in round 0
     g[:5] = 3      # ... but learner 3 only 5 rows: absent from rounds 5, 6
-    kw = {"n_rounds": R_LOG, "local_steps": 3, "learning_rate": 0.5, **params}
+    kw = {"n_rounds": R_LOG, "local_steps": 3, "learning_rate": 0.5, "solver": "local-steps",
+          **params}
     transport = LocalTransport(logistic_sites(X, y, g, fit_rounds(g, R_LOG)))
     remote = federated_fit(LogisticRegression(**kw), transport)
     local = LogisticRegression(**kw).fit(X, y, sample_group=g)
@@ -344,7 +345,7 @@ def test_logistic_protocol_matches_in_process_stream(n_classes):
     """partial_fit round by round, with a late learner and an absence."""
     X, y, g, rnd = logistic_stream_data(n_classes=n_classes)
     classes = np.unique(y)
-    kw = dict(n_rounds=R_LOG, local_steps=4, learning_rate=0.3, alpha=0.01)
+    kw = dict(n_rounds=R_LOG, local_steps=4, learning_rate=0.3, alpha=0.01, solver="local-steps")
     transport = LocalTransport(logistic_sites(X, y, g, rnd))
     remote = LogisticRegression(**kw)
     for r in range(R_LOG):

@@ -125,7 +125,7 @@ def model(clf):
 def test_equals_reference_loop_without_noise(n_classes, kw):
     batches = make_stream(12, seed=n_classes, n_classes=n_classes)
     classes = np.arange(n_classes)
-    clf = LogisticRegression(**kw)
+    clf = LogisticRegression(solver="local-steps", **kw)
     full = dict(local_steps=5, learning_rate=0.5, server_learning_rate=1.0,
                 clip_norm=1.0, alpha=0.0, fit_intercept=True,
                 feature_clip_norm=None)
@@ -201,8 +201,9 @@ def test_fit_is_partial_fit_over_blocks():
     y = (X[:, 0] + 0.3 * rng.normal(size=230) > 0).astype(int)
     groups = rng.integers(0, 4, size=230)
     R = 7
-    a = LogisticRegression(n_rounds=R, local_steps=3).fit(X, y, sample_group=groups)
-    b = LogisticRegression(n_rounds=R, local_steps=3)
+    a = LogisticRegression(n_rounds=R, local_steps=3, solver="local-steps").fit(
+        X, y, sample_group=groups)
+    b = LogisticRegression(n_rounds=R, local_steps=3, solver="local-steps")
     blocks = {lab: np.array_split(np.flatnonzero(groups == lab), R)
               for lab in np.unique(groups)}
     for r in range(R):
@@ -271,7 +272,7 @@ def test_feature_clipping_applies_at_prediction():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(50, 3)) * 10
     y = (X[:, 0] > 0).astype(int)
-    clf = LogisticRegression(n_rounds=5, feature_clip_norm=1.0).fit(X, y)
+    clf = LogisticRegression(n_rounds=5, feature_clip_norm=1.0, solver="local-steps").fit(X, y)
     Xc = X * np.minimum(1.0, 1.0 / np.linalg.norm(X, axis=1))[:, None]
     np.testing.assert_allclose(clf.decision_function(X),
                                Xc @ clf.coef_.ravel() + clf.intercept_[0])
@@ -389,6 +390,7 @@ def test_auto_learning_rate_leaves_working_configurations_unchanged(kw):
     """Every configuration that ran with the old default 0.5 runs the same."""
     X = np.random.default_rng(1).normal(size=(40, 3)) * 2
     y = np.arange(40) % 2
+    kw = dict(solver="local-steps", **kw)
     auto = LogisticRegression(n_rounds=4, classes=[0, 1], **kw).fit(X, y)
     old = LogisticRegression(n_rounds=4, classes=[0, 1], learning_rate=0.5, **kw).fit(X, y)
     assert auto.learning_rate_ == 0.5
@@ -419,7 +421,7 @@ def test_fit_sites_is_fit_and_partial_fit_sites_is_partial_fit():
     X = np.vstack([b[0] for b in batches])
     y = np.concatenate([b[1] for b in batches])
     g = np.concatenate([b[2] for b in batches])
-    kw = dict(n_rounds=4, local_steps=2, alpha=0.01)
+    kw = dict(n_rounds=4, local_steps=2, alpha=0.01, solver="local-steps")
     a = LogisticRegression(**kw).fit(X, y, sample_group=g)
     b = LogisticRegression(**kw).fit_sites(_learners(X, y, g, n_rounds=4))
     np.testing.assert_array_equal(model(a), model(b))
@@ -466,7 +468,8 @@ def test_hyperparameter_change_mid_stream_is_refused():
 @parametrize_with_checks(
     [
         LogisticRegression(),
-        LogisticRegression(local_steps=1, alpha=0.01, fit_intercept=False),
+        LogisticRegression(alpha=0.01, fit_intercept=False),
+        LogisticRegression(solver="local-steps", local_steps=1, alpha=0.01, fit_intercept=False),
         LogisticRegression(mechanism="tree", feature_clip_norm=1.0, epsilon=50.0,
                            random_state=0, classes=[0, 1]),
     ],

@@ -172,7 +172,7 @@ def test_calibration(mechanism):
 def test_no_mechanism_attributes():
     X = np.random.default_rng(0).normal(size=(30, 3))
     y = np.arange(30) % 2
-    clf = LogisticRegression(n_rounds=3).fit(X, y)
+    clf = LogisticRegression(n_rounds=3, solver="local-steps").fit(X, y)
     assert clf.noise_scale_ == 0.0
     assert math.isnan(clf.sensitivity_)
     assert clf.privacy_spent_ == (math.inf, 0.0)

@@ -27,7 +27,7 @@ MECHANISMS = [None, "independent", "tree", "honaker", "toeplitz", "optimal", "bl
 
 def private(**kw):
     base = dict(n_rounds=6, local_steps=2, learning_rate=0.5, mechanism="toeplitz",
-                epsilon=1.0, delta=1e-3, feature_clip_norm=1.0)
+                epsilon=1.0, delta=1e-3, feature_clip_norm=1.0, solver="local-steps")
     base.update(kw)
     if base.get("classes", 0) is None:
         del base["classes"]  # the default
@@ -256,7 +256,8 @@ def test_attack_reads_a_label_from_the_training_object_not_from_the_release():
         noise = _noise_total_from_state(stolen)
         model = np.r_[stolen.intercept_, stolen.coef_.ravel()]  # intercept first
         g = -model / step - noise.ravel()  # exact g of the one row, noise removed
-        clean = LogisticRegression(**{**kw, "mechanism": None}).fit(x, [label])
+        clean = LogisticRegression(**{**kw, "mechanism": None, "solver": "local-steps"}).fit(
+            x, [label])
         np.testing.assert_allclose(-g * step, np.r_[clean.intercept_, clean.coef_.ravel()],
                                    atol=1e-9)
         assert (g[0] < 0) == (label == 1)  # the intercept gradient's sign is the label

@@ -85,6 +85,17 @@ class TrainingState:
         return f"TrainingState(<secret: {', '.join(sorted(vars(self)))}>)"
 
 
+class StreamSettings:
+    """Base of each estimator's frozen settings dataclass (its validated
+    hyperparameters, data-independent). :meth:`stream_key` is what a stream's
+    accumulated state and guarantee depend on: a continuation whose key
+    differs is refused (:meth:`FederatedClassifierMixin._check_settings_unchanged`)."""
+
+    def stream_key(self):
+        """The settings a stream is bound to (default: all of them)."""
+        return self
+
+
 class ReleasedModelError(RuntimeError):
     """Training was asked of a released model, which holds no training state."""
 
@@ -212,6 +223,19 @@ class FederatedClassifierMixin(ClassifierMixin):
     def _check_continuation(self, settings, **context):
         """Refuse a continuation the stream cannot take (settings changed
         since it started, its horizon spent; estimators override)."""
+
+    def _check_settings_unchanged(self, settings, started_with):
+        """The one "unchanged mid-stream" check: ``settings.stream_key()``
+        must equal the key the stream started with (raises ValueError
+        before anything changes)."""
+        now = settings.stream_key()
+        if now != started_with:
+            raise ValueError(
+                "The stream's hyperparameters changed in the middle of a stream "
+                f"(was {started_with}, now {now}); the accumulated state and the "
+                "guarantee belong to the stream's settings. Call fit, or start a "
+                "new estimator."
+            )
 
     def _fit_batch(self, X, y, sample_group, sample_weight=None, classes=None, *,
                    new_stream):

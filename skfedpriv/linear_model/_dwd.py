@@ -4,13 +4,13 @@ import copy
 import math
 import numbers
 import warnings
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.class_weight import compute_class_weight
 
-from .._losses import count_models, gendwd_curvature_bound
+from .._losses import count_models
 from .._param_validation import Interval, InvalidParameterError, Options, Registry
 from ._base import FederatedClassifierMixin, TrainingState, is_balanced_class_weight
 from ..privacy import (
@@ -23,7 +23,6 @@ from ..privacy import (
 from ..privacy._objective_perturbation import (
     CALIBRATIONS,
     PublishedCalibration,
-    check_augmented_clip_norm,
     local_gaussian_releases,
     local_gaussian_sigma,
 )
@@ -36,72 +35,76 @@ from ..privacy._continual_summaries import (
 )
 from ..privacy._horizon import HorizonExceededError
 from ._dwd_private import continual_update, local_gaussian_update, published_private_update
+from ._dwd_settings import CONTINUAL, dwd_settings
 from ._dwd_sites import DWDSites
-from ._dwd_solver import SiteData, published_step, solve_batch
+from ._dwd_solver import SiteData, published_step
+from ._renewable import renewable_step
 
 
-def _stream_signature(params):
-    """The settings a stream's guarantee and accumulated state depend on
-    (without a mechanism: the parameter layout, ``fit_intercept``)."""
-    if params["mechanism"] is None:
-        return (None, bool(params["fit_intercept"]))
-    return tuple(params[name] for name in (
-        "mechanism", "epsilon", "delta", "clip_norm", "rho", "step_radius",
-        "calibration", "online_steps", "q", "alpha", "fit_intercept", "n_batches"))
+@dataclass(frozen=True)
+class DWDStream:
+    """What one batch's update starts from (:meth:`DWDClassifier._stream_start`).
+
+    Attributes
+    ----------
+    theta : ndarray of shape (p1, K)
+    prior : ndarray of shape (K, p1, p1) or None
+        The accumulated curvature of the earlier batches (None: first batch).
+    seen : float
+        Row weight of the earlier batches.
+    n_batches : int
+    started : ndarray of bool of shape (K,)
+    curvature_noise_var : float
+        Noise variance per entry carried by ``prior`` (site-local Gaussian).
+    privacy_spent : tuple of float or None
+    rng : numpy.random.Generator or None
+        The batch's noise generator (a copy of the stream's).
+    extra : dict
+        A mechanism's own stream state (a copy of the stream's, which the
+        batch's update may change): the noise streams and running sums of
+        'local-tree' / 'local-blt'.
+    """
+
+    theta: np.ndarray
+    prior: object
+    seen: float
+    n_batches: int
+    started: np.ndarray
+    curvature_noise_var: float
+    privacy_spent: object
+    rng: object
+    extra: dict
 
 
 def _renewable_step(sites, stream, settings):
-    """Non-private update: eq. 26 for a model's first batch, then eq. 30/37."""
-    common = dict(q=settings["q"], alpha=settings["alpha"],
-                  fit_intercept=settings["fit_intercept"])
-    theta, prior, started = stream.theta, stream.prior, stream.started
-    # A model whose rows so far all sit on one side has no minimizer (the
-    # intercept would run off): it starts once a batch shows both sides.
-    starting = ~started & sites.two_sided
-    curvature = np.zeros((theta.shape[1],) + theta.shape[:1] * 2)
-    n_iter = 0
-    if starting.any() or not started.any():
-        # eq. 26: a model's first estimate solves its batch's equation
-        new, curv, info = solve_batch(
-            sites, theta, prior=prior, center=theta, max_iter=settings["max_iter"],
-            tol=settings["tol"], frozen=~starting, **common,
-        )
-        theta = np.where(starting, new, theta)
-        curvature[~started] = curv[~started]
-        n_iter = info["n_iter"]
-    if started.any():
-        if settings["online_steps"] == 1:  # Algorithm 1 as published (eq. 37)
-            new, curv = published_step(sites, theta, prior=prior, **common)
-            n_iter = max(n_iter, 1)
-        else:  # renewable estimating equation (30), curvature at θ_{b-1} (eq. 35)
-            new, curv, info = solve_batch(
-                sites, theta, prior=prior, center=theta,
-                max_iter=settings["online_steps"], tol=settings["tol"],
-                scale=stream.seen + sites.weight_sum, refresh_curvature=False,
-                warn=False, frozen=~started, **common,
-            )
-            n_iter = max(n_iter, info["n_iter"])
-        theta = np.where(started, new, theta)
-        curvature[started] = curv[started]
-    return theta, curvature, n_iter, started | starting
+    """Non-private update: eq. 26 for a model's first batch, then eq. 30/37
+    (:func:`~skfedpriv.linear_model._renewable.renewable_step`)."""
+    return renewable_step(
+        sites, stream.theta, stream.prior, stream.started, stream.seen, loss=settings.loss,
+        alpha=settings.alpha, fit_intercept=settings.fit_intercept,
+        max_iter=settings.max_iter, tol=settings.tol,
+        online_steps=settings.online_steps,
+        # Algorithm 1 as published (eq. 37)
+        first_step=published_step if settings.online_steps == 1 else None,
+    )
 
 
 def _charge(settings, epsilon, delta, *, note, **details):
     """Charge the shared budget, if any (raises before any noise is drawn)."""
-    if settings["budget"] is not None:
-        settings["budget"].spend(
+    if settings.budget is not None:
+        settings.budget.spend(
             epsilon, delta,
-            note=f"DWDClassifier(mechanism={settings['mechanism']!r}): {note}", **details,
+            note=f"DWDClassifier(mechanism={settings.mechanism!r}): {note}", **details,
         )
 
 
 def _local_gaussian(sites, stream, settings, *, first):
     """Site-local Gaussian perturbation of every summary; the budget is
     charged once per stream, before any noise is drawn."""
-    epsilon, delta = settings["epsilon"], settings["delta"]
+    epsilon, delta = settings.epsilon, settings.delta
     n_models = stream.theta.shape[1]
-    releases = local_gaussian_releases(n_models, settings["online_steps"], first)
-    sigma = local_gaussian_sigma(epsilon, delta, releases, settings["calibration"])
+    releases = local_gaussian_releases(n_models, settings.online_steps, first)
+    sigma = local_gaussian_sigma(epsilon, delta, releases, settings.calibration)
     if first:
         spent = (_gaussian_claim(epsilon, delta, sigma, releases), delta)
         _charge(settings, *spent, note="a new stream (all batches: disjoint rows)",
@@ -111,41 +114,39 @@ def _local_gaussian(sites, stream, settings, *, first):
     theta, curvature, noise_var = local_gaussian_update(
         sites, stream.theta, stream.prior, first, sigma, stream.rng,
         prior_noise_var=stream.curvature_noise_var,
-        online_steps=settings["online_steps"], q=settings["q"],
-        alpha=settings["alpha"], fit_intercept=settings["fit_intercept"],
-        clip_norm=settings["clip_norm"], step_radius=settings["step_radius"],
+        online_steps=settings.online_steps, loss=settings.loss,
+        alpha=settings.alpha, fit_intercept=settings.fit_intercept,
+        clip_norm=settings.clip_norm, step_radius=settings.step_radius,
     )
     release = dict(privacy_spent_=spent, noise_scale_=sigma, rho_=None)
-    return theta, curvature, settings["online_steps"], release, (
+    return theta, curvature, settings.online_steps, release, (
         noise_var + stream.curvature_noise_var)
 
 
 def _published(sites, stream, settings, *, first):
     """Algorithm 2: one release per batch, each charged before its noise is
     drawn; one-vs-rest models split the budget."""
-    epsilon, delta = settings["epsilon"], settings["delta"]
+    epsilon, delta = settings.epsilon, settings.delta
     p1, n_models = stream.theta.shape
     per_model = (epsilon / n_models, delta / n_models)
     calibration = PublishedCalibration(
-        settings["mechanism"], *per_model, q=settings["q"], alpha=settings["alpha"],
-        clip_norm=settings["clip_norm"], step_radius=settings["step_radius"],
-        rho=settings["rho"], p1=p1, n_seen=stream.seen + sites.weight_sum,
+        settings.mechanism, *per_model, loss=settings.loss, alpha=settings.alpha,
+        clip_norm=settings.clip_norm, step_radius=settings.step_radius,
+        rho=settings.rho, p1=p1, n_seen=stream.seen + sites.weight_sum,
     )
     _charge(settings, epsilon, delta, note=f"release of batch {stream.n_batches}",
-            mechanism="laplace" if settings["mechanism"] == "laplace" else "approx")
+            mechanism="laplace" if settings.mechanism == "laplace" else "approx")
     before = (0.0, 0.0) if first else stream.privacy_spent
     spent = (before[0] + epsilon, before[1] + delta)
     theta, h_bar = published_private_update(
         sites, stream.theta, stream.prior, [calibration] * n_models, stream.rng,
-        q=settings["q"], alpha=settings["alpha"], fit_intercept=settings["fit_intercept"],
-        step_radius=settings["step_radius"],
+        loss=settings.loss, alpha=settings.alpha, fit_intercept=settings.fit_intercept,
+        step_radius=settings.step_radius,
     )
     release = dict(privacy_spent_=spent, noise_scale_=calibration.scale, rho_=calibration.rho)
     return theta, h_bar, 1, release, 0.0
 
 
-#: The prefix-sum mechanisms: name -> factorization of every site's stream.
-CONTINUAL = {"local-tree": "honaker", "local-blt": "blt"}
 
 
 def _continual(sites, stream, settings, *, first):
@@ -154,10 +155,10 @@ def _continual(sites, stream, settings, *, first):
     before any noise is drawn; in-process sites only."""
     if not isinstance(sites, SiteData):
         raise NotImplementedError(
-            f"mechanism={settings['mechanism']!r} runs with sites in this process only "
+            f"mechanism={settings.mechanism!r} runs with sites in this process only "
             "(fit / partial_fit); remote sites do not implement its noise streams yet."
         )
-    horizon = settings["n_batches"]
+    horizon = settings.n_batches
     if stream.n_batches >= horizon:
         raise HorizonExceededError(
             f"the stream was calibrated for n_batches={horizon} batches; start a new "
@@ -165,19 +166,19 @@ def _continual(sites, stream, settings, *, first):
         )
     p1, n_models = stream.theta.shape
     if first:
-        factorization = make_factorization(CONTINUAL[settings["mechanism"]], horizon)
-        sigma = continual_sigma(settings["epsilon"], settings["delta"], factorization,
-                                settings["calibration"])
+        factorization = make_factorization(CONTINUAL[settings.mechanism], horizon)
+        sigma = continual_sigma(settings.epsilon, settings.delta, factorization,
+                                settings.calibration)
         sensitivity = factorization.sensitivity
         _warn_if_noise_dominates(factorization, sigma, sites, p1, n_models, settings)
-        spent = (_gaussian_claim(settings["epsilon"], settings["delta"], sigma, sensitivity**2),
-                 settings["delta"])
+        spent = (_gaussian_claim(settings.epsilon, settings.delta, sigma, sensitivity**2),
+                 settings.delta)
         _charge(settings, *spent, note=f"a new stream of {horizon} batches",
                 mechanism="gaussian", sigma=sigma, sensitivity=sensitivity)
         # the sites' streams own a child generator: no draw shares a state
         noise = SiteNoiseStreams(
             factorization, sites.n_sites, p1, n_models, sigma,
-            continual_sensitivities(settings["q"], settings["clip_norm"]), stream.rng.spawn(1)[0])
+            continual_sensitivities(settings.q, settings.clip_norm), stream.rng.spawn(1)[0])
         linear = None
     else:
         noise, linear, spent = stream.extra["noise"], stream.extra["linear"], stream.privacy_spent
@@ -188,9 +189,9 @@ def _continual(sites, stream, settings, *, first):
             )
     theta, linear, curvature = continual_update(
         sites, stream.theta, noise, linear, stream.prior, stream.n_batches,
-        stream.seen + sites.weight_sum, q=settings["q"], alpha=settings["alpha"],
-        fit_intercept=settings["fit_intercept"])
-    stream.extra = dict(noise=noise, linear=linear)
+        stream.seen + sites.weight_sum, q=settings.q, alpha=settings.alpha,
+        fit_intercept=settings.fit_intercept)
+    stream.extra.update(noise=noise, linear=linear)
     release = dict(privacy_spent_=spent, noise_scale_=noise.sigma, rho_=None)
     return theta, curvature, 1, release, 0.0
 
@@ -200,11 +201,11 @@ def _warn_if_noise_dominates(factorization, sigma, sites, p1, n_models, settings
     rows: public quantities only (the first batch's size times the horizon
     stands for the stream's rows)."""
     n_rows = sites.weight_sum * factorization.n_rounds
-    ratio = noise_to_signal(factorization, sigma, sites.n_sites, p1, n_models, settings["q"],
-                            settings["clip_norm"], n_rows)
+    ratio = noise_to_signal(factorization, sigma, sites.n_sites, p1, n_models, settings.q,
+                            settings.clip_norm, n_rows)
     if ratio > 1.0:
         warnings.warn(NoiseDominatesWarning(
-            f"mechanism={settings['mechanism']!r}: the noise of the summed linear term is "
+            f"mechanism={settings.mechanism!r}: the noise of the summed linear term is "
             f"expected to be {ratio:.3g} times the largest sum {n_rows:.0f} rows (the first "
             f"batch's size times n_batches) could give; the model will be mostly noise. "
             f"About {ratio * n_rows:.0f} rows at this epsilon (or a larger epsilon, fewer "
@@ -688,40 +689,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
 
     def _check_param_combinations(self, params):
         """Cross-parameter rules; returns the settings the update reads."""
-        settings = dict(params)
-        mechanism = params["mechanism"]
-        settings["q"], settings["alpha"] = float(params["q"]), float(params["alpha"])
-        settings["fit_intercept"] = bool(params["fit_intercept"])
-        settings["signature"] = _stream_signature(params)
-        if mechanism is None:
-            return settings
-        if params["clip_norm"] is None:
-            raise InvalidParameterError(
-                "clip_norm must be set with a privacy mechanism: it bounds the norm "
-                "of the augmented row (1, x) and is never read from the data."
-            )
-        check_augmented_clip_norm(params["clip_norm"], params["fit_intercept"])
-        if params["class_weight"] is not None:
-            raise InvalidParameterError(
-                "class_weight must be None with a privacy mechanism: the "
-                "sensitivity bounds assume every row weighs one."
-            )
-        settings["epsilon"] = float(params["epsilon"])
-        settings["delta"] = 0.0 if mechanism == "laplace" else float(params["delta"])
-        settings["clip_norm"] = float(params["clip_norm"])
-        if mechanism in CONTINUAL and params["n_batches"] is None:
-            raise InvalidParameterError(
-                f"mechanism={mechanism!r} needs n_batches, the stream's horizon: its "
-                "noise is calibrated for that many batches."
-            )
-        if params["step_radius"] is None:
-            # R = q / ((q+1)² C2): the curvature part of T1 (eq. 61) equals
-            # its gradient part
-            settings["step_radius"] = 1.0 / (
-                gendwd_curvature_bound(settings["q"]) * settings["clip_norm"])
-        else:
-            settings["step_radius"] = float(params["step_radius"])
-        return settings
+        return dwd_settings(params)
 
     def fit_sites(self, sites, classes=None):
         """Offline federated fit on rows held at ``sites`` (``fit`` without rows).
@@ -818,7 +786,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
     def _update(self, batch, classes, settings, *, first, new_stream):
         """Validated batch -> sites in this process -> :meth:`_update_sites`."""
         sites = SiteData.from_site_codes(batch.X, batch.y, batch.sample_weight,
-                                         batch.site_codes, batch.n_sites, settings["n_jobs"])
+                                         batch.site_codes, batch.n_sites, settings.n_jobs)
         return self._update_sites(sites, classes, settings, first=first,
                                   class_weight=self._class_weight_vector(classes, batch.y))
 
@@ -830,19 +798,19 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         """
         if class_weight is None:
             class_weight = self._class_weight_vector(classes)
-        private = settings["mechanism"] is not None
-        sites.prepare(classes, fit_intercept=settings["fit_intercept"],
+        private = settings.mechanism is not None
+        sites.prepare(classes, fit_intercept=settings.fit_intercept,
                       class_weight=class_weight,
-                      clip_norm=settings["clip_norm"] if private else None)
+                      clip_norm=settings.clip_norm if private else None)
         n_models = count_models(classes)
-        p1 = sites.n_features + int(settings["fit_intercept"])
+        p1 = sites.n_features + int(settings.fit_intercept)
         stream = self._stream_start(first, p1, n_models, settings)
-        if settings["mechanism"] is None:
+        if settings.mechanism is None:
             theta, curvature, n_iter, started = _renewable_step(sites, stream, settings)
             step = dict(privacy_spent_=(math.inf, 0.0), noise_scale_=0.0)
             noise_var, rng = 0.0, None
         else:
-            mechanism = MECHANISMS[settings["mechanism"]]
+            mechanism = MECHANISMS[settings.mechanism]
             theta, curvature, n_iter, step, noise_var = mechanism(
                 sites, stream, settings, first=first)
             started, rng = np.ones(n_models, dtype=bool), stream.rng
@@ -850,10 +818,10 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             theta=theta,
             curvature=(0.0 if stream.prior is None else stream.prior) + curvature,
             started=started,
-            stream_privacy=settings["signature"],
+            stream_privacy=settings.stream_key(),
             rng=rng,
             curvature_noise_var=noise_var,
-            extra=getattr(stream, "extra", None),
+            extra=stream.extra or None,
         )
         release = dict(
             step,
@@ -862,10 +830,10 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             n_batches_=stream.n_batches + 1,
             n_iter_=n_iter,
         )
-        if settings["mechanism"] is None:
+        if settings.mechanism is None:
             # a raw statistic of the rows: public only without a mechanism
             release["curvature_"] = training_state.curvature
-        if settings["fit_intercept"]:
+        if settings.fit_intercept:
             release["intercept_"], release["coef_"] = theta[0].copy(), theta[1:].T.copy()
         else:
             release["intercept_"], release["coef_"] = np.zeros(theta.shape[1]), theta.T.copy()
@@ -873,36 +841,29 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
 
     def _check_continuation(self, settings):
         """Refuse a continuation whose settings differ from the stream's."""
-        was = self._training_state.stream_privacy
-        if was != settings["signature"]:
-            raise ValueError(
-                "The stream's hyperparameters changed in the middle of a stream "
-                f"(was {was}, now {settings['signature']}); the accumulated "
-                "curvature and the guarantee belong to the stream's settings. "
-                "Call fit, or start a new estimator."
-            )
+        self._check_settings_unchanged(settings, self._training_state.stream_privacy)
 
     def _stream_start(self, first, p1, n_models, settings):
         """What the update starts from: nothing on a new stream, else the
         parameters and the accumulated curvature of the earlier batches, and
         the batch's noise generator (a copy of the stream's, so a call that
         raises leaves the stream's generator untouched)."""
-        private = settings["mechanism"] is not None
+        private = settings.mechanism is not None
         if first:
             if private:
-                warn_if_seeded(settings["random_state"], "DWDClassifier")
-            return SimpleNamespace(
+                warn_if_seeded(settings.random_state, "DWDClassifier")
+            return DWDStream(
                 theta=np.zeros((p1, n_models)), prior=None, seen=0.0, n_batches=0,
                 started=np.zeros(n_models, dtype=bool), curvature_noise_var=0.0,
-                privacy_spent=None, extra=None,
-                rng=as_generator(settings["random_state"]) if private else None,
+                privacy_spent=None,
+                rng=as_generator(settings.random_state) if private else None, extra={},
             )
         training = self._training_state
-        return SimpleNamespace(
+        return DWDStream(
             theta=training.theta, prior=training.curvature, seen=self.n_samples_seen_,
             n_batches=self.n_batches_, started=training.started,
             curvature_noise_var=training.curvature_noise_var,
             privacy_spent=self.privacy_spent_,
             rng=copy.deepcopy(training.rng),
-            extra=copy.deepcopy(getattr(training, "extra", None)),
+            extra=copy.deepcopy(getattr(training, "extra", None)) or {},
         )

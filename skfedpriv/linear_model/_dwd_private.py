@@ -23,10 +23,12 @@ import math
 import numpy as np
 from scipy.optimize import brentq
 
+from .._loss import as_loss
 from .._losses import gendwd_curvature_bound
 from ..privacy._continual_summaries import linearized_summary
-from ..privacy._objective_perturbation import summary_sensitivity
 from .._losses import penalty_mask
+from ..privacy._objective_perturbation import summary_sensitivity
+from ._dwd_sites import loss_message
 from ._dwd_solver import _solve_psd
 
 
@@ -59,13 +61,14 @@ def trust_region_step(matrix, gradient, radius):
     return step
 
 
-def published_private_update(sites, theta, prior, calibrations, rng, *, q, alpha, fit_intercept, step_radius):
+def published_private_update(sites, theta, prior, calibrations, rng, *, loss, alpha,
+                             fit_intercept, step_radius):
     """One release of Algorithm 2 (eq. 45), restricted to ``‖θ - θ_{b-1}‖ <= R``.
 
     Returns the new parameters and ``H̄_b`` (eq. 38) for the prior.
     """
     p1, n_models = theta.shape
-    _, grad, curvature = sites.summaries(theta, q, True)
+    _, grad, curvature = sites.summaries(theta, loss_message(sites, loss), True)
     ridge = alpha * sites.weight_sum
     grad = grad + ridge * penalty_mask(p1, fit_intercept)[:, None] * theta
     h_bar = curvature + ridge * np.eye(p1)[None]
@@ -98,7 +101,8 @@ def _project_psd(matrices, noise_std=0.0):
     return np.einsum("kij,kj,klj->kil", vectors, kept, vectors)
 
 
-def local_gaussian_update(sites, theta, prior, first, sigma_unit, rng, *, online_steps, q, alpha, fit_intercept, clip_norm, step_radius, prior_noise_var=0.0):
+def local_gaussian_update(sites, theta, prior, first, sigma_unit, rng, *, online_steps, loss,
+                          alpha, fit_intercept, clip_norm, step_radius, prior_noise_var=0.0):
     """One batch with site-local Gaussian perturbation of every summary.
 
     Each site adds ``N(0, (σ Δ)²)`` noise to every summary it sends
@@ -115,7 +119,9 @@ def local_gaussian_update(sites, theta, prior, first, sigma_unit, rng, *, online
     p1, n_models = theta.shape
     n_sites = sites.n_sites
     ridge = alpha * sites.weight_sum * penalty_mask(p1, fit_intercept)
-    std = {kind: sigma_unit * summary_sensitivity(kind, q, clip_norm)
+    loss = as_loss(loss)
+    q = loss_message(sites, loss)
+    std = {kind: sigma_unit * summary_sensitivity(kind, loss, clip_norm)
            for kind in ("gradient", "curvature", "gram")}
     sigma_h = std["curvature"]
 
@@ -128,7 +134,7 @@ def local_gaussian_update(sites, theta, prior, first, sigma_unit, rng, *, online
     if first:
         gram = sites.noised_summary("gram", theta, q, std["gram"], rng)
         gram_noise_std = math.sqrt(n_sites) * std["gram"]
-        majorizer = gendwd_curvature_bound(q) * _project_psd(gram[None], gram_noise_std)[0] + np.diag(ridge)
+        majorizer = loss.curvature_bound * _project_psd(gram[None], gram_noise_std)[0] + np.diag(ridge)
         system = np.broadcast_to(majorizer, (n_models, p1, p1))
         for _ in range(online_steps):  # majorization steps from θ_0
             theta = theta - _solve_psd(system, noisy_gradient(theta))

@@ -18,10 +18,27 @@ import abc
 
 import numpy as np
 
+from .._loss import as_loss
 from .._losses import one_vs_rest_targets
 from ..privacy._objective_perturbation import clip_augmented_rows
 
-__all__ = ["DWDSites", "prepare_rows", "side_flags"]
+__all__ = ["DWDSites", "loss_message", "prepare_rows", "side_flags"]
+
+
+def loss_message(sites, loss):
+    """What names the loss in a request to ``sites``: the loss object for
+    sites that take one (``speaks_loss_objects``), genDWD's ``q`` for sites
+    of a transport whose messages carry only ``q`` (ValueError for another
+    loss)."""
+    loss = as_loss(loss)
+    if getattr(sites, "speaks_loss_objects", False):
+        return loss
+    if loss.q is None:
+        raise ValueError(
+            f"these sites ({type(sites).__name__}) speak only genDWD's q; they "
+            f"cannot compute summaries of the {loss.name} loss."
+        )
+    return loss.q
 
 
 def side_flags(Y, weights):
@@ -139,15 +156,17 @@ class DWDSites(abc.ABC):
     # -- after prepare -------------------------------------------------------
 
     @abc.abstractmethod
-    def summaries(self, Theta, q, with_curvature):
-        """Summed site summaries at ``Theta`` (paper eqs. 7, 12);
+    def summaries(self, Theta, loss, with_curvature):
+        """Summed site summaries at ``Theta`` (paper eqs. 7, 12) of the
+        ``loss``: a loss object (:mod:`skfedpriv._loss`) for sites that
+        ``speaks_loss_objects``, else genDWD's ``q`` (:func:`loss_message`);
         ``with_curvature`` is a bool or one flag per model (the curvature
         of the models flagged only).
 
         Returns
         -------
         loss : ndarray of shape (K,)
-            ``Σ_i w_i V_q(u_ik)``.
+            ``Σ_i w_i ℓ(u_ik)``.
         grad : ndarray of shape (p1, K)
             ``Σ_i w_i y_ik V_q'(u_ik) x̄_i`` (no ridge term).
         curvature : ndarray of shape (K, p1, p1) or (n_flagged, p1, p1) or None
@@ -156,24 +175,25 @@ class DWDSites(abc.ABC):
         """
 
     @abc.abstractmethod
-    def majorizer(self, q):
-        """``(q+1)²/q Σ_i w_i x̄_i x̄_iᵀ``, shape (p1, p1): a global bound of
-        the loss curvature."""
+    def majorizer(self, loss):
+        """``c Σ_i w_i x̄_i x̄_iᵀ``, shape (p1, p1), ``c`` the loss's
+        ``curvature_bound`` (``(q+1)²/q`` for genDWD): a global bound of the
+        loss curvature."""
 
     @abc.abstractmethod
-    def curvature_product(self, Theta, V, q, exact=None):
+    def curvature_product(self, Theta, V, loss, exact=None):
         """``Σ_i w_i Ṽ_q''(u_ik) x̄_i x̄_iᵀ v_k`` at ``Theta`` for every model,
         shape (p1, K); for the models where ``exact`` (bool of shape (K,)) is
         True, with ``V_q''`` itself (``gendwd_curvature``) in place of the
         smoothed ``Ṽ_q''``."""
 
     @abc.abstractmethod
-    def line_losses(self, Theta, S, steps, q):
+    def line_losses(self, Theta, S, steps, loss):
         """Summed losses at ``Theta + t S`` for each ``t`` in ``steps``, shape
         (len(steps), K), in one round."""
 
     @abc.abstractmethod
-    def noised_summary(self, kind, Theta, q, std, random_state):
+    def noised_summary(self, kind, Theta, loss, std, random_state):
         """Sum over sites of each site's summary plus the site's own noise.
 
         What a site-local Gaussian mechanism needs from the sites, wherever
@@ -187,7 +207,8 @@ class DWDSites(abc.ABC):
             The gradient or curvature sum at ``Theta``, or the Gram matrix
             ``Σ_i x̄_i x̄_iᵀ``.
         Theta : ndarray of shape (p1, K)
-        q : float
+        loss : loss object or float
+            See :meth:`summaries`.
         std : float
             Noise std each site must use; sites that calibrate their own
             noise refuse (RuntimeError) when theirs differs.
@@ -203,3 +224,7 @@ class DWDSites(abc.ABC):
 
     rounds = 0
     floats_sent = 0
+    #: whether the requests may name the loss by a loss object
+    #: (:mod:`skfedpriv._loss`); otherwise they carry genDWD's ``q``
+    #: (:func:`loss_message`)
+    speaks_loss_objects = False

@@ -25,12 +25,8 @@ import abc
 
 import numpy as np
 
-from .._losses import (
-    add_intercept_column,
-    logistic_derivative,
-    one_vs_rest_targets,
-    penalty_mask,
-)
+from .._loss import LogisticLoss
+from .._losses import add_intercept_column, one_vs_rest_targets, penalty_mask
 from ..privacy import clip_rows, clip_vectors
 
 
@@ -81,7 +77,7 @@ def chunk_layout(codes, local_steps):
 
 
 def local_round(theta, X, targets, codes, *, local_steps, learning_rate,
-                clip_norm, alpha=0.0, penalize=None):
+                clip_norm, alpha=0.0, penalize=None, loss=None):
     """Run τ local steps for every learner present; return their ``g_i^r``.
 
     Parameters
@@ -110,6 +106,9 @@ def local_round(theta, X, targets, codes, *, local_steps, learning_rate,
         does not depend on the data).
     penalize : ndarray of shape (p,), default=None
         1 for penalized columns, 0 for the intercept. None penalizes all.
+    loss : MarginLoss, default=None
+        The margin loss of the local steps (:mod:`skfedpriv._loss`); None
+        is the logistic loss.
 
     Returns
     -------
@@ -126,6 +125,7 @@ def local_round(theta, X, targets, codes, *, local_steps, learning_rate,
     nor penalty), and still divides by τ in ``g_i^r``.
     """
     n_models, p = theta.shape
+    loss = LogisticLoss() if loss is None else loss
     order, learners, slot, step, chunk_size = chunk_layout(codes, local_steps)
     X = X[order]
     targets = targets[order]
@@ -143,7 +143,7 @@ def local_round(theta, X, targets, codes, *, local_steps, learning_rate,
         # margins u_jk = z_{l_j, k} . x_j
         U = np.einsum("jkp,jp->jk", Z[lt], Xt)
         # d/du loss(s u) = s * loss'(s u)
-        coef = st * logistic_derivative(st * U)
+        coef = st * loss.derivative(st * U)
         grads = coef[:, :, None] * Xt[:, None, :]  # (n_t, K, p)
         grads = clip_vectors(grads.reshape(-1, p), per_model_clip).reshape(grads.shape)
         grads /= chunk_size[sel][:, None, None]
@@ -194,6 +194,7 @@ def learner_messages(theta, X, y, codes, classes, settings):
         codes, local_steps=settings.local_steps, learning_rate=settings.learning_rate,
         clip_norm=settings.clip_norm, alpha=settings.alpha,
         penalize=penalty_mask(p, settings.fit_intercept),
+        loss=getattr(settings, "loss", None),
     )
     return learners, g.reshape(learners.size, n_models * p)
 

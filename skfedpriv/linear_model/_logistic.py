@@ -1,7 +1,10 @@
-"""Online federated logistic regression with local steps and correlated-noise LDP.
+"""Online federated logistic regression: Newton, or local steps with correlated-noise LDP.
 
-Implements Algorithm 1 of Zhang, Zhu, Fay and Johansson, "Locally
-differentially private online federated learning with correlated noise"
+Without a mechanism (``solver='newton'``) the federated Newton / renewable
+protocol (:mod:`skfedpriv.linear_model._logistic_newton`) reaches
+scikit-learn's optimum. With one (``solver='local-steps'``) it implements
+Algorithm 1 of Zhang, Zhu, Fay and Johansson, "Locally differentially
+private online federated learning with correlated noise"
 (``shared/papers/ldp-online-federated-correlated-noise.txt``): each call to
 ``partial_fit`` is one communication round.
 """
@@ -12,6 +15,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from .._loss import MultinomialLoss
 from .._losses import count_models, logistic_probabilities, split_intercept
 from .._param_validation import InvalidParameterError, Interval, Options
 from ..privacy import PrivacyBudget, PrivacyBudgetError, as_generator, clip_rows, warn_if_seeded
@@ -22,8 +26,10 @@ from ..privacy._gradient_noise import (
     gradient_sensitivity,
     max_non_expansive_step,
 )
-from ._base import FederatedClassifierMixin, TrainingState
+from ._base import FederatedClassifierMixin, StreamSettings, TrainingState
+from ._dwd_sites import DWDSites
 from ._local_steps import BatchLearners, RoundRequest
+from ._logistic_newton import newton_sites, newton_update
 
 #: ``learning_rate='auto'``: this step size, lowered under a mechanism to the
 #: largest one the sensitivity analysis allows (:func:`max_non_expansive_step`).
@@ -31,7 +37,7 @@ DEFAULT_LEARNING_RATE = 0.5
 
 
 @dataclass(frozen=True)
-class LogisticSettings:
+class LogisticSettings(StreamSettings):
     """The validated hyperparameters of one stream (data-independent).
 
     ``learning_rate`` is resolved (``'auto'`` replaced by its value). A
@@ -51,6 +57,9 @@ class LogisticSettings:
     feature_clip_norm: object
     alpha: float
     fit_intercept: bool
+    solver: str = "auto"
+    max_iter: int = 100
+    tol: float = 1e-12
 
     def as_dict(self):
         """The settings as a dict (name -> value)."""
@@ -94,8 +103,36 @@ def _resolve_learning_rate(params):
     return eta
 
 
+def _check_solver(params):
+    """``solver='newton'`` runs no mechanism (its sums would leave the sites
+    in the clear); ``solver='local-steps'`` is the only private one."""
+    if params["solver"] == "newton" and params["mechanism"] is not None:
+        raise InvalidParameterError(
+            f"solver='newton' runs no privacy mechanism (mechanism="
+            f"{params['mechanism']!r}): the sites would send exact gradient and "
+            "curvature sums. Use solver='local-steps' (or 'auto') with a mechanism."
+        )
+
+
+#: ``alpha=None`` without a mechanism under ``solver='newton'`` or ``'auto'``:
+#: a ridge keeps the Newton fit finite on separable rows.
+DEFAULT_NEWTON_ALPHA = 1e-4
+
+
+def _resolve_alpha(params):
+    """``alpha=None``: :data:`DEFAULT_NEWTON_ALPHA` where the solver is (or
+    'auto' resolves to) Newton, else 0 (the local steps as published)."""
+    if params["alpha"] is not None:
+        return float(params["alpha"])
+    newton = params["solver"] == "newton" or (
+        params["solver"] == "auto" and params["mechanism"] is None)
+    return DEFAULT_NEWTON_ALPHA if newton else 0.0
+
+
 def _settings_from_params(params):
     """The cross-parameter rules; ``params`` already passed the constraints."""
+    _check_solver(params)
+    params = dict(params, alpha=_resolve_alpha(params))
     return LogisticSettings(
         local_steps=int(params["local_steps"]),
         learning_rate=_resolve_learning_rate(params),
@@ -109,6 +146,9 @@ def _settings_from_params(params):
                            else float(params["feature_clip_norm"])),
         alpha=float(params["alpha"]),
         fit_intercept=bool(params["fit_intercept"]),
+        solver=params["solver"],
+        max_iter=int(params["max_iter"]),
+        tol=float(params["tol"]),
     )
 
 
@@ -129,11 +169,40 @@ def noise_calibration(settings):
 
 
 class LogisticRegression(FederatedClassifierMixin, BaseEstimator):
-    """Online federated logistic regression with local steps and local DP.
+    """Online federated logistic regression: Newton, or local steps with local DP.
 
-    Algorithm 1 of Zhang, Zhu, Fay and Johansson [1]_. Rows live at
-    *learners* named by ``sample_group``. One call to :meth:`partial_fit` is
-    one communication round ``r``:
+    Rows live at *learners* (sites) named by ``sample_group``. Two solvers
+    (``solver``):
+
+    * ``'newton'`` (the default without a mechanism): the federated Newton
+      protocol of :class:`~skfedpriv.DWDClassifier` with the logistic loss
+      (two classes) or the multinomial loss (more classes). The sites send
+      only sums over their rows (loss, gradient, curvature matrix, losses
+      along a search direction); the server takes damped Newton steps.
+      :meth:`fit` minimizes ``Σ_i ℓ(θ; x_i, y_i) + (alpha n / 2) ‖w‖²``
+      (the intercept unpenalized), the objective of scikit-learn's
+      ``LogisticRegression(C=1 / (n alpha))`` times ``1 / C``: the same
+      optimum, in a handful of rounds (``n_iter_`` Newton steps, two or three
+      rounds each). :meth:`partial_fit` is the renewable update (Luo and Song
+      2020, the logistic twin of the DWD paper's OnWP): each batch minimizes
+      its loss and ridge plus ``½ (θ - θ_{b-1})ᵀ P (θ - θ_{b-1})``, ``P`` the
+      curvature of the earlier batches, so a stream ends near the offline
+      fit without revisiting rows. No mechanism runs on it: the sums leave
+      the sites exact.
+    * ``'local-steps'`` (the only private one, the default with a
+      mechanism): Algorithm 1 of Zhang, Zhu, Fay and Johansson [1]_, below.
+      Its privacy analysis needs what Newton does not have: every message a
+      clipped, bounded-sensitivity function of the rows (a curvature matrix
+      or an exact gradient sum would need its own noise per round).
+
+    ``solver='auto'`` picks ``'local-steps'`` with a mechanism (and on
+    learners of the local-steps protocol, :meth:`fit_sites` with a
+    :class:`~skfedpriv.linear_model.LogisticLearners`), else ``'newton'``;
+    ``solver='newton'`` with a mechanism is refused. The solver used is
+    ``solver_``.
+
+    With local steps, one call to :meth:`partial_fit` is one communication
+    round ``r``:
 
     1. every learner present in the call takes its rows of the call, in
        order, as its clients of the round and splits them into
@@ -156,9 +225,15 @@ class LogisticRegression(FederatedClassifierMixin, BaseEstimator):
     are split into ``n_rounds`` consecutive blocks, block ``r`` forms its
     clients of round ``r``.
 
-    Two classes are fitted with one logistic model; more classes
-    one-vs-rest (one logistic model per class, all trained in the same
-    rounds on the same clients), with the budget shared as described below.
+    Two classes are fitted with one logistic model; more classes with local
+    steps one-vs-rest (one logistic model per class, all trained in the
+    same rounds on the same clients), with the budget shared as described
+    below; with Newton one multinomial (softmax) model, as scikit-learn.
+
+    The hyperparameters ``local_steps``, ``learning_rate``,
+    ``server_learning_rate``, ``n_rounds``, ``clip_norm`` and
+    ``feature_clip_norm`` are those of the local steps; ``max_iter`` and
+    ``tol`` those of Newton.
 
     Parameters
     ----------
@@ -207,8 +282,13 @@ class LogisticRegression(FederatedClassifierMixin, BaseEstimator):
         ``fit``, ``partial_fit`` and at prediction) and the local steps are
         kept non-expansive, which allows the smaller sensitivity
         ``2 B_g / τ`` (see Notes). ``None`` leaves rows as they are and, with
-        a mechanism, calibrates for ``2 B_g``.
-    alpha : float, default=0.0
+        a mechanism, calibrates for ``2 B_g``. Local steps only: Newton
+        clips no row.
+    alpha : float or None, default=None
+        ``None`` is ``1e-4`` when the solver is (or ``'auto'`` resolves to)
+        Newton without a mechanism (a ridge keeps the fit finite on
+        separable rows), else ``0``. With Newton, scikit-learn's ``C`` is
+        ``1 / (n alpha)`` for ``n`` rows (the batch's weight).
         L2 penalty strength (weight decay in the local steps, not clipped).
     fit_intercept : bool, default=True
         Fit an unpenalized intercept.
@@ -238,6 +318,13 @@ default=None
         outside it are refused with a ``ValueError`` before anything
         changes. ``None`` without a mechanism: ``fit`` takes the labels of
         ``y``, as scikit-learn does.
+    solver : {'auto', 'newton', 'local-steps'}, default='auto'
+        See above.
+    max_iter : int, default=100
+        Newton steps at most per batch (``solver='newton'``).
+    tol : float, default=1e-12
+        Newton stops once half its decrement ``½ gᵀH⁻¹g`` (the objective gap
+        of the quadratic model) is at most ``tol`` times the objective.
 
     Attributes
     ----------
@@ -285,6 +372,19 @@ default=None
         ``(epsilon, delta)`` of the guarantee, which covers all
         ``n_rounds`` rounds (so it is the full budget once the first round
         ran); ``(inf, 0.0)`` without a mechanism.
+    solver_ : {'newton', 'local-steps'}
+        The solver of the stream (data-independent).
+    n_iter_ : int
+        Newton steps of the last call (``'newton'``), or rounds of the last
+        call (``'local-steps'``).
+    n_samples_seen_ : float
+        ``'newton'`` only: the row weight of the stream so far. The Newton
+        path publishes ``classes_``, ``coef_``, ``intercept_``,
+        ``learner_labels_``, ``n_rounds_seen_`` (requests to the sites),
+        ``n_iter_``, ``n_samples_seen_``, ``solver_``, ``noise_scale_`` (0)
+        and ``privacy_spent_`` (``(inf, 0.0)``); the renewable curvature
+        stays in the training state. The local-steps attributes
+        (sensitivities, ``learning_rate_``) are not defined.
 
     Notes
     -----
@@ -382,8 +482,12 @@ default=None
     >>> X, y = load_breast_cancer(return_X_y=True)
     >>> X = StandardScaler().fit_transform(X)
     >>> learners = [i % 5 for i in range(len(y))]
-    >>> clf = LogisticRegression(n_rounds=20, local_steps=5, learning_rate=0.5)
-    >>> round(clf.fit(X, y, sample_group=learners).score(X, y), 2)
+    >>> clf = LogisticRegression(alpha=1e-3)  # Newton: scikit-learn's C = 1 / (n alpha)
+    >>> round(clf.fit(X, y, sample_group=learners).score(X, y), 3), clf.solver_
+    (0.988, 'newton')
+    >>> steps = LogisticRegression(solver="local-steps", n_rounds=20, local_steps=5,
+    ...                            learning_rate=0.5)
+    >>> round(steps.fit(X, y, sample_group=learners).score(X, y), 2)
     0.98
     >>> private = LogisticRegression(n_rounds=20, mechanism="toeplitz",
     ...                              epsilon=2.0, delta=1e-3,
@@ -410,11 +514,14 @@ default=None
         "delta": [Interval(numbers.Real, 0, 1, closed="neither")],
         "clip_norm": [Interval(numbers.Real, 0, None, closed="neither")],
         "feature_clip_norm": [None, Interval(numbers.Real, 0, None, closed="neither")],
-        "alpha": [Interval(numbers.Real, 0, None, closed="left")],
+        "alpha": [None, Interval(numbers.Real, 0, None, closed="left")],
         "fit_intercept": ["boolean"],
         "random_state": ["random_state"],
         "budget": [None, PrivacyBudget],
         "classes": [None, "array-like"],
+        "solver": [Options("auto", "newton", "local-steps")],
+        "max_iter": [Interval(numbers.Integral, 1, None)],
+        "tol": [Interval(numbers.Real, 0, None, closed="neither")],
     }
 
     def __init__(
@@ -428,11 +535,14 @@ default=None
         delta=1e-5,
         clip_norm=1.0,
         feature_clip_norm=None,
-        alpha=0.0,
+        alpha=None,
         fit_intercept=True,
         random_state=None,
         budget=None,
         classes=None,
+        solver="auto",
+        max_iter=100,
+        tol=1e-12,
     ):
         self.local_steps = local_steps
         self.learning_rate = learning_rate
@@ -448,6 +558,9 @@ default=None
         self.random_state = random_state
         self.budget = budget
         self.classes = classes
+        self.solver = solver
+        self.max_iter = max_iter
+        self.tol = tol
 
     def _check_param_combinations(self, params):
         return _settings_from_params(params)
@@ -457,9 +570,11 @@ default=None
     # ------------------------------------------------------------------
 
     def fit(self, X, y, sample_group=None):
-        """Reset and stream the rows once over ``n_rounds`` rounds.
+        """Reset and fit: Newton to the optimum, or local steps over ``n_rounds`` rounds.
 
-        Each learner's rows, in order, are split into ``n_rounds``
+        ``solver_='newton'``: Newton steps on the sites' sums until the
+        decrement is within ``tol``. ``'local-steps'``: each learner's rows,
+        in order, are split into ``n_rounds``
         consecutive blocks (as :func:`numpy.array_split`); block ``r`` of
         every learner is round ``r``, run by the same code as
         :meth:`partial_fit`. A learner with fewer rows than ``n_rounds`` is
@@ -479,7 +594,7 @@ default=None
         return self._fit_batch(X, y, sample_group, new_stream=True)
 
     def partial_fit(self, X, y, sample_group=None, classes=None):
-        """Run one communication round on the clients of this call.
+        """One batch: the renewable Newton update, or one round of local steps.
 
         Parameters
         ----------
@@ -572,16 +687,46 @@ default=None
                     "continue it there (skfedpriv.flower.federated_partial_fit for "
                     "learners, partial_fit in process), or start a new stream."
                 )
-        if settings != self._settings:
+        self._check_settings_unchanged(settings, self._settings.stream_key())
+
+    def _stream_solver(self, settings, first, *, learners):
+        """The solver of this call: ``'auto'`` resolved (local steps with a
+        mechanism or on learners of the local-steps protocol, else Newton),
+        the same as the stream's (refused otherwise, before any change)."""
+        solver = settings.solver
+        if solver == "auto":
+            solver = "local-steps" if settings.mechanism is not None or learners else "newton"
+        if solver == "newton" and learners:
             raise ValueError(
-                "hyperparameters changed since the first call to partial_fit; the "
-                "noise and the guarantee were planned for the old ones. Call fit or "
-                "use a fresh estimator."
+                "solver='newton' needs sites that send sums (a DWDSites); these "
+                "learners run the local-steps protocol: use solver='local-steps' "
+                "or 'auto'."
             )
+        if not first and self.solver_ != solver:
+            raise ValueError(
+                f"this stream runs solver {self.solver_!r}, this call {solver!r}; "
+                "continue it the way it started, or call fit."
+            )
+        return solver
+
+    def _newton_update(self, sites, classes, settings, first, site_labels=()):
+        """The Newton path on summary sites (:func:`newton_update`);
+        ``site_labels`` of this batch extend ``learner_labels_``."""
+        labels = [] if first else list(self.learner_labels_)
+        labels += [label for label in site_labels if label not in set(labels)]
+        learner_labels = np.empty(len(labels), dtype=object)
+        learner_labels[:] = labels
+        return newton_update(sites, classes, settings,
+                             None if first else self._training_state.renewable,
+                             0 if first else self.n_rounds_seen_, learner_labels)
 
     def _update(self, batch, classes, settings, *, first, new_stream):
-        """The rows' learners in this process, then :meth:`_run_rounds`:
+        """Newton on the rows' sites in this process (:meth:`_newton_update`),
+        or the rows' learners in this process, then :meth:`_run_rounds`:
         ``n_rounds`` rounds for ``fit``, one for ``partial_fit``."""
+        if self._stream_solver(settings, first, learners=False) == "newton":
+            return self._newton_update(newton_sites(batch, classes), classes, settings, first,
+                                       batch.site_labels.tolist())
         n_features = batch.X.shape[1]
         calibration = noise_calibration(settings) if first else self._training_state.calibration
         noise = None
@@ -600,8 +745,24 @@ default=None
         )
 
     def _fit_learners(self, sites, classes, *, new_stream):
-        """``fit_sites`` / ``partial_fit_sites``: the same path on learners from outside."""
-        settings, first = self._begin_call(new_stream, holds_noise=sites.holds_noise)
+        """``fit_sites`` / ``partial_fit_sites``: the same path on learners
+        (or, for Newton, summary sites) from outside."""
+        summary_sites = isinstance(sites, DWDSites)
+        settings, first = self._begin_call(
+            new_stream, holds_noise=not summary_sites and sites.holds_noise)
+        solver = self._stream_solver(settings, first, learners=not summary_sites)
+        if summary_sites and solver != "newton":
+            raise ValueError(
+                "summary sites (DWDSites) serve solver='newton' only, which runs "
+                "no privacy mechanism; a private stream runs on learners."
+            )
+        if summary_sites:
+            classes = self._sites_classes(classes, sites.labels(), first=first,
+                                          new_stream=new_stream, who="sites")
+            self._check_sites_width(sites.n_features, first=first, who="sites")
+            release, training_state = self._newton_update(sites, classes, settings, first)
+            self._commit_sites(release, training_state, sites.n_features, first=first)
+            return self
         if settings.mechanism is not None and not sites.holds_noise:
             raise ValueError(
                 "with a mechanism the learners must add their own noise, and these "
@@ -672,6 +833,8 @@ default=None
             "sensitivity_": calibration.sensitivity,
             "noise_scale_": calibration.noise_scale,
             "privacy_spent_": calibration.privacy_spent,
+            "n_iter_": n_rounds,
+            "solver_": "local-steps",
             "_settings": settings,
         }
         training_state = TrainingState(
@@ -685,8 +848,9 @@ default=None
     # ------------------------------------------------------------------
 
     def _prediction_rows(self, X):
-        # rows are clipped to ``feature_clip_norm`` (if set), as in training
-        if self._settings.feature_clip_norm is not None:
+        # rows are clipped to ``feature_clip_norm`` (if set), as the local
+        # steps clip them in training (Newton does not clip)
+        if self.solver_ == "local-steps" and self._settings.feature_clip_norm is not None:
             return clip_rows(X, self._settings.feature_clip_norm)
         return X
 
@@ -706,7 +870,10 @@ default=None
         -------
         proba : ndarray of shape (n_samples, n_classes)
         """
-        return logistic_probabilities(self.decision_function(X))
+        scores = self.decision_function(X)
+        if self.solver_ == "newton" and len(self.classes_) > 2:
+            return MultinomialLoss().probabilities(scores)
+        return logistic_probabilities(scores)
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`."""

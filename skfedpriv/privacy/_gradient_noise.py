@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from .._losses import logistic_curvature_bound
+from .._loss import LogisticLoss
 from .._param_validation import Registry
 from ._calibration import gaussian_sigma
 from ._factorizations import FACTORIZATIONS
@@ -39,13 +39,15 @@ MECHANISMS = Registry("mechanism", {
 })
 
 
-def max_non_expansive_step(feature_clip_norm, fit_intercept, alpha):
+def max_non_expansive_step(feature_clip_norm, fit_intercept, alpha, loss=None):
     """Largest local step size for which every local step is non-expansive.
 
-    With rows clipped to ``C_x`` the clipped per-model logistic gradient on
-    ``x_bar = (1, x)`` is ``ψ(θ·x_bar) x_bar`` with ``ψ`` monotone and
-    ``1/4``-Lipschitz, so the clipped loss is convex and ``L``-smooth with
-    ``L = (C_x² + fit_intercept) / 4``; with the penalty, ``L + alpha``. A
+    With rows clipped to ``C_x`` the clipped per-model gradient of a convex
+    margin loss (``loss``, default logistic) on ``x_bar = (1, x)`` is
+    ``ψ(θ·x_bar) x_bar`` with ``ψ`` monotone and ``c``-Lipschitz (``c`` the
+    loss's ``curvature_bound``, 1/4 for the logistic loss), so the clipped
+    loss is convex and ``L``-smooth with ``L = c (C_x² + fit_intercept)``;
+    with the penalty, ``L + alpha``. A
     gradient step of a convex ``L'``-smooth function is non-expansive for
     ``η <= 2 / L'`` (Baillon-Haddad). Without row clipping only the penalty
     step ``(1 - η alpha)`` is kept a contraction: ``η <= 2 / alpha``.
@@ -58,7 +60,8 @@ def max_non_expansive_step(feature_clip_norm, fit_intercept, alpha):
     """
     if feature_clip_norm is None:
         return 2.0 / alpha if alpha > 0 else math.inf
-    smooth = logistic_curvature_bound() * (feature_clip_norm**2 + float(fit_intercept))
+    bound = (LogisticLoss() if loss is None else loss).curvature_bound
+    smooth = bound * (feature_clip_norm**2 + float(fit_intercept))
     return 2.0 / (smooth + alpha)
 
 

@@ -7,15 +7,8 @@ The budget that charges a ledger lives in :mod:`._budget`.
 import math
 from dataclasses import dataclass
 
-from ._calibration import (
-    _check_delta,
-    _check_gaussian,
-    _check_positive_finite,
-    _epsilon_for_mu,
-    check_privacy_params,
-    gaussian_zcdp,
-    zcdp_to_dp,
-)
+from ._calibration import _check_delta, _epsilon_for_mu, zcdp_to_dp
+from ._events import EVENTS
 
 __all__ = ["LedgerEntry", "PrivacyBudgetError", "PrivacyLedger"]
 
@@ -30,7 +23,7 @@ class PrivacyBudgetError(RuntimeError):
     """
 
 
-_MECHANISMS = ("laplace", "pure", "gaussian", "zcdp", "approx")
+_MECHANISMS = tuple(EVENTS)
 
 
 @dataclass(frozen=True)
@@ -144,44 +137,13 @@ class PrivacyLedger:
         """
         if not isinstance(note, str):
             raise TypeError(f"note must be a str, got {type(note).__name__}.")
-        if mechanism in ("laplace", "pure"):
-            if sigma is not None or rho is not None:
-                raise ValueError(f"{mechanism!r} spends take no sigma or rho.")
-            epsilon, delta = check_privacy_params(epsilon, delta)
-            if delta != 0.0:
-                raise ValueError(f"{mechanism!r} spends are pure ε-DP: delta must be 0.")
-            if sensitivity is not None:
-                sensitivity = _check_positive_finite(sensitivity, "sensitivity")
-            return LedgerEntry(note, mechanism, epsilon, 0.0, sensitivity=sensitivity)
-        if mechanism == "gaussian":
-            if sigma is None or sensitivity is None:
-                raise ValueError("'gaussian' spends need sigma and sensitivity.")
-            sigma, sensitivity = _check_gaussian(sigma, sensitivity)
-            delta = _check_delta(delta, positive=True)
-            exact = _epsilon_for_mu(sensitivity / sigma, delta)
-            epsilon = _checked_claim(epsilon, exact, mechanism, require_epsilon)
-            return LedgerEntry(note, mechanism, epsilon, delta,
-                               rho=gaussian_zcdp(sigma, sensitivity),
-                               sigma=sigma, sensitivity=sensitivity)
-        if mechanism == "zcdp":
-            if rho is None:
-                raise ValueError("'zcdp' spends need rho.")
-            if sigma is not None or sensitivity is not None:
-                raise ValueError(
-                    "'zcdp' spends take rho only; record Gaussian releases as "
-                    "'gaussian' with sigma and sensitivity."
-                )
-            rho = _check_positive_finite(rho, "rho")
-            delta = _check_delta(delta, positive=True)
-            epsilon = _checked_claim(epsilon, zcdp_to_dp(rho, delta), mechanism,
-                                     require_epsilon)
-            return LedgerEntry(note, mechanism, epsilon, delta, rho=rho)
-        if mechanism == "approx":
-            if sigma is not None or rho is not None or sensitivity is not None:
-                raise ValueError("'approx' spends take only epsilon and delta.")
-            epsilon, delta = check_privacy_params(epsilon, delta)
-            return LedgerEntry(note, mechanism, epsilon, delta)
-        raise ValueError(f"mechanism must be one of {_MECHANISMS}, got {mechanism!r}.")
+        if mechanism not in EVENTS:
+            raise ValueError(f"mechanism must be one of {_MECHANISMS}, got {mechanism!r}.")
+        epsilon, delta, rho, sigma, sensitivity = EVENTS[mechanism].validate(
+            mechanism, epsilon, delta, sigma=sigma, sensitivity=sensitivity, rho=rho,
+            require_epsilon=require_epsilon)
+        return LedgerEntry(note, mechanism, epsilon, delta, rho=rho, sigma=sigma,
+                           sensitivity=sensitivity)
 
     def record(self, note, mechanism, epsilon=None, delta=0.0, *, sigma=None,
                sensitivity=None, rho=None):
@@ -224,7 +186,7 @@ class PrivacyLedger:
     def rho(self):
         """Total zCDP ρ of the Gaussian and zCDP entries (Σ ρ_i)."""
         return float(sum(e.rho for e in self._entries
-                         if e.mechanism in ("gaussian", "zcdp")))
+                         if EVENTS[e.mechanism].composes == "gaussian"))
 
     def total(self, delta=None):
         """Total (ε, δ) of all recorded spends under the ledger's rules.
@@ -246,7 +208,7 @@ class PrivacyLedger:
         delta_basic = 0.0
         group = []
         for e in self._entries:
-            if e.mechanism in ("gaussian", "zcdp"):
+            if EVENTS[e.mechanism].composes == "gaussian":
                 group.append(e)
             else:
                 eps_basic += e.epsilon
@@ -264,24 +226,10 @@ class PrivacyLedger:
             delta_g = _check_delta(delta, positive=True)
             cap = math.inf
 
-        if all(e.mechanism == "gaussian" for e in group):
+        if all(EVENTS[e.mechanism].exact_gaussian for e in group):
             mu = math.sqrt(sum((e.sensitivity / e.sigma) ** 2 for e in group))
             eps_g = _epsilon_for_mu(mu, delta_g)
         else:
             eps_g = zcdp_to_dp(sum(e.rho for e in group), delta_g)
         eps_g = min(eps_g, cap)
         return float(eps_basic + eps_g), float(delta_basic + delta_g)
-
-
-def _checked_claim(epsilon, exact, mechanism, required=False):
-    """Return the claimed ε, or ``exact`` if None and not ``required``;
-    reject invalid claims."""
-    if epsilon is None and not required:
-        return float(exact)
-    epsilon, _ = check_privacy_params(epsilon)
-    if epsilon < exact * (1 - 1e-9):
-        raise ValueError(
-            f"epsilon={epsilon!r} is not a valid guarantee for this "
-            f"{mechanism!r} spend: it is at least {exact!r} at this delta."
-        )
-    return epsilon

@@ -2,8 +2,8 @@
 
 Every bound below comes from the enforced clipping of the augmented rows,
 ``‖x̄_i‖₂ <= C2`` (``clip_norm``, :func:`clip_augmented_rows`), and from the
-genDWD loss itself: ``|V_q'| <= 1`` and ``0 <= Ṽ_q'' <= (q+1)²/q``. Rows
-weigh one. Two mechanisms use them:
+loss (a :mod:`skfedpriv._loss` object; genDWD: ``|V_q'| <= 1`` and
+``0 <= Ṽ_q'' <= (q+1)²/q``). Rows weigh one. Two mechanisms use them:
 
 * objective perturbation as published (Algorithm 2): the noise ξ of the
   perturbed objective (eq. 41), calibrated by :class:`PublishedCalibration`;
@@ -32,7 +32,7 @@ import math
 
 import numpy as np
 
-from .._losses import gendwd_curvature_bound
+from .._loss import as_loss
 from .._param_validation import InvalidParameterError, Registry
 from ._calibration import gaussian_sigma
 from ._clipping import clip_rows
@@ -76,20 +76,35 @@ def clip_augmented_rows(X, clip_norm, fit_intercept):
     return clip_rows(X, clip_norm)
 
 
-def gradient_sensitivity(clip_norm):
-    """L2 change of a gradient sum when one row is replaced: ``2 C2``."""
-    return 2.0 * clip_norm
+def gradient_sensitivity(clip_norm, loss=None):
+    """L2 change of a gradient sum when one row is replaced: ``2 D C2``,
+    ``D`` the loss's derivative bound (1 for genDWD, the default)."""
+    bound = 1.0 if loss is None else _derivative_bound(as_loss(loss))
+    return 2.0 * bound * clip_norm
 
 
-def curvature_sensitivity(q, clip_norm):
+def _derivative_bound(loss):
+    """The loss's ``|ℓ'|`` bound; ValueError when it has none (a gradient
+    sum of clipped rows is then unbounded: no sensitivity)."""
+    if not math.isfinite(loss.derivative_bound):
+        raise ValueError(
+            f"the {loss.name} loss has an unbounded derivative: clipping the rows "
+            "bounds no gradient sum, so no mechanism here can be calibrated for it."
+        )
+    return loss.derivative_bound
+
+
+def curvature_sensitivity(loss, clip_norm):
     """Frobenius change of ``Σ Ṽ''(u_i) x̄_i x̄_iᵀ`` when one row is replaced.
 
-    Both rank-one terms are PSD with Frobenius norm ``<= (q+1)²/q C2²``; for
+    ``loss``: a loss object, or genDWD's ``q``. Both rank-one terms are PSD
+    with Frobenius norm ``<= c C2²``, ``c`` the loss's curvature bound
+    (``(q+1)²/q`` for genDWD); for
     PSD ``A, B``, ``‖A - B‖_F² = ‖A‖² + ‖B‖² - 2 tr(AB) <= ‖A‖² + ‖B‖²``.
     The upper triangle (what the symmetric noise perturbs) changes by at
     most as much.
     """
-    return math.sqrt(2.0) * gendwd_curvature_bound(q) * clip_norm**2
+    return math.sqrt(2.0) * as_loss(loss).curvature_bound * clip_norm**2
 
 
 def gram_sensitivity(clip_norm):
@@ -140,18 +155,19 @@ def _gram_noise(std, p1, n_models, rng):
 
 
 #: The summaries a site releases under 'local-gaussian': kind -> (its
-#: sensitivity ``(q, clip_norm) -> Δ``, the noise one site adds to it).
+#: sensitivity ``(loss, clip_norm) -> Δ``, the noise one site adds to it).
 SUMMARY_KINDS = Registry("noised summary", {
-    "gradient": (lambda q, clip_norm: gradient_sensitivity(clip_norm), _gradient_noise),
+    "gradient": (lambda loss, clip_norm: gradient_sensitivity(clip_norm, loss), _gradient_noise),
     "curvature": (curvature_sensitivity, _curvature_noise),
-    "gram": (lambda q, clip_norm: gram_sensitivity(clip_norm), _gram_noise),
+    "gram": (lambda loss, clip_norm: gram_sensitivity(clip_norm), _gram_noise),
 })
 
 
-def summary_sensitivity(kind, q, clip_norm):
+def summary_sensitivity(kind, loss, clip_norm):
     """Sensitivity Δ of one site's summary ``kind`` ('gradient', 'curvature'
-    or 'gram') when one of its rows is replaced."""
-    return SUMMARY_KINDS[kind][0](q, clip_norm)
+    or 'gram') when one of its rows is replaced (``loss``: a loss object or
+    genDWD's ``q``)."""
+    return SUMMARY_KINDS[kind][0](loss, clip_norm)
 
 
 def site_noise(kind, std, p1, n_models, random_state):
@@ -175,7 +191,10 @@ class PublishedCalibration:
     mechanism : {'laplace', 'gaussian'}
     epsilon, delta : float
         Budget of this release for one class model.
-    q, alpha : float
+    loss : loss object or float
+        The loss (:mod:`skfedpriv._loss`; a float is genDWD's ``q``): its
+        derivative and curvature bounds enter T1, T2 and Δ1.
+    alpha : float
     clip_norm : float
         C2; the L1 bound is ``C1 = sqrt(p1) C2``.
     step_radius : float
@@ -190,8 +209,10 @@ class PublishedCalibration:
         Rows seen up to and including this batch; ``Σ_j J_j ⪰ n_seen λ I``.
     """
 
-    def __init__(self, mechanism, epsilon, delta, *, q, alpha, clip_norm, step_radius, rho, p1, n_seen):
-        bound = gendwd_curvature_bound(q)
+    def __init__(self, mechanism, epsilon, delta, *, loss, alpha, clip_norm, step_radius, rho,
+                 p1, n_seen):
+        loss = as_loss(loss)
+        bound, slope = loss.curvature_bound, _derivative_bound(loss)
         c2 = clip_norm
         c1 = math.sqrt(p1) * c2
         floor = n_seen * alpha
@@ -199,8 +220,8 @@ class PublishedCalibration:
         needed = bound * c2**2 / math.expm1(min(1.0, epsilon) / 4.0)
         self.rho = max(0.0, needed - floor) if rho is None else float(rho)
         self.t2 = 2.0 * math.log1p(bound * c2**2 / (floor + self.rho)) if floor + self.rho > 0 else math.inf
-        self.t1 = 2.0 * c1 + 2.0 * bound * c1 * c2 * step_radius
-        self.delta_1 = 2.0 * c2 + 2.0 * bound * c2**2 * step_radius
+        self.t1 = 2.0 * slope * c1 + 2.0 * bound * c1 * c2 * step_radius
+        self.delta_1 = 2.0 * slope * c2 + 2.0 * bound * c2**2 * step_radius
         self.mechanism = mechanism
         if mechanism == "laplace":
             if not epsilon > self.t2:

@@ -1,0 +1,90 @@
+"""The validated settings of a :class:`~skfedpriv.DWDClassifier` stream."""
+
+from dataclasses import dataclass
+
+from .._loss import GenDWDLoss
+from .._param_validation import InvalidParameterError
+from ..privacy._objective_perturbation import check_augmented_clip_norm
+from ._base import StreamSettings
+
+#: The settings a private stream's guarantee and accumulated state depend on.
+_PRIVATE_STREAM_FIELDS = ("mechanism", "epsilon", "delta", "clip_norm", "rho", "step_radius",
+                          "calibration", "online_steps", "q", "alpha", "fit_intercept",
+                          "n_batches")
+
+#: The prefix-sum mechanisms: name -> factorization of every site's stream.
+CONTINUAL = {"local-tree": "honaker", "local-blt": "blt"}
+
+
+@dataclass(frozen=True)
+class DWDSettings(StreamSettings):
+    """The hyperparameters of :class:`~skfedpriv.DWDClassifier` after the
+    cross-parameter rules (data-independent): ``q``, ``alpha`` as floats,
+    ``loss`` the genDWD loss object, and under a mechanism ``delta`` (0 for
+    Laplace), ``clip_norm`` and the resolved ``step_radius``."""
+
+    q: float
+    alpha: float
+    fit_intercept: bool
+    class_weight: object
+    max_iter: int
+    tol: float
+    online_steps: int
+    n_jobs: object
+    random_state: object
+    mechanism: object
+    epsilon: float
+    delta: float
+    clip_norm: object
+    rho: object
+    step_radius: object
+    calibration: str
+    budget: object
+    classes: object
+    n_batches: object
+    loss: GenDWDLoss
+
+    def stream_key(self):
+        """Without a mechanism only the parameter layout (``fit_intercept``)
+        binds a stream; with one, everything its guarantee and noise use."""
+        if self.mechanism is None:
+            return (None, self.fit_intercept)
+        return tuple(getattr(self, name) for name in _PRIVATE_STREAM_FIELDS)
+
+
+def dwd_settings(params):
+    """The :class:`DWDSettings` of validated ``params`` (cross-parameter rules:
+    raises :class:`~skfedpriv._param_validation.InvalidParameterError`)."""
+    values = dict(params)  # every hyperparameter is a field
+    values.update(q=float(params["q"]), alpha=float(params["alpha"]),
+                  fit_intercept=bool(params["fit_intercept"]),
+                  loss=GenDWDLoss(float(params["q"])))
+    mechanism = params["mechanism"]
+    if mechanism is None:
+        return DWDSettings(**values)
+    if params["clip_norm"] is None:
+        raise InvalidParameterError(
+            "clip_norm must be set with a privacy mechanism: it bounds the norm "
+            "of the augmented row (1, x) and is never read from the data."
+        )
+    check_augmented_clip_norm(params["clip_norm"], params["fit_intercept"])
+    if params["class_weight"] is not None:
+        raise InvalidParameterError(
+            "class_weight must be None with a privacy mechanism: the "
+            "sensitivity bounds assume every row weighs one."
+        )
+    values.update(epsilon=float(params["epsilon"]),
+                  delta=0.0 if mechanism == "laplace" else float(params["delta"]),
+                  clip_norm=float(params["clip_norm"]))
+    if mechanism in CONTINUAL and params["n_batches"] is None:
+        raise InvalidParameterError(
+            f"mechanism={mechanism!r} needs n_batches, the stream's horizon: its "
+            "noise is calibrated for that many batches."
+        )
+    if params["step_radius"] is None:
+        # R = q / ((q+1)² C2): the curvature part of T1 (eq. 61) equals
+        # its gradient part
+        values["step_radius"] = 1.0 / (values["loss"].curvature_bound * values["clip_norm"])
+    else:
+        values["step_radius"] = float(params["step_radius"])
+    return DWDSettings(**values)

@@ -1,0 +1,110 @@
+"""``LogisticRegression(solver='newton')``: the federated Newton / renewable
+protocol with the logistic (two classes) or multinomial loss.
+
+The same protocol as :class:`~skfedpriv.DWDClassifier`'s non-private fit
+(:func:`~skfedpriv.linear_model._renewable.renewable_step` on
+:func:`~skfedpriv.linear_model._newton.solve_batch`): sites send only sums
+(loss, gradient, curvature matrix, losses along a direction); the server
+takes Newton steps. ``fit`` minimizes
+
+``Σ_i w_i ℓ(θ; x_i, y_i) + (α W / 2) ‖β‖²``,
+
+``W`` the rows' weight sum and ``β`` the coefficients (the intercepts
+unpenalized): scikit-learn's objective ``C Σ_i w_i ℓ_i + ½ ‖β‖²`` divided by
+``C`` at ``C = 1 / (α W)``. ``partial_fit`` is the renewable update (Luo and
+Song 2020; the DWD paper's OnWP): the batch's loss plus the quadratic
+model ``½ (θ - θ_{b-1})ᵀ P (θ - θ_{b-1})`` of the earlier batches.
+"""
+
+import numpy as np
+
+from .._loss import LogisticLoss, MultinomialLoss
+from .._losses import split_intercept
+from ._base import TrainingState
+from ._dwd_solver import SiteData
+from ._multinomial_sites import MultinomialSites, multinomial_penalty
+from ._renewable import RenewableState, renewable_step
+
+__all__ = ["newton_loss", "newton_sites", "newton_update"]
+
+
+def newton_loss(classes):
+    """The loss of ``solver='newton'``: logistic for two classes, else multinomial."""
+    return LogisticLoss() if len(classes) == 2 else MultinomialLoss()
+
+
+def newton_sites(batch, classes):
+    """The in-process sites of a validated batch, for :func:`newton_loss`."""
+    if len(classes) == 2:
+        return SiteData.from_site_codes(batch.X, batch.y, batch.sample_weight,
+                                        batch.site_codes, batch.n_sites)
+    return MultinomialSites(batch.X, batch.y, batch.sample_weight, batch.site_codes,
+                            batch.n_sites)
+
+
+def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels):
+    """One batch of the Newton path (the stream's first when ``stream`` is None).
+
+    Parameters
+    ----------
+    sites : DWDSites
+        The batch's sites (:func:`newton_sites`, or summary sites from outside).
+    classes : ndarray of shape (n_classes,)
+    settings : LogisticSettings
+    stream : RenewableState or None
+    rounds_seen : int
+        Requests to the sites in earlier batches.
+    learner_labels : ndarray of object
+        The sites seen so far, this batch's included (``learner_labels_``).
+
+    Returns
+    -------
+    release : dict
+        The public fitted attributes.
+    training_state : TrainingState
+        Holds ``renewable``, the :class:`RenewableState` (its ``curvature``
+        is a raw statistic of the rows: never published).
+    """
+    loss = newton_loss(classes)
+    if (loss.kind == "multinomial") != isinstance(sites, MultinomialSites):
+        raise ValueError(
+            f"{len(classes)} classes need sites of the {loss.name} loss "
+            f"({'MultinomialSites' if loss.kind == 'multinomial' else 'margin sites'}), "
+            f"got {type(sites).__name__}."
+        )
+    fit_intercept = settings.fit_intercept
+    sites.prepare(classes, fit_intercept=fit_intercept)
+    p1 = sites.n_features + int(fit_intercept)
+    n_classes = len(classes)
+    penalty = None if n_classes == 2 else multinomial_penalty(p1, n_classes, fit_intercept)
+    if stream is None:
+        stream = RenewableState.empty(p1 if n_classes == 2 else p1 * n_classes, 1)
+    theta, curvature, n_iter, started = renewable_step(
+        sites, stream.theta, stream.curvature, stream.started, stream.seen, loss=loss,
+        alpha=settings.alpha, fit_intercept=fit_intercept, max_iter=settings.max_iter,
+        tol=settings.tol, online_steps=settings.max_iter, penalty=penalty, matrices=True,
+        newton_online=True,
+    )
+    seen = stream.seen + sites.weight_sum
+    renewable = RenewableState(
+        theta, curvature if stream.curvature is None else stream.curvature + curvature,
+        started, seen)
+    coef, intercept = split_intercept(theta.reshape(p1, -1).T, fit_intercept)
+    if n_classes > 2 and fit_intercept:
+        # the softmax is unchanged by a common shift of the intercepts:
+        # scikit-learn's symmetric convention, intercepts summing to zero
+        intercept = intercept - intercept.mean()
+    release = {
+        "classes_": classes,
+        "coef_": coef,
+        "intercept_": intercept,
+        "n_iter_": int(n_iter),
+        "learner_labels_": learner_labels,
+        "n_samples_seen_": seen,
+        "n_rounds_seen_": rounds_seen + sites.rounds,
+        "privacy_spent_": (float("inf"), 0.0),
+        "noise_scale_": 0.0,
+        "solver_": "newton",
+        "_settings": settings,
+    }
+    return release, TrainingState(renewable=renewable)
