@@ -13,6 +13,7 @@ a block or as the block's first line:
 import importlib.util
 import pathlib
 import re
+import textwrap
 import warnings
 
 import pytest
@@ -42,7 +43,8 @@ def blocks(path):
     """``(code, requires, not_run_reason)`` of each python block of ``path``."""
     found = []
     for match in BLOCK.finditer(path.read_text()):
-        code, marker = match["code"], (match["marker"] or "")
+        # a block inside a list item is indented with it
+        code, marker = textwrap.dedent(match["code"]), (match["marker"] or "")
         requires, not_run = [], None
         if marker.startswith("requires:"):
             requires = marker.partition(":")[2].split(",")
