@@ -60,7 +60,10 @@ from ._server import (
     federated_fit,
     federated_partial_fit,
 )
-from ._site import DWDSite, LearnerPrivacy, LogisticSite, SiteLedgerFile, SitePrivacy
+from ._learner import LearnerPrivacy, LogisticSite
+from ._ledger_file import SiteLedgerFile
+from ._refusal import REFUSAL_TEXTS, SiteRefusal
+from ._site import DWDSite, SitePrivacy
 
 __all__ = [
     "DWDSite",
@@ -70,8 +73,10 @@ __all__ = [
     "LogisticSite",
     "RemoteLearners",
     "RemoteSites",
+    "REFUSAL_TEXTS",
     "SiteLedgerFile",
     "SitePrivacy",
+    "SiteRefusal",
     "federated_fit",
     "federated_partial_fit",
     "make_client_app",

@@ -31,24 +31,24 @@ from .._losses import count_models, gendwd_curvature_bound
 from ..linear_model._dwd_sites import DWDSites
 from ..linear_model._local_steps import LogisticLearners
 from ..linear_model._logistic import LogisticRegression
-from ._site import PROTOCOL_VERSION, logistic_request_params
+from ._learner import logistic_request_params
+from ._site import PROTOCOL_VERSION
 
 
 class LocalTransport:
     """Send each request to site objects (:class:`DWDSite`, :class:`LogisticSite`) in this process.
 
-    Keeps each site's state (release ledger, noise stream), and records
-    every request and reply (``log``) so tests can look at exactly what the
-    server received.
+    Records every request and reply (``log``) so tests can look at exactly
+    what the server received. A private site keeps its state (release
+    counts, noise stream) in its own ledger file, not here.
     """
 
     def __init__(self, sites):
         self.sites = list(sites)
-        self.ledgers = [{} for _ in self.sites]
         self.log = []
 
     def __call__(self, request):
-        replies = [site.handle(dict(request), ledger) for site, ledger in zip(self.sites, self.ledgers)]
+        replies = [site.handle(dict(request)) for site in self.sites]
         self.log.append((dict(request), replies))
         return replies
 
