@@ -27,8 +27,8 @@ from ._site import (
     _checked_theta,
     _Site,
     declared_classes,
+    labels_differ,
     refuse_mismatch,
-    request_labels,
     required_ledger,
 )
 
@@ -125,6 +125,9 @@ class LearnerPrivacy:
         self.random_state = random_state
         self.classes = declared_classes(classes, "LearnerPrivacy")
         self.ledger_file = required_ledger(ledger_path, "LearnerPrivacy")
+        # the param-* entries of a round request: exactly what a server with
+        # these settings sends (None: omitted)
+        self.request_params = _learner_view(self.settings)
 
     @classmethod
     def from_estimator(cls, estimator, random_state=None, ledger_path=None, classes=None):
@@ -137,20 +140,17 @@ class LearnerPrivacy:
 
     def calibration_key(self):
         """The parameters that fix the noise stream (as text)."""
-        return repr(("logistic", sorted(_learner_view(self.settings).items()), self.noise_scale,
+        return repr(("logistic", sorted(self.request_params.items()), self.noise_scale,
                      self.classes.tolist()))
 
     def check_request(self, request, site):
         """Refuse (:data:`MISMATCH`) a round naming other hyperparameters,
         classes or rows than this learner's own (round ``r`` reads batch ``r``)."""
-        try:
-            theirs = _learner_view(_settings_from_request(request))
-        except (ValueError, TypeError):
-            theirs = None
+        theirs = {k: request.get(f"param-{k}") for k in LOGISTIC_PARAMS}
         r = int(request.get("round", -1))
         refuse_mismatch({
-            "hyperparameters": theirs != _learner_view(self.settings),
-            "classes": request_labels(request) != self.classes.tolist(),
+            "hyperparameters": theirs != self.request_params,
+            "classes": labels_differ(request, self.classes),
             "batch": int(request.get("batch", -1)) != r,
         }, site)
         if not 0 <= r < self.settings.n_rounds:

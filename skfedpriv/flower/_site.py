@@ -91,12 +91,13 @@ def required_ledger(ledger_path, owner):
     return SiteLedgerFile(ledger_path)
 
 
-def request_labels(request):
-    """The request's class list as plain Python values (None if malformed)."""
-    classes = request.get("classes")
-    if classes is None:
-        return None
-    return np.asarray(classes).tolist()
+def labels_differ(request, classes):
+    """Whether the request's class list is other than ``classes`` (the site's own)."""
+    theirs = request.get("classes")
+    try:
+        return len(theirs) != len(classes) or np.asarray(theirs).tolist() != classes.tolist()
+    except TypeError:
+        return True
 
 
 def refuse_mismatch(checks, site):
@@ -206,7 +207,7 @@ class SitePrivacy:
         """Refuse (:data:`MISMATCH`) a request naming anything but this configuration."""
         clip = request.get("clip_norm")
         refuse_mismatch({
-            "classes": request_labels(request) != self.classes.tolist(),
+            "classes": labels_differ(request, self.classes),
             "fit_intercept": request.get("fit_intercept") is None
             or bool(request["fit_intercept"]) != self.fit_intercept,
             "clip_norm": clip is None or float(clip) != self.clip_norm,
