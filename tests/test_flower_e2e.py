@@ -51,6 +51,54 @@ def test_message_encoding_round_trip():
     assert out["present"] is True and out["param-mechanism"] == "toeplitz"
 
 
+def _client_app_reply(app, request):
+    """What the server gets back from a ClientApp for ``request`` (in this process)."""
+    from flwr.app import Context, RecordDict
+    from flwr.app.message.message import make_message
+    from flwr.app.metadata import Metadata
+
+    from skfedpriv.flower._apps import MESSAGE_TYPE
+
+    metadata = Metadata(run_id=1, message_id="m", src_node_id=0, dst_node_id=1,
+                        reply_to_message_id="", group_id="", created_at=time.time(), ttl=60.0,
+                        message_type=MESSAGE_TYPE)
+    context = Context(run_id=1, node_id=1, node_config={"site-id": "s0"}, state=RecordDict(),
+                      run_config={})
+    reply = app(make_message(metadata, encode(request)), context)
+    return reply.error.reason if reply.has_error() else decode(reply.content)
+
+
+def test_client_app_sends_a_private_sites_refusals_as_fixed_texts(ledger_dir):
+    """The reason a private site's ClientApp sends is its fixed refusal text,
+    the same on neighbouring data sets (row 0 with a label of its own), also
+    when its privacy parameters cannot be built; a site that trusts the
+    server sends the reason itself."""
+    from skfedpriv.flower import SitePrivacy, make_client_app
+    from skfedpriv.flower._refusal import MISMATCH, RAW_SUMS, REFUSED
+    from skfedpriv.flower._site import PROTOCOL_VERSION
+
+    X = np.array([[1.0, 0.5], [0.2, -1.0], [0.3, 0.4]])
+    base = {"protocol": PROTOCOL_VERSION, "batch": 0, "fit_intercept": True, "clip_norm": 3.0}
+    requests = {
+        MISMATCH: {**base, "op": "prepare", "classes": [0, 1]},
+        RAW_SUMS: {**base, "op": "summary", "classes": [0, 1, 2], "theta": np.zeros((3, 3)),
+                   "q": 1.0, "with_curvature": True},
+    }
+    for labels in ([0, 1, 1], [2, 1, 1]):
+        app = make_client_app(
+            lambda context, batch, y=np.array(labels): (X, y),
+            lambda context: SitePrivacy(1.0, 1e-5, 3.0, classes=[0, 1, 2],
+                                        ledger_path=ledger_dir / "s.sqlite"))
+        for text, request in requests.items():
+            assert _client_app_reply(app, request) == f"SiteRefusal: {text}"
+        assert _client_app_reply(app, {**base, "op": "describe"})["n_rows"] == 3
+    unbuilt = make_client_app(lambda context, batch: (X, np.array([0, 1, 2])),
+                              lambda context: SitePrivacy(1.0, 1e-5, 3.0, classes=[0, 1]))
+    assert _client_app_reply(unbuilt, {**base, "op": "describe"}) == f"SiteRefusal: {REFUSED}"
+    trusting = make_client_app(lambda context, batch: (X, np.array([0, 1, 2])))
+    assert "not in classes" in _client_app_reply(trusting, requests[MISMATCH])
+
+
 # -- across processes ----------------------------------------------------------
 
 APP_MODULE = '''

@@ -12,7 +12,12 @@ floating-point summation order, in the same number of rounds.
 With a :class:`SitePrivacy` (``mechanism='local-gaussian'``), clipping,
 noise and release counting happen at the site; the server only ever
 receives noised summaries, besides the site's row and feature counts (the
-same for neighbouring data sets: one row replaced).
+same for neighbouring data sets: one row replaced). A private site is the
+trust boundary: K, σ, the clip, the release caps and its batches come from
+its own configuration (declared ``classes``) and its own ledger file
+(``ledger_path``, required), never from a request, and each of its
+refusals reaches the server as a :class:`SiteRefusal` with a fixed text
+(:data:`REFUSAL_TEXTS`), whatever the server asks.
 
 Requests (``op``): ``describe`` (row count, feature count; labels unless
 private), ``prepare`` (weight sum; unless private, which sides of each
