@@ -3,7 +3,8 @@
 * Privacy noise is drawn only under ``skfedpriv/privacy/``: no estimator,
   solver or Flower module calls a generator's ``laplace`` / ``normal`` /
   ``standard_normal`` / ``exponential`` itself.
-* ``skfedpriv/flower/`` drives estimators only through their public API: no
+* ``skfedpriv/federated/`` (the protocol) and ``skfedpriv/flower/`` (its
+  Flower adapter) drive estimators only through their public API: no
   private attribute or method of another object is reached (``x._name``
   where ``x`` is not ``self`` or ``cls``).
 * Every ``__init__`` parameter of every estimator has a declared constraint.
@@ -34,7 +35,8 @@ def _calls_to(tree, names):
             yield node
 
 
-@pytest.mark.parametrize("part", ["linear_model", "flower"], ids=["estimators", "runtime"])
+@pytest.mark.parametrize("part", ["linear_model", "federated", "flower"],
+                         ids=["estimators", "protocol", "runtime"])
 def test_no_noise_is_drawn_outside_privacy(part):
     found = [f"{path.relative_to(PACKAGE)}:{call.lineno} .{call.func.attr}()"
              for path, tree in _modules(part) for call in _calls_to(tree, DRAWS)]
@@ -57,9 +59,10 @@ def _private_reaches(tree):
         yield node
 
 
-def test_flower_uses_no_private_member_of_other_objects():
+@pytest.mark.parametrize("part", ["federated", "flower"])
+def test_the_protocol_uses_no_private_member_of_other_objects(part):
     found = [f"{path.relative_to(PACKAGE)}:{node.lineno} .{node.attr}"
-             for path, tree in _modules("flower") for node in _private_reaches(tree)]
+             for path, tree in _modules(part) for node in _private_reaches(tree)]
     assert found == []
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from skfedpriv import DWDClassifier, LogisticRegression, PrivacyBudgetError
-from skfedpriv.flower import (
+from skfedpriv.federated import (
     DWDSite,
     LearnerPrivacy,
     LocalTransport,
@@ -23,9 +23,9 @@ from skfedpriv.flower import (
     federated_fit,
     federated_partial_fit,
 )
-from skfedpriv.flower._refusal import EXHAUSTED, MISMATCH, NOT_IN_ORDER, RAW_SUMS
-from skfedpriv.flower._server import RemoteSites
-from skfedpriv.flower._site import PROTOCOL_VERSION
+from skfedpriv.federated._refusal import EXHAUSTED, MISMATCH, NOT_IN_ORDER, RAW_SUMS
+from skfedpriv.federated._server import RemoteSites
+from skfedpriv.federated._site import PROTOCOL_VERSION
 from skfedpriv.privacy._objective_perturbation import (
     clip_augmented_rows,
     gradient_sensitivity,
@@ -623,6 +623,15 @@ def test_site_and_learner_privacy_refuse_what_cannot_cross_processes_alike(bad):
         SitePrivacy(1.0, 1e-5, 3.0, **bad)
     with pytest.raises(InvalidParameterError, match=f"'{name}' parameter of LearnerPrivacy"):
         LearnerPrivacy("tree", 1.0, 1e-5, **bad)
+
+
+def test_flower_re_exports_the_protocol():
+    """``skfedpriv.flower`` is the Flower adapter; the protocol's public names
+    live in ``skfedpriv.federated`` and stay importable from it (no flwr needed)."""
+    from skfedpriv import federated, flower
+
+    for name in set(federated.__all__) - {"PROTOCOL_VERSION"}:
+        assert getattr(flower, name) is getattr(federated, name)
 
 
 def test_curvature_cache_answers_every_product_of_a_fit():

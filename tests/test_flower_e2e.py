@@ -74,8 +74,8 @@ def test_client_app_sends_a_private_sites_refusals_as_fixed_texts(ledger_dir):
     when its privacy parameters cannot be built; a site that trusts the
     server sends the reason itself."""
     from skfedpriv.flower import SitePrivacy, make_client_app
-    from skfedpriv.flower._refusal import MISMATCH, RAW_SUMS, REFUSED
-    from skfedpriv.flower._site import PROTOCOL_VERSION
+    from skfedpriv.federated._refusal import MISMATCH, RAW_SUMS, REFUSED
+    from skfedpriv.federated._site import PROTOCOL_VERSION
 
     X = np.array([[1.0, 0.5], [0.2, -1.0], [0.3, 0.4]])
     base = {"protocol": PROTOCOL_VERSION, "batch": 0, "fit_intercept": True, "clip_norm": 3.0}

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from skfedpriv import DWDClassifier, LogisticRegression
-from skfedpriv.flower import (
+from skfedpriv.federated import (
     REFUSAL_TEXTS,
     DWDSite,
     LearnerPrivacy,
@@ -27,7 +27,7 @@ from skfedpriv.flower import (
     federated_fit,
     federated_partial_fit,
 )
-from skfedpriv.flower._refusal import EXHAUSTED, MISMATCH, NOT_IN_ORDER, RAW_SUMS, REFUSED
+from skfedpriv.federated._refusal import EXHAUSTED, MISMATCH, NOT_IN_ORDER, RAW_SUMS, REFUSED
 
 CLASSES = [0, 1, 2]
 
@@ -128,7 +128,7 @@ DWD_EXPECTED = {
 
 
 def test_a_malicious_server_gets_refusals_from_a_dwd_site(ledger_dir, caplog):
-    caplog.set_level(logging.WARNING, logger="skfedpriv.flower")
+    caplog.set_level(logging.WARNING, logger="skfedpriv.federated")
     data = _neighbours()
 
     def make_transport(side):
@@ -152,7 +152,7 @@ def test_a_malicious_server_gets_refusals_from_a_dwd_site(ledger_dir, caplog):
 def test_a_private_site_with_rows_outside_its_domain_refuses_every_request_alike(ledger_dir, caplog):
     """A label the site does not declare is the site's own data error: its
     log names it, the server gets the constant text (no label, no count)."""
-    caplog.set_level(logging.WARNING, logger="skfedpriv.flower")
+    caplog.set_level(logging.WARNING, logger="skfedpriv.federated")
     X, y, b = _neighbours()["D'"]
     privacy = SitePrivacy(2.0, 1e-5, 3.0, online_steps=2, classes=[0, 1],
                           ledger_path=ledger_dir / "s.sqlite")

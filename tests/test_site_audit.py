@@ -15,15 +15,15 @@ import logging
 import numpy as np
 import pytest
 
-from skfedpriv.flower import (
+from skfedpriv.federated import (
     DWDSite,
     LearnerPrivacy,
     LocalTransport,
     LogisticSite,
     SitePrivacy,
 )
-from skfedpriv.flower._learner import LOGISTIC_PARAMS
-from skfedpriv.flower._site import PROTOCOL_VERSION
+from skfedpriv.federated._learner import LOGISTIC_PARAMS
+from skfedpriv.federated._site import PROTOCOL_VERSION
 from test_dwd_privacy import _audit_epsilon
 
 EPSILON, DELTA = 1.0, 1e-5
@@ -32,7 +32,7 @@ EPSILON, DELTA = 1.0, 1e-5
 @pytest.fixture(autouse=True)
 def _quiet_site_log(caplog):
     """Thousands of refusals: keep the sites' warnings out of the captured log."""
-    caplog.set_level(logging.ERROR, logger="skfedpriv.flower")
+    caplog.set_level(logging.ERROR, logger="skfedpriv.federated")
 
 
 def _received(transport, request):

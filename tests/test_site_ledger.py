@@ -11,7 +11,7 @@ import pytest
 
 from skfedpriv import DWDClassifier, LogisticRegression
 from skfedpriv._param_validation import InvalidParameterError
-from skfedpriv.flower import (
+from skfedpriv.federated import (
     DWDSite,
     LearnerPrivacy,
     LocalTransport,
@@ -21,7 +21,7 @@ from skfedpriv.flower import (
     SiteRefusal,
     federated_partial_fit,
 )
-from skfedpriv.flower._refusal import EXHAUSTED, MISMATCH, NOT_IN_ORDER
+from skfedpriv.federated._refusal import EXHAUSTED, MISMATCH, NOT_IN_ORDER
 
 
 def _site_data(n=180, seed=0):

@@ -11,10 +11,15 @@ import time
 import numpy as np
 
 from ..linear_model._logistic import LogisticRegression
-from ._learner import LogisticSite
-from ._refusal import REFUSED, SiteRefusal
-from ._server import federated_fit, federated_partial_fit
-from ._site import DWDSite, SitePrivacy
+from ..federated import (
+    DWDSite,
+    LogisticSite,
+    SitePrivacy,
+    SiteRefusal,
+    federated_fit,
+    federated_partial_fit,
+)
+from ..federated._refusal import REFUSED
 
 #: Site class of each protocol of :func:`make_client_app`.
 PROTOCOLS = {"dwd": DWDSite, "logistic": LogisticSite}

@@ -5,7 +5,7 @@ a private site therefore reaches the server as a :class:`SiteRefusal` whose
 text is one of the constants below, chosen from the request and the site's
 own configuration and ledger only: no label, count, side or sum, and the
 same text on neighbouring data sets (one row replaced). The reason in
-detail goes to the site's own log (logger ``skfedpriv.flower``), where the
+detail goes to the site's own log (logger ``skfedpriv.federated``), where the
 site's operator reads it.
 
 A failure that depends on the rows themselves (a label outside the site's
@@ -36,7 +36,7 @@ REFUSED = "site refused the request"
 
 REFUSAL_TEXTS = frozenset({MISMATCH, EXHAUSTED, NOT_IN_ORDER, RAW_SUMS, REFUSED})
 
-_LOG = logging.getLogger("skfedpriv.flower")
+_LOG = logging.getLogger("skfedpriv.federated")
 
 
 class SiteRefusal(PermissionError):

@@ -71,7 +71,7 @@ class SiteLedgerFile:
         Raises
         ------
         PermissionError
-            (:class:`~skfedpriv.flower._refusal.Refused`) if ``used + cost >
+            (:class:`~skfedpriv.federated._refusal.Refused`) if ``used + cost >
             cap`` (nothing is counted) or the calibration differs.
         """
         def body(conn):

@@ -14,7 +14,7 @@ per site). :class:`LocalTransport` calls :class:`DWDSite` objects in this
 process; the Flower server app sends each request as a Flower message.
 
 The same functions fit a :class:`~skfedpriv.LogisticRegression` on
-:class:`~skfedpriv.flower.LogisticSite` learners: :class:`RemoteLearners`
+:class:`~skfedpriv.federated.LogisticSite` learners: :class:`RemoteLearners`
 implements the estimator's declared learners interface
 (:class:`~skfedpriv.linear_model.LogisticLearners`) over the transport, and
 the estimator runs its own rounds on it
@@ -288,8 +288,8 @@ def _dwd_on_remote_sites(estimator, transport, batch, classes, *, new_stream):
 class RemoteLearners(LogisticLearners):
     """The learners of a :class:`~skfedpriv.LogisticRegression`, reached through a transport.
 
-    Each :class:`~skfedpriv.flower.LogisticSite` runs its local steps and,
-    with a :class:`~skfedpriv.flower.LearnerPrivacy`, adds the increments of
+    Each :class:`~skfedpriv.federated.LogisticSite` runs its local steps and,
+    with a :class:`~skfedpriv.federated.LearnerPrivacy`, adds the increments of
     its own noise stream (``holds_noise``): the server never holds noise.
 
     Parameters

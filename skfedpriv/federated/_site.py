@@ -8,7 +8,7 @@ the site is the trust boundary: the class count K, σ, the clip, the release
 caps and the batches are fixed by the site's own configuration and its own
 ledger file, never by a request; a request that names other values is
 refused before any row is read, and every refusal reaches the server as a
-fixed text (:mod:`skfedpriv.flower._refusal`).
+fixed text (:mod:`skfedpriv.federated._refusal`).
 """
 
 import numbers
@@ -230,10 +230,10 @@ class _Site:
         self.name = str(name)
 
     def handle(self, request):
-        """Answer one request (see :mod:`skfedpriv.flower`).
+        """Answer one request (see :mod:`skfedpriv.federated`).
 
         A private site's every failure reaches the caller as a
-        :class:`~skfedpriv.flower.SiteRefusal` with a fixed text (the reason
+        :class:`~skfedpriv.federated.SiteRefusal` with a fixed text (the reason
         goes to the site's log).
 
         Parameters
