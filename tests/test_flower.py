@@ -37,6 +37,7 @@ from skfedpriv.linear_model._dwd_solver import site_summary
 from skfedpriv.linear_model._local_steps import local_round
 from skfedpriv.privacy import clip_rows, gaussian_sigma
 from skfedpriv.privacy import make_factorization
+from _ledgers import new_ledger
 
 N_SITES = 3
 
@@ -133,7 +134,7 @@ def test_server_only_receives_sums():
 def site_privacy(est, seed, ledger, **kw):
     """The SitePrivacy of site ``seed`` matching ``est``, its ledger file under ``ledger``."""
     return SitePrivacy.from_estimator(est, random_state=seed,
-                                      ledger_path=ledger / "sites.sqlite", **kw)
+                                      ledger_path=new_ledger(ledger / "sites.sqlite"), **kw)
 
 
 def private_estimator(**kw):
@@ -246,7 +247,7 @@ def test_site_noise_scale_mismatch_is_refused(ledger_dir):
     # the sites are calibrated for epsilon=1, the server assumes epsilon=2
     transport = LocalTransport(local_sites(
         X, y, g, b, lambda s: SitePrivacy(1.0, 1e-5, 3.0, online_steps=2, random_state=s,
-                                          classes=[0, 1], ledger_path=ledger_dir / "s.sqlite")))
+                                          classes=[0, 1], ledger_path=new_ledger(ledger_dir / "s.sqlite"))))
     with pytest.raises(RuntimeError, match="privacy parameters differ"):
         federated_fit(est, transport)
 
@@ -353,7 +354,7 @@ def test_logistic_protocol_matches_in_process_stream(n_classes):
 def learner_privacy(est, seed, ledger, classes=(0, 1)):
     """The LearnerPrivacy of learner ``seed`` matching ``est``, its ledger file under ``ledger``."""
     return LearnerPrivacy.from_estimator(est, random_state=seed, classes=classes,
-                                         ledger_path=ledger / "learners.sqlite")
+                                         ledger_path=new_ledger(ledger / "learners.sqlite"))
 
 
 def private_logistic(mechanism="toeplitz", **kw):

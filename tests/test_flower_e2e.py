@@ -26,6 +26,7 @@ pytest.importorskip("flwr")
 from skfedpriv import DWDClassifier, LogisticRegression  # noqa: E402
 from skfedpriv.flower import LocalTransport, federated_fit, federated_partial_fit  # noqa: E402
 from skfedpriv.flower._apps import decode, encode  # noqa: E402
+from _ledgers import new_ledger  # noqa: E402
 from test_flower import (  # noqa: E402
     N_SITES,
     R_LOG,
@@ -88,7 +89,7 @@ def test_client_app_sends_a_private_sites_refusals_as_fixed_texts(ledger_dir):
         app = make_client_app(
             lambda context, batch, y=np.array(labels): (X, y),
             lambda context: SitePrivacy(1.0, 1e-5, 3.0, classes=[0, 1, 2],
-                                        ledger_path=ledger_dir / "s.sqlite"))
+                                        ledger_path=new_ledger(ledger_dir / "s.sqlite")))
         for text, request in requests.items():
             assert _client_app_reply(app, request) == f"SiteRefusal: {text}"
         assert _client_app_reply(app, {**base, "op": "describe"})["n_rows"] == 3
@@ -267,6 +268,8 @@ def flower_deployment(tmp_path):
             rows.update({f"{k}{r}": v[(Lg == s) & (Lr == r)]
                          for r in range(R_LOG) for k, v in (("LX", LX), ("Ly", Ly))})
             np.savez(path, **rows)
+            new_ledger(tmp_path / f"dwd{s}.sqlite")
+            new_ledger(tmp_path / f"logistic{s}.sqlite")
             node_config = (f'site-id="s{s}" data-path="{path}" epsilon=2.0 clip-norm=3.0 '
                            f'noise-seed={10 + s} dwd-ledger="{tmp_path / f"dwd{s}.sqlite"}" '
                            f'logistic-ledger="{tmp_path / f"logistic{s}.sqlite"}"')

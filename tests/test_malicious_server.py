@@ -28,6 +28,7 @@ from skfedpriv.federated import (
     federated_partial_fit,
 )
 from skfedpriv.federated._refusal import EXHAUSTED, MISMATCH, NOT_IN_ORDER, RAW_SUMS, REFUSED
+from _ledgers import new_ledger
 
 CLASSES = [0, 1, 2]
 
@@ -134,7 +135,7 @@ def test_a_malicious_server_gets_refusals_from_a_dwd_site(ledger_dir, caplog):
     def make_transport(side):
         X, y, b = data[side]
         privacy = SitePrivacy.from_estimator(_dwd_estimator(), random_state=1,
-                                             ledger_path=ledger_dir / f"{side}.sqlite")
+                                             ledger_path=new_ledger(ledger_dir / f"{side}.sqlite"))
         return LocalTransport([DWDSite(lambda k: (X[b == k], y[b == k]), privacy, name="s")])
 
     results = [_run_script(side, make_transport, lambda t: federated_fit(_dwd_estimator(), t),
@@ -155,7 +156,7 @@ def test_a_private_site_with_rows_outside_its_domain_refuses_every_request_alike
     caplog.set_level(logging.WARNING, logger="skfedpriv.federated")
     X, y, b = _neighbours()["D'"]
     privacy = SitePrivacy(2.0, 1e-5, 3.0, online_steps=2, classes=[0, 1],
-                          ledger_path=ledger_dir / "s.sqlite")
+                          ledger_path=new_ledger(ledger_dir / "s.sqlite"))
     transport = LocalTransport([DWDSite(lambda k: (X[b == k], y[b == k]), privacy, name="s")])
     est = DWDClassifier(mechanism="local-gaussian", epsilon=2.0, clip_norm=3.0, online_steps=2,
                         classes=[0, 1])
@@ -220,7 +221,7 @@ def test_a_malicious_server_gets_refusals_from_a_logistic_learner(ledger_dir):
         X, y, _ = data[side]
         rnd = np.arange(len(y)) % R_STREAM
         privacy = LearnerPrivacy.from_estimator(_logistic_estimator(), random_state=1,
-                                                ledger_path=ledger_dir / f"{side}.sqlite")
+                                                ledger_path=new_ledger(ledger_dir / f"{side}.sqlite"))
         return LocalTransport([LogisticSite(lambda k: (X[rnd == k], y[rnd == k]), privacy,
                                             name="s")])
 

@@ -24,6 +24,7 @@ from skfedpriv.federated import (
 )
 from skfedpriv.federated._learner import LOGISTIC_PARAMS
 from skfedpriv.federated._site import PROTOCOL_VERSION
+from _ledgers import new_ledger
 from test_dwd_privacy import _audit_epsilon
 
 EPSILON, DELTA = 1.0, 1e-5
@@ -74,7 +75,7 @@ def test_a_replayed_round_releases_a_row_once(ledger_dir):
     per side): lower bound 2.54 > ε = 1."""
     rows = {"D": (np.array([[3.0, 0.0]]), np.array([1])),
             "D'": (np.array([[-3.0, 0.0]]), np.array([1]))}
-    privacy = _learner_privacy(ledger_dir / "learners.sqlite")
+    privacy = _learner_privacy(new_ledger(ledger_dir / "learners.sqlite"))
     requests = [_round_request(privacy, r) for r in range(R_REPLAY)]
     # the noise-free messages, from a learner that trusts the server
     plain = {k: LocalTransport([LogisticSite(lambda b, v=v: v, None, name="plain")])(
@@ -133,7 +134,7 @@ def test_a_class_count_changed_mid_stream_is_refused(ledger_dir):
     rows = {"D": (np.array([[2.0, 2.0], [0.5, -1.0]]), np.array([1, 0])),
             "D'": (np.array([[-2.0, -2.0], [0.5, -1.0]]), np.array([1, 0]))}
     privacy = SitePrivacy(EPSILON_INFLATE, DELTA, clip, online_steps=1, classes=[0, 1],
-                          ledger_path=ledger_dir / "sites.sqlite")
+                          ledger_path=new_ledger(ledger_dir / "sites.sqlite"))
     requests = [{"protocol": PROTOCOL_VERSION, "op": "noised", "kind": "gradient", "batch": 1,
                  "classes": _classes(k), "fit_intercept": True, "clip_norm": clip, "q": 1.0,
                  "theta": np.zeros((3, 1 if k == 1 else k))} for k in K_PLAN]

@@ -21,7 +21,8 @@ from skfedpriv.federated import (
     SiteRefusal,
     federated_partial_fit,
 )
-from skfedpriv.federated._refusal import EXHAUSTED, MISMATCH, NOT_IN_ORDER
+from skfedpriv.federated._refusal import EXHAUSTED, MISMATCH, NOT_IN_ORDER, REFUSED
+from _ledgers import new_ledger
 
 
 def _site_data(n=180, seed=0):
@@ -43,25 +44,46 @@ def _dwd_run(X, y, g, b, ledger_path, batches=(0, 1), epsilon=2.0):
     return est, transport
 
 
-def test_private_sites_refuse_to_run_without_a_ledger_file_or_declared_classes(tmp_path):
-    with pytest.raises(InvalidParameterError, match="ledger_path"):
-        SitePrivacy(1.0, 1e-5, 3.0, classes=[0, 1])
-    with pytest.raises(InvalidParameterError, match="ledger_path"):
-        LearnerPrivacy("tree", 1.0, 1e-5, classes=[0, 1])
+def test_private_sites_refuse_to_run_without_a_ledger_file_or_declared_classes(ledger_dir):
+    path = ledger_dir / "a.sqlite"
+    for missing in (None, path):  # no path, or no file there: refused, nothing created
+        with pytest.raises(InvalidParameterError, match="ledger"):
+            SitePrivacy(1.0, 1e-5, 3.0, classes=[0, 1], ledger_path=missing)
+        with pytest.raises(InvalidParameterError, match="ledger"):
+            LearnerPrivacy("tree", 1.0, 1e-5, classes=[0, 1], ledger_path=missing)
+    assert not path.exists()
+    SiteLedgerFile.create(path)
+    with pytest.raises(FileExistsError):  # a ledger is never replaced
+        SiteLedgerFile.create(path)
     with pytest.raises(InvalidParameterError, match="classes"):
-        SitePrivacy(1.0, 1e-5, 3.0, ledger_path=tmp_path / "a.sqlite")
+        SitePrivacy(1.0, 1e-5, 3.0, ledger_path=path)
     with pytest.raises(InvalidParameterError, match="classes"):
-        LearnerPrivacy("tree", 1.0, 1e-5, ledger_path=tmp_path / "a.sqlite", classes=[1])
+        LearnerPrivacy("tree", 1.0, 1e-5, ledger_path=path, classes=[1])
     # K, σ and the caps are computed once, from the site's own declaration
-    privacy = SitePrivacy(1.0, 1e-5, 3.0, online_steps=2, classes=[2, 0, 1],
-                          ledger_path=tmp_path / "a.sqlite")
+    privacy = SitePrivacy(1.0, 1e-5, 3.0, online_steps=2, classes=[2, 0, 1], ledger_path=path)
     assert privacy.classes.tolist() == [0, 1, 2] and privacy.n_models == 3
     assert privacy.release_caps == {True: 3 * 3 + 1, False: 3 * 3}
 
 
+def test_a_deleted_site_ledger_is_refused_not_recreated(ledger_dir):
+    """A ledger deleted between runs (or a process started before) does not
+    start the counts again from zero: every release is refused."""
+    X, y, g, b = _site_data()
+    path = new_ledger(ledger_dir / "sites.sqlite")
+    est = DWDClassifier(mechanism="local-gaussian", epsilon=2.0, clip_norm=3.0,
+                        online_steps=2, classes=[0, 1])
+    sites = [DWDSite(lambda k, s=s: (X[(g == s) & (b == k)], y[(g == s) & (b == k)]),
+                     SitePrivacy.from_estimator(est, ledger_path=path), name=f"s{s}")
+             for s in range(3)]
+    path.unlink()
+    with pytest.raises(SiteRefusal, match=f"^{REFUSED}$"):
+        federated_partial_fit(est, LocalTransport(sites), 0)
+    assert not path.exists() and SiteLedgerFile(path).counts("s0") == {}
+
+
 def test_flower_site_ledger_file_holds_across_runs(ledger_dir):
     X, y, g, b = _site_data()
-    path = ledger_dir / "sites.sqlite"
+    path = new_ledger(ledger_dir / "sites.sqlite")
     _dwd_run(X, y, g, b, path)
     # every release is counted: K (s + 1) per batch, and the Gram matrix in batch 0
     ledger = SiteLedgerFile(path)
@@ -90,7 +112,7 @@ def _charge_site(path, k, cap, queue):
 
 
 def test_flower_site_ledger_file_serializes_processes(tmp_path):
-    path = str(tmp_path / "site.sqlite")
+    path = str(new_ledger(tmp_path / "site.sqlite"))
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=_charge_site, args=(path, 10, 25, queue)) for _ in range(4)]
@@ -123,11 +145,11 @@ def test_flower_learner_stream_in_a_file_holds_across_runs(ledger_dir):
 
     # one run
     one = estimator()
-    transport = LocalTransport(_logistic_sites(X, y, g, rnd, one, ledger_dir / "one.sqlite"))
+    transport = LocalTransport(_logistic_sites(X, y, g, rnd, one, new_ledger(ledger_dir / "one.sqlite")))
     for r in range(4):
         federated_partial_fit(one, transport, r, classes=[0, 1] if r == 0 else None)
     # the stream split over two runs on another file: the learners continue it exactly
-    path = ledger_dir / "two.sqlite"
+    path = new_ledger(ledger_dir / "two.sqlite")
     two = estimator()
     for rounds in ([0, 1], [2, 3]):
         transport = LocalTransport(_logistic_sites(X, y, g, rnd, two, path))

@@ -1,10 +1,11 @@
 """A site's persistent release ledger (an SQLite file at the site)."""
 
 import os
+import pathlib
 import sqlite3
 
 from ..privacy import write_transaction
-from ._refusal import EXHAUSTED, MISMATCH, Refused
+from ._refusal import EXHAUSTED, MISMATCH, REFUSED, Refused
 
 __all__ = ["SiteLedgerFile"]
 
@@ -23,10 +24,14 @@ class SiteLedgerFile:
     that opens it with another one: counts made under one calibration do not
     bound releases under another.
 
+    The file is made once, when the site is set up
+    (:meth:`create`); it is never created implicitly, so a mistyped or
+    deleted path is refused instead of starting the counts from zero.
+
     Parameters
     ----------
     path : str or path-like
-        Created if missing. Keep it at the site (it may hold the site's
+        An existing ledger file. Keep it at the site (it may hold the site's
         noise-stream state).
     """
 
@@ -41,13 +46,42 @@ class SiteLedgerFile:
     def __init__(self, path):
         self.path = os.path.abspath(os.fspath(path))
 
-    def _transaction(self, site, calibration, body):
-        """Run ``body(conn)`` in one write transaction, after checking the calibration."""
-        conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+    @classmethod
+    def create(cls, path):
+        """Make a new, empty ledger file at ``path`` (once, when the site is set up).
+
+        Raises
+        ------
+        FileExistsError
+            If ``path`` exists: a ledger is never replaced.
+        """
+        ledger = cls(path)
+        with open(ledger.path, "xb"):  # exclusive: never over an existing file
+            pass
+        conn = sqlite3.connect(ledger.path, isolation_level=None)
         try:
             with write_transaction(conn):
-                for statement in self._SCHEMA:
+                for statement in cls._SCHEMA:
                     conn.execute(statement)
+        finally:
+            conn.close()
+        return ledger
+
+    def _connect(self):
+        """A connection to the existing file (never creates it)."""
+        try:
+            return sqlite3.connect(f"{pathlib.Path(self.path).as_uri()}?mode=rw", uri=True,
+                                   timeout=60.0, isolation_level=None)
+        except sqlite3.OperationalError:
+            raise Refused(REFUSED, (
+                f"no site ledger file at {self.path!r}: create it once with "
+                "SiteLedgerFile.create(path); a missing ledger is never recreated.")) from None
+
+    def _transaction(self, site, calibration, body):
+        """Run ``body(conn)`` in one write transaction, after checking the calibration."""
+        conn = self._connect()
+        try:
+            with write_transaction(conn):
                 row = conn.execute("SELECT calibration FROM skfedpriv_site WHERE site = ?",
                                    (site,)).fetchone()
                 if row is None:
@@ -107,7 +141,7 @@ class SiteLedgerFile:
         """``{key: used}`` of one site (empty if the file or the site is new)."""
         if not os.path.exists(self.path):
             return {}
-        conn = sqlite3.connect(self.path, timeout=60.0)
+        conn = self._connect()
         try:
             rows = conn.execute("SELECT key, used FROM skfedpriv_site_ledger "
                                 "WHERE site = ? AND used IS NOT NULL", (site,)).fetchall()

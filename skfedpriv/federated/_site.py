@@ -83,11 +83,16 @@ def declared_classes(classes, owner):
 
 
 def required_ledger(ledger_path, owner):
-    """The private site's ledger file: required, so no run starts from zero."""
+    """The private site's ledger file: required and existing, so no run starts from zero."""
     if ledger_path is None:
         raise InvalidParameterError(
             f"a private site keeps its releases in a ledger file of its own: pass ledger_path "
             f"to {owner} (a path at the site, the same for every run and process of the site).")
+    if not os.path.isfile(ledger_path):
+        raise InvalidParameterError(
+            f"no site ledger file at {os.fspath(ledger_path)!r} ({owner}): create it once with "
+            "SiteLedgerFile.create(path) when the site is set up; a missing ledger is never "
+            "recreated.")
     return SiteLedgerFile(ledger_path)
 
 
