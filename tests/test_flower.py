@@ -1,53 +1,43 @@
 """Federated DWD over Flower: sites as ClientApps in their own processes.
 
 The protocol tests run the site and server code in one process through
-``LocalTransport`` (exact, fast); the ``flower``-marked test starts a
-SuperLink and three SuperNodes on 127.0.0.1 and runs the same protocol
-across processes.
+``LocalTransport`` (exact, fast) and need no Flower install; what needs
+Flower (its message types, the apps, a SuperLink and SuperNodes on
+127.0.0.1) is in ``test_flower_e2e.py``.
 """
 
 import math
-import os
-import pickle
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import textwrap
-import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-pytest.importorskip("flwr")
-
-from skfedpriv import DWDClassifier, LogisticRegression, PrivacyBudgetError  # noqa: E402
-from skfedpriv.flower import (  # noqa: E402
+from skfedpriv import DWDClassifier, LogisticRegression, PrivacyBudgetError
+from skfedpriv.federated import (
     DWDSite,
     LearnerPrivacy,
     LocalTransport,
     LogisticSite,
     SitePrivacy,
+    SiteRefusal,
     federated_fit,
     federated_partial_fit,
 )
-from skfedpriv.flower._apps import decode, encode  # noqa: E402
-from skfedpriv.flower._server import RemoteSites  # noqa: E402
-from skfedpriv.flower._site import PROTOCOL_VERSION  # noqa: E402
-from skfedpriv.privacy._objective_perturbation import (  # noqa: E402
+from skfedpriv.federated._refusal import EXHAUSTED, MISMATCH, NOT_IN_ORDER, RAW_SUMS
+from skfedpriv.federated._server import RemoteSites
+from skfedpriv.federated._site import PROTOCOL_VERSION
+from skfedpriv.privacy._objective_perturbation import (
     clip_augmented_rows,
     gradient_sensitivity,
     local_gaussian_releases,
     local_gaussian_sigma,
 )
-from skfedpriv.linear_model._base import ReleasedModelError  # noqa: E402
-from skfedpriv.linear_model._dwd_solver import site_summary  # noqa: E402
-from skfedpriv.linear_model._local_steps import local_round  # noqa: E402
-from skfedpriv.privacy import clip_rows, gaussian_sigma  # noqa: E402
-from skfedpriv.privacy import make_factorization  # noqa: E402
+from skfedpriv.linear_model._base import ReleasedModelError
+from skfedpriv.linear_model._dwd_solver import site_summary
+from skfedpriv.linear_model._local_steps import local_round
+from skfedpriv.privacy import clip_rows, gaussian_sigma
+from skfedpriv.privacy import make_factorization
+from _ledgers import new_ledger
 
 N_SITES = 3
 
@@ -141,17 +131,23 @@ def test_server_only_receives_sums():
                 assert np.size(value) <= bound
 
 
+def site_privacy(est, seed, ledger, **kw):
+    """The SitePrivacy of site ``seed`` matching ``est``, its ledger file under ``ledger``."""
+    return SitePrivacy.from_estimator(est, random_state=seed,
+                                      ledger_path=new_ledger(ledger / "sites.sqlite"), **kw)
+
+
 def private_estimator(**kw):
     params = dict(mechanism="local-gaussian", epsilon=2.0, clip_norm=3.0, online_steps=2,
                   random_state=0, classes=[0, 1])
     return DWDClassifier(**{**params, **kw})
 
 
-def test_private_dwd_server_needs_a_declared_label_set_and_sites_hide_theirs():
+def test_private_dwd_server_needs_a_declared_label_set_and_sites_hide_theirs(ledger_dir):
     X, y, g, b = make_data()
     est = private_estimator(random_state=None, classes=None)
     transport = LocalTransport(local_sites(
-        X, y, g, b, lambda s: SitePrivacy.from_estimator(est, random_state=s)))
+        X, y, g, b, lambda s: site_privacy(est, s, ledger_dir, classes=[0, 1])))
     with pytest.raises(ValueError, match="label set must be declared"):
         federated_fit(est, transport)
     with pytest.raises(ValueError, match="label set must be declared"):
@@ -177,7 +173,7 @@ def test_private_dwd_server_needs_a_declared_label_set_and_sites_hide_theirs():
         federated_partial_fit(est, transport, 1)
 
 
-def test_private_sites_send_noise_of_the_calibrated_scale():
+def test_private_sites_send_noise_of_the_calibrated_scale(ledger_dir):
     """What the server receives minus the raw site sums is Gaussian noise of
     the std the site's own calibration gives (checked over many sites)."""
     n_sites = 60
@@ -187,7 +183,7 @@ def test_private_sites_send_noise_of_the_calibrated_scale():
     g = np.arange(len(y)) % n_sites
     est = private_estimator()
     sites = [DWDSite(lambda k, s=s: (X[g == s], y[g == s]),
-                     SitePrivacy.from_estimator(est, random_state=100 + s), name=f"{s:03d}")
+                     site_privacy(est, 100 + s, ledger_dir), name=f"{s:03d}")
              for s in range(n_sites)]
     transport = LocalTransport(sites)
     federated_fit(est, transport)
@@ -212,21 +208,23 @@ def test_private_sites_send_noise_of_the_calibrated_scale():
     assert abs(np.mean(residuals)) < 5 * expected / math.sqrt(n)
 
 
-def test_private_protocol_is_reproducible_and_runs_the_estimators_update():
+def test_private_protocol_is_reproducible_and_runs_the_estimators_update(ledger_dir):
     """With fixed site seeds the remote private fit is reproducible, and equals the
     estimator's own local-gaussian update fed with the same noised sums."""
     X, y, g, b = make_data()
 
-    def run():
+    def run(ledger):
         est = private_estimator()
         transport = LocalTransport(local_sites(
-            X, y, g, b, lambda s: SitePrivacy.from_estimator(est, random_state=10 + s)))
+            X, y, g, b, lambda s: site_privacy(est, 10 + s, ledger)))
         federated_fit(est, transport)
         federated_partial_fit(est, transport, 1)
         return est, transport
 
-    a, transport = run()
-    b2, _ = run()
+    (ledger_dir / "a").mkdir()
+    (ledger_dir / "b").mkdir()
+    a, transport = run(ledger_dir / "a")
+    b2, _ = run(ledger_dir / "b")
     np.testing.assert_array_equal(a.coef_, b2.coef_)
     local = private_estimator().fit(X[b == 0], y[b == 0], sample_group=g[b == 0])
     local.partial_fit(X[b == 1], y[b == 1], sample_group=g[b == 1])
@@ -234,31 +232,24 @@ def test_private_protocol_is_reproducible_and_runs_the_estimators_update():
     assert a.privacy_spent_ == local.privacy_spent_
     assert np.all(np.isfinite(a.coef_))
     # the site refuses releases past its calibration, and raw sums always
-    with pytest.raises(PermissionError, match="calibrated releases"):
+    with pytest.raises(SiteRefusal, match=f"^{EXHAUSTED}$"):
         federated_partial_fit(a, transport, 1)
     site = transport.sites[0]
-    with pytest.raises(PermissionError, match="noised summaries only"):
+    with pytest.raises(SiteRefusal, match=f"^{RAW_SUMS}$"):
         site.handle({"protocol": PROTOCOL_VERSION, "op": "summary", "batch": 0, "classes": [0, 1],
                      "fit_intercept": True, "theta": np.zeros((4, 1)), "q": 1.0,
-                     "with_curvature": False}, {})
+                     "with_curvature": False})
 
 
-def test_site_noise_scale_mismatch_is_refused():
+def test_site_noise_scale_mismatch_is_refused(ledger_dir):
     X, y, g, b = make_data()
     est = private_estimator()
     # the sites are calibrated for epsilon=1, the server assumes epsilon=2
     transport = LocalTransport(local_sites(
-        X, y, g, b, lambda s: SitePrivacy(1.0, 1e-5, 3.0, online_steps=2, random_state=s)))
+        X, y, g, b, lambda s: SitePrivacy(1.0, 1e-5, 3.0, online_steps=2, random_state=s,
+                                          classes=[0, 1], ledger_path=new_ledger(ledger_dir / "s.sqlite"))))
     with pytest.raises(RuntimeError, match="privacy parameters differ"):
         federated_fit(est, transport)
-
-
-def test_message_encoding_round_trip():
-    payload = {"op": "summary", "theta": np.arange(6.0).reshape(3, 2), "classes": ["a", "b"],
-               "q": 1.0, "with_curvature": True, "batch": 2, "skip": None}
-    out = decode(encode(payload))
-    np.testing.assert_array_equal(out["theta"], payload["theta"])
-    assert out["classes"] == ["a", "b"] and out["batch"] == 2 and "skip" not in out
 
 
 # -- the logistic protocol (one process) ----------------------------------------
@@ -361,6 +352,12 @@ def test_logistic_protocol_matches_in_process_stream(n_classes):
                 assert set(reply) <= {"site", "present", "message"}
 
 
+def learner_privacy(est, seed, ledger, classes=(0, 1)):
+    """The LearnerPrivacy of learner ``seed`` matching ``est``, its ledger file under ``ledger``."""
+    return LearnerPrivacy.from_estimator(est, random_state=seed, classes=classes,
+                                         ledger_path=new_ledger(ledger / "learners.sqlite"))
+
+
 def private_logistic(mechanism="toeplitz", **kw):
     return LogisticRegression(n_rounds=R_LOG, local_steps=3, learning_rate=0.4,
                               mechanism=mechanism, epsilon=4.0, delta=1e-4, clip_norm=1.0,
@@ -393,7 +390,8 @@ def _per_learner_streams(monkeypatch, mechanism, seeds):
 
 
 @pytest.mark.parametrize("mechanism", ["independent", "tree", "honaker", "toeplitz", "optimal", "blt"])
-def test_logistic_private_matches_in_process_with_the_learners_streams(monkeypatch, mechanism):
+def test_logistic_private_matches_in_process_with_the_learners_streams(monkeypatch, mechanism,
+                                                                       ledger_dir):
     """Each learner draws its own stream; the model equals the in-process
     estimator whose learner i draws the same stream (same seed), through a
     late join and an absence (the missed increment is sent later)."""
@@ -402,7 +400,7 @@ def test_logistic_private_matches_in_process_with_the_learners_streams(monkeypat
     seed = {s: 100 + s for s in range(4)}
     est = private_logistic(mechanism)
     transport = LocalTransport(logistic_sites(
-        X, y, g, rnd, lambda s: LearnerPrivacy.from_estimator(est, random_state=seed[s])))
+        X, y, g, rnd, lambda s: learner_privacy(est, seed[s], ledger_dir, classes)))
     for r in range(R_LOG):
         federated_partial_fit(est, transport, r, classes=classes if r == 0 else None)
     _per_learner_streams(monkeypatch, mechanism, [seed[s] for s in (0, 1, 2, 3)])  # join order
@@ -417,12 +415,12 @@ def test_logistic_private_matches_in_process_with_the_learners_streams(monkeypat
     assert est._training_state.noise is None
 
 
-def test_logistic_private_fit_matches_in_process_fit(monkeypatch):
+def test_logistic_private_fit_matches_in_process_fit(monkeypatch, ledger_dir):
     X, y, g, _ = logistic_stream_data()
     g[g == 3] = 2
     est = private_logistic("tree")
     transport = LocalTransport(logistic_sites(
-        X, y, g, fit_rounds(g, R_LOG), lambda s: LearnerPrivacy.from_estimator(est, random_state=7 * s)))
+        X, y, g, fit_rounds(g, R_LOG), lambda s: learner_privacy(est, 7 * s, ledger_dir)))
     federated_fit(est, transport, classes=[0, 1])
     _per_learner_streams(monkeypatch, "tree", [0, 7, 14])
     local = private_logistic("tree", classes=[0, 1]).fit(X, y, sample_group=g)
@@ -442,7 +440,7 @@ def _raw_g(theta, X, y, classes, est):
 
 
 @pytest.mark.parametrize("mechanism", ["toeplitz", "independent"])
-def test_logistic_private_messages_are_g_plus_the_factorization_noise(mechanism):
+def test_logistic_private_messages_are_g_plus_the_factorization_noise(mechanism, ledger_dir):
     """What the server receives from learner i, summed over rounds 0..r, is
     ``Σ g_i + (B z_i)_r`` with ``B`` the factorization's matrix and ``z_i``
     the learner's own N(0, σ²) draws, σ the analytic Gaussian calibration of
@@ -454,7 +452,7 @@ def test_logistic_private_messages_are_g_plus_the_factorization_noise(mechanism)
     classes = np.array([0, 1])
     est = private_logistic(mechanism)
     transport = LocalTransport(logistic_sites(
-        X, y, g, rnd, lambda s: LearnerPrivacy.from_estimator(est, random_state=50 + s)))
+        X, y, g, rnd, lambda s: learner_privacy(est, 50 + s, ledger_dir)))
     for r in range(R_LOG):
         federated_partial_fit(est, transport, r, classes=classes if r == 0 else None)
     fact = make_factorization(mechanism, R_LOG)
@@ -479,7 +477,7 @@ def test_logistic_private_messages_are_g_plus_the_factorization_noise(mechanism)
         np.testing.assert_allclose(prefix, fact.B @ z, atol=1e-10, rtol=0)
 
 
-def test_logistic_unseeded_learners_send_noise_of_the_calibrated_std():
+def test_logistic_unseeded_learners_send_noise_of_the_calibrated_std(ledger_dir):
     """With OS-entropy streams (random_state=None) the residual ĝ - g of
     independent noise is N(0, σ²) per coordinate (chi-square check)."""
     n_learners, rounds = 40, 3
@@ -492,7 +490,7 @@ def test_logistic_unseeded_learners_send_noise_of_the_calibrated_std():
                              mechanism="independent", epsilon=1.0, delta=1e-5,
                              feature_clip_norm=2.0)
     sites = [LogisticSite(lambda b, s=s: (X[(g == s) & (rnd == b)], y[(g == s) & (rnd == b)]),
-                          LearnerPrivacy.from_estimator(est), name=f"{s:03d}")
+                          learner_privacy(est, None, ledger_dir), name=f"{s:03d}")
              for s in range(n_learners)]
     transport = LocalTransport(sites)
     federated_fit(est, transport, classes=[0, 1])
@@ -509,34 +507,34 @@ def test_logistic_unseeded_learners_send_noise_of_the_calibrated_std():
     assert abs(np.mean(residuals)) < 5 * est.noise_scale_ / math.sqrt(n)
 
 
-def test_logistic_learner_guards():
+def test_logistic_learner_guards(ledger_dir):
     X, y, g, rnd = logistic_stream_data()
     classes = [0, 1]
     est = private_logistic()
     transport = LocalTransport(logistic_sites(
-        X, y, g, rnd, lambda s: LearnerPrivacy.from_estimator(est, random_state=s)))
+        X, y, g, rnd, lambda s: learner_privacy(est, s, ledger_dir)))
     # private learners do not report labels: classes are needed
     with pytest.raises(ValueError, match="pass classes"):
         federated_fit(private_logistic(), transport)
     federated_partial_fit(est, transport, 0, classes=classes)
-    site, ledger = transport.sites[0], transport.ledgers[0]
+    site = transport.sites[0]
     request = dict(transport.log[-1][0])
     # a round is answered once, in order
-    with pytest.raises(PermissionError, match="once, in order"):
-        site.handle(request, ledger)
+    with pytest.raises(SiteRefusal, match=f"^{NOT_IN_ORDER}$"):
+        site.handle(request)
     # the learner's calibration is its own: other parameters are refused
-    with pytest.raises(ValueError, match=r"disagree on \['epsilon'\]"):
-        site.handle({**request, "round": 1, "param-epsilon": 8.0}, ledger)
-    with pytest.raises(ValueError, match="disagree"):
-        site.handle({**request, "round": 1, "param-learning_rate": 0.1}, ledger)
+    for changed in ({"param-epsilon": 8.0}, {"param-learning_rate": 0.1}, {"classes": [0, 1, 2]},
+                    {"batch": 0}):
+        with pytest.raises(SiteRefusal, match=f"^{MISMATCH}$"):
+            site.handle({**request, "round": 1, **changed})
     # a private learner cannot be asked for its raw g (mechanism=None request)
     raw = {k: v for k, v in request.items() if k != "param-mechanism"}
-    with pytest.raises(ValueError, match="disagree on .*'mechanism'"):
-        site.handle({**raw, "round": 1}, ledger)
+    with pytest.raises(SiteRefusal, match=f"^{MISMATCH}$"):
+        site.handle({**raw, "round": 1, "batch": 1})
     # a non-private learner cannot draw noise
     plain = logistic_sites(X, y, g, rnd)[0]
     with pytest.raises(ValueError, match="no LearnerPrivacy"):
-        plain.handle(request, {})
+        plain.handle(request)
     # the stream continues only where its noise is
     with pytest.raises(ValueError, match="held by the learners"):
         est.partial_fit(X[:10], y[:10], sample_group=g[:10])
@@ -548,16 +546,12 @@ def test_logistic_learner_guards():
         federated_partial_fit(est, transport, r)
     with pytest.raises(PrivacyBudgetError):
         federated_partial_fit(est, transport, R_LOG)
-    late = dict(transport.log[-1][0], round=R_LOG, batch=2)
-    with pytest.raises(PrivacyBudgetError):
-        site.handle(late, ledger)
-    # a learner state survives a Flower ConfigRecord (bytes) and the request encoding
-    out = decode(encode({**request, "present": True}))
-    assert out["present"] is True and out["param-mechanism"] == "toeplitz"
-    assert "param-feature_clip_norm" in out and isinstance(ledger["logistic-learner"], bytes)
+    late = dict(transport.log[-1][0], round=R_LOG, batch=R_LOG)
+    with pytest.raises(SiteRefusal, match=f"^{EXHAUSTED}$"):
+        site.handle(late)
 
 
-def test_logistic_declared_classes_release_and_budget_through_the_learners():
+def test_logistic_declared_classes_release_and_budget_through_the_learners(ledger_dir):
     """Issue 10 on the Flower path: the classes hyperparameter declares the
     label set (no classes argument needed, a different one refused before any
     round), the budget is charged once as the stream's Gaussian mechanism, the
@@ -570,7 +564,7 @@ def test_logistic_declared_classes_release_and_budget_through_the_learners():
     budget = PrivacyBudget(20.0, 1e-2)
     est = private_logistic(classes=[0, 1], budget=budget)
     transport = LocalTransport(logistic_sites(
-        X, y, g, rnd, lambda s: LearnerPrivacy.from_estimator(est, random_state=s)))
+        X, y, g, rnd, lambda s: learner_privacy(est, s, ledger_dir)))
     with pytest.raises(ValueError, match="differs from the classes hyperparameter"):
         federated_partial_fit(est, transport, 0, classes=[0, 1, 2])
     assert not [q for q, _ in transport.log if q["op"] == "round"] and len(budget.ledger) == 0
@@ -592,7 +586,7 @@ def test_logistic_declared_classes_release_and_budget_through_the_learners():
     federated_partial_fit(est, transport, 2)  # the training object continues
 
 
-def test_logistic_default_learning_rate_through_the_learners():
+def test_logistic_default_learning_rate_through_the_learners(ledger_dir):
     """learning_rate='auto' with a large feature_clip_norm: the server sends
     the step it resolved and the learner resolves the same from its own
     LearnerPrivacy (else it would refuse the round)."""
@@ -601,7 +595,7 @@ def test_logistic_default_learning_rate_through_the_learners():
               feature_clip_norm=6.0, classes=[0, 1])
     est = LogisticRegression(**kw)
     transport = LocalTransport(logistic_sites(
-        X, y, g, rnd, lambda s: LearnerPrivacy.from_estimator(est, random_state=s)))
+        X, y, g, rnd, lambda s: learner_privacy(est, s, ledger_dir)))
     for r in range(R_LOG):
         federated_partial_fit(est, transport, r)
     assert est.learning_rate_ == 2.0 / ((36.0 + 1.0) / 4.0) < 0.5
@@ -609,285 +603,15 @@ def test_logistic_default_learning_rate_through_the_learners():
     assert transport.sites[0].privacy.settings.learning_rate == est.learning_rate_
 
 
-def test_logistic_server_refuses_a_learner_with_another_calibration():
+def test_logistic_server_refuses_a_learner_with_another_calibration(ledger_dir):
     """A learner running the server's parameters but another std (tampered) is refused."""
     X, y, g, rnd = logistic_stream_data()
     est = private_logistic()
-    privacy = LearnerPrivacy.from_estimator(est, random_state=1)
+    privacy = learner_privacy(est, 1, ledger_dir)
     privacy.noise_scale *= 0.5
     sites = logistic_sites(X, y, g, rnd, lambda s: privacy)
     with pytest.raises(RuntimeError, match="privacy parameters differ"):
         federated_partial_fit(est, LocalTransport(sites), 0, classes=[0, 1])
-
-
-# -- across processes ----------------------------------------------------------
-
-APP_MODULE = '''
-import numpy as np
-from skfedpriv import DWDClassifier
-from skfedpriv.flower import SitePrivacy, make_client_app, make_server_app
-
-
-def load_batch(context, batch):
-    data = np.load(context.node_config["data-path"])
-    return data[f"X{batch}"], data[f"y{batch}"]
-
-
-def site_privacy(context):
-    # Test convenience: the run chooses the mode; the parameters and the
-    # noise seed are the site's own (node config). A real site fixes both.
-    if context.run_config["mechanism"] != "local-gaussian":
-        return None
-    node = context.node_config
-    return SitePrivacy(float(node["epsilon"]), 1e-5, float(node["clip-norm"]),
-                       online_steps=2, random_state=int(node["noise-seed"]))
-
-
-def make_estimator(context):
-    config = context.run_config
-    if config["mechanism"] == "local-gaussian":
-        return DWDClassifier(mechanism="local-gaussian", epsilon=2.0, clip_norm=3.0,
-                             online_steps=2, random_state=0, classes=[0, 1])
-    return DWDClassifier(alpha=0.1, online_steps=2, max_iter=int(config["max-iter"]))
-
-
-client_app = make_client_app(load_batch, site_privacy)
-server_app = make_server_app(make_estimator)
-'''
-
-LOGISTIC_APP_MODULE = '''
-import numpy as np
-from skfedpriv import LogisticRegression
-from skfedpriv.flower import LearnerPrivacy, make_client_app, make_server_app
-
-
-def load_batch(context, batch):
-    data = np.load(context.node_config["data-path"])
-    return data[f"LX{batch}"], data[f"Ly{batch}"]
-
-
-def make_estimator(context):
-    mechanism = context.run_config["mechanism"]
-    return LogisticRegression(n_rounds=6, local_steps=3, learning_rate=0.4, epsilon=4.0,
-                              delta=1e-4, feature_clip_norm=2.0,
-                              mechanism=None if mechanism == "none" else mechanism)
-
-
-def learner_privacy(context):
-    # Test convenience: the run chooses the mode; the noise seed is the site's own.
-    if context.run_config["mechanism"] == "none":
-        return None
-    estimator = make_estimator(context)
-    return LearnerPrivacy.from_estimator(estimator, random_state=int(context.node_config["noise-seed"]))
-
-
-client_app = make_client_app(load_batch, learner_privacy, protocol="logistic")
-server_app = make_server_app(make_estimator, classes=[0, 1])
-'''
-
-PYPROJECT = '''
-[build-system]
-requires = ["hatchling"]
-build-backend = "hatchling.build"
-
-[project]
-name = "{name}"
-version = "1.0.0"
-description = "skfedpriv federated DWD test app"
-license = "BSD-3-Clause"
-dependencies = []
-
-[tool.hatch.build.targets.wheel]
-packages = ["."]
-
-[tool.flwr.app]
-publisher = "skfedpriv"
-
-[tool.flwr.app.components]
-serverapp = "{name}:server_app"
-clientapp = "{name}:client_app"
-
-[tool.flwr.app.config]
-n-sites = {n_sites}
-n-batches = 2
-mechanism = "none"
-max-iter = 4
-model-path = ""
-'''
-
-
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for_port(port, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.settimeout(1.0)
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    pytest.fail(f"the SuperLink did not listen on 127.0.0.1:{port} within {timeout} s")
-
-
-def _flower_env(home):
-    env = dict(os.environ)
-    env.update(FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1", FLWR_HOME=str(home),
-               FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.05", PYTHONUNBUFFERED="1",
-               PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]))
-    return env
-
-
-def _bin(name):
-    path = Path(sys.executable).with_name(name)
-    if not path.exists():
-        pytest.skip(f"{name} is not installed beside {sys.executable}")
-    return str(path)
-
-
-@pytest.fixture
-def flower_deployment(tmp_path):
-    """A SuperLink and N_SITES SuperNodes on 127.0.0.1, each in its own process group."""
-    home = tmp_path / "flwr-home"
-    home.mkdir()
-    link_port = _free_port()
-    (home / "config.toml").write_text(textwrap.dedent(f'''
-        [superlink]
-        default = "skfedpriv-test"
-
-        [superlink.skfedpriv-test]
-        address = "127.0.0.1:{link_port}"
-        insecure = true
-    '''))
-    env = _flower_env(home)
-    X, y, g, b = make_data()
-    LX, Ly, Lg, Lr = logistic_stream_data(n_learners=N_SITES)
-    Lr[(Lg == 2) & (Lr < 2)] += 2  # learner 2 joins in round 2; learner 1 misses round 3
-    processes, logs = [], []
-
-    def start(args, log_name):
-        log = open(tmp_path / log_name, "w")
-        logs.append(log)
-        processes.append(subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True))
-
-    try:
-        start([_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port",
-               str(link_port), "--disable-runtime-dependency-installation"], "superlink.log")
-        _wait_for_port(link_port)
-        for s in range(N_SITES):
-            path = tmp_path / f"site{s}.npz"
-            rows = {f"{k}{batch}": v[(g == s) & (b == batch)]
-                    for batch in (0, 1) for k, v in (("X", X), ("y", y))}
-            rows.update({f"{k}{r}": v[(Lg == s) & (Lr == r)]
-                         for r in range(R_LOG) for k, v in (("LX", LX), ("Ly", Ly))})
-            np.savez(path, **rows)
-            node_config = (f'site-id="s{s}" data-path="{path}" epsilon=2.0 clip-norm=3.0 '
-                           f'noise-seed={10 + s}')
-            start([_bin("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link_port}",
-                   "--host", "127.0.0.1", "--port", str(_free_port()), "--max-retries", "20",
-                   "--max-wait-time", "60", "--node-config", node_config], f"supernode{s}.log")
-        apps = {}
-        for name, module in (("dwdtestapp", APP_MODULE), ("logtestapp", LOGISTIC_APP_MODULE)):
-            apps[name] = tmp_path / name
-            apps[name].mkdir()
-            (apps[name] / "pyproject.toml").write_text(PYPROJECT.format(n_sites=N_SITES, name=name))
-            (apps[name] / f"{name}.py").write_text(module)
-        yield dict(app=apps["dwdtestapp"], logistic_app=apps["logtestapp"], env=env, tmp=tmp_path,
-                   data=(X, y, g, b), logistic_data=(LX, Ly, Lg, Lr))
-    finally:
-        for proc in processes:  # the whole group: SuperExec and app processes too
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 15
-        for proc in processes:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=10)
-        for log in logs:
-            log.close()
-
-
-def _flwr_run(deployment, mechanism, timeout=400, app="app"):
-    model_path = deployment["tmp"] / f"model-{app}-{mechanism}.pkl"
-    overrides = f'mechanism="{mechanism}" model-path="{model_path}"'
-    args = [_bin("flwr"), "run", str(deployment[app]), "skfedpriv-test",
-            "--run-config", overrides, "--stream"]
-    started = time.monotonic()
-    proc = subprocess.run(args, env=deployment["env"], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True)
-    elapsed = time.monotonic() - started
-    if not model_path.exists():
-        logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}"
-                         for p in sorted(deployment["tmp"].glob("*.log")))
-        pytest.fail(f"no model after flwr run ({elapsed:.0f} s):\n{proc.stdout[-3000:]}\n"
-                    f"{proc.stderr[-3000:]}\n{logs}")
-    with open(model_path, "rb") as fh:
-        return pickle.load(fh), elapsed
-
-
-@pytest.mark.flower
-def test_flower_deployment_matches_in_process(flower_deployment):
-    X, y, g, b = flower_deployment["data"]
-    remote, seconds = _flwr_run(flower_deployment, "none")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # max_iter=4 stops early, on both sides alike
-        local = DWDClassifier(alpha=0.1, online_steps=2, max_iter=4).fit(
-            X[b == 0], y[b == 0], sample_group=g[b == 0])
-    local.partial_fit(X[b == 1], y[b == 1], sample_group=g[b == 1])
-    np.testing.assert_allclose(remote.coef_, local.coef_, atol=1e-8, rtol=0)
-    np.testing.assert_allclose(remote.intercept_, local.intercept_, atol=1e-8, rtol=0)
-    assert remote.n_batches_ == 2
-
-    # local-gaussian: noise drawn inside each client; equal to the same protocol
-    # run in one process with the same (site-held) seeds
-    private, _ = _flwr_run(flower_deployment, "local-gaussian")
-    est = private_estimator()
-    transport = LocalTransport(local_sites(
-        X, y, g, b, lambda s: SitePrivacy.from_estimator(est, random_state=10 + s)))
-    federated_fit(est, transport)
-    federated_partial_fit(est, transport, 1)
-    np.testing.assert_allclose(private.coef_, est.coef_, atol=1e-8, rtol=0)
-    np.testing.assert_allclose(private.intercept_, est.intercept_, atol=1e-8, rtol=0)
-    assert private.noise_scale_ == est.noise_scale_
-
-
-@pytest.mark.flower
-def test_flower_deployment_logistic_matches_in_process(flower_deployment):
-    """The logistic protocol with each learner a ClientApp in its own process:
-    equal to the in-process estimator without noise; with a mechanism, equal
-    to the same protocol in one process with the same learner seeds (so each
-    learner's stream, its missed increment and its late start survived the
-    ClientApp processes in ``context.state``)."""
-    X, y, g, rnd = flower_deployment["logistic_data"]
-    remote, seconds = _flwr_run(flower_deployment, "none", app="logistic_app")
-    local = LogisticRegression(n_rounds=R_LOG, local_steps=3, learning_rate=0.4,
-                               feature_clip_norm=2.0)
-    in_process_stream(local, X, y, g, rnd, [0, 1])
-    np.testing.assert_allclose(remote.coef_, local.coef_, atol=1e-10, rtol=0)
-    np.testing.assert_allclose(remote.intercept_, local.intercept_, atol=1e-10, rtol=0)
-    assert remote.n_round_trips_ == 1 + R_LOG
-
-    private, _ = _flwr_run(flower_deployment, "toeplitz", app="logistic_app")
-    est = private_logistic("toeplitz")
-    transport = LocalTransport(logistic_sites(
-        X, y, g, rnd, lambda s: LearnerPrivacy.from_estimator(est, random_state=10 + s)))
-    federated_fit(est, transport, classes=[0, 1])
-    assert private.noise_scale_ == est.noise_scale_ > 0
-    np.testing.assert_allclose(private.coef_, est.coef_, atol=1e-10, rtol=0)
-    np.testing.assert_allclose(private.intercept_, est.intercept_, atol=1e-10, rtol=0)
-    assert np.abs(private.coef_ - remote.coef_).max() > 1e-3  # the noise is there
 
 
 @pytest.mark.parametrize("bad", [dict(random_state=1.5), dict(random_state=True),
@@ -901,6 +625,15 @@ def test_site_and_learner_privacy_refuse_what_cannot_cross_processes_alike(bad):
         SitePrivacy(1.0, 1e-5, 3.0, **bad)
     with pytest.raises(InvalidParameterError, match=f"'{name}' parameter of LearnerPrivacy"):
         LearnerPrivacy("tree", 1.0, 1e-5, **bad)
+
+
+def test_flower_re_exports_the_protocol():
+    """``skfedpriv.flower`` is the Flower adapter; the protocol's public names
+    live in ``skfedpriv.federated`` and stay importable from it (no flwr needed)."""
+    from skfedpriv import federated, flower
+
+    for name in set(federated.__all__) - {"PROTOCOL_VERSION"}:
+        assert getattr(flower, name) is getattr(federated, name)
 
 
 def test_curvature_cache_answers_every_product_of_a_fit():

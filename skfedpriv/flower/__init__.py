@@ -12,7 +12,12 @@ floating-point summation order, in the same number of rounds.
 With a :class:`SitePrivacy` (``mechanism='local-gaussian'``), clipping,
 noise and release counting happen at the site; the server only ever
 receives noised summaries, besides the site's row and feature counts (the
-same for neighbouring data sets: one row replaced).
+same for neighbouring data sets: one row replaced). A private site is the
+trust boundary: K, σ, the clip, the release caps and its batches come from
+its own configuration (declared ``classes``) and its own ledger file
+(``ledger_path``, required), never from a request, and each of its
+refusals reaches the server as a :class:`SiteRefusal` with a fixed text
+(:data:`REFUSAL_TEXTS`), whatever the server asks.
 
 Requests (``op``): ``describe`` (row count, feature count; labels unless
 private), ``prepare`` (weight sum; unless private, which sides of each
@@ -34,33 +39,26 @@ transport, and the server calls the public ``fit_sites`` /
 either estimator.
 
 Everything but :func:`make_client_app`, :func:`make_server_app` and
-:class:`GridTransport` works without Flower (``LocalTransport`` runs the same
-protocol in one process).
-
-Examples
---------
->>> import numpy as np
->>> from skfedpriv import DWDClassifier
->>> from skfedpriv.flower import DWDSite, LocalTransport, federated_fit
->>> rng = np.random.default_rng(0)
->>> X = rng.normal(size=(90, 3)); y = (X[:, 0] + 0.5 * rng.normal(size=90) > 0).astype(int)
->>> g = np.arange(90) % 3
->>> sites = [DWDSite(lambda b, s=s: (X[g == s], y[g == s]), name=f"s{s}") for s in range(3)]
->>> remote = federated_fit(DWDClassifier(), LocalTransport(sites))
->>> local = DWDClassifier().fit(X, y, sample_group=g)
->>> bool(np.allclose(remote.coef_, local.coef_, atol=1e-8))
-True
+:class:`GridTransport` is the transport-neutral protocol of
+:mod:`skfedpriv.federated`, re-exported here, and works without Flower
+(``LocalTransport`` runs the same protocol in one process).
 """
 
-from ._apps import GridTransport, make_client_app, make_server_app
-from ._server import (
+from ..federated import (
+    REFUSAL_TEXTS,
+    DWDSite,
+    LearnerPrivacy,
     LocalTransport,
+    LogisticSite,
     RemoteLearners,
     RemoteSites,
+    SiteLedgerFile,
+    SitePrivacy,
+    SiteRefusal,
     federated_fit,
     federated_partial_fit,
 )
-from ._site import DWDSite, LearnerPrivacy, LogisticSite, SiteLedgerFile, SitePrivacy
+from ._apps import GridTransport, make_client_app, make_server_app
 
 __all__ = [
     "DWDSite",
@@ -70,8 +68,10 @@ __all__ = [
     "LogisticSite",
     "RemoteLearners",
     "RemoteSites",
+    "REFUSAL_TEXTS",
     "SiteLedgerFile",
     "SitePrivacy",
+    "SiteRefusal",
     "federated_fit",
     "federated_partial_fit",
     "make_client_app",

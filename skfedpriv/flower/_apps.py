@@ -11,15 +11,21 @@ import time
 import numpy as np
 
 from ..linear_model._logistic import LogisticRegression
-from ._server import federated_fit, federated_partial_fit
-from ._site import DWDSite, LogisticSite, SitePrivacy
+from ..federated import (
+    DWDSite,
+    LogisticSite,
+    SitePrivacy,
+    SiteRefusal,
+    federated_fit,
+    federated_partial_fit,
+)
+from ..federated._refusal import REFUSED
 
 #: Site class of each protocol of :func:`make_client_app`.
 PROTOCOLS = {"dwd": DWDSite, "logistic": LogisticSite}
 
 #: Flower message type of every request (``ClientApp.query("skfedpriv")``).
 MESSAGE_TYPE = "query.skfedpriv"
-_LEDGER = "skfedpriv-ledger"
 
 
 def encode(payload):
@@ -58,10 +64,12 @@ def make_client_app(load_batch, privacy=None, *, protocol="dwd"):
         The site's own privacy parameters (``SitePrivacy`` for ``'dwd'``,
         ``LearnerPrivacy`` for ``'logistic'``). With them, the site only
         ever sends noised summaries (DWD) or noised messages ``ĝ_i^r``
-        (logistic); its release counts or its noise stream live in the
-        client's ``context.state`` (reset by each Flower run), or, with
-        ``ledger_path=`` in the privacy parameters, in the site's ledger file
-        (held across runs and processes).
+        (logistic); its release counts and its noise stream live in its
+        ledger file (``ledger_path``, held across runs and processes), and
+        every refusal is sent as a fixed text
+        (:class:`~skfedpriv.flower.SiteRefusal`; the reason goes to the
+        site's log). A site whose privacy cannot be built refuses every
+        request the same way.
     protocol : {'dwd', 'logistic'}, default='dwd'
         The estimator the server fits: ``DWDClassifier`` (the site is a
         :class:`DWDSite`) or ``LogisticRegression`` (a
@@ -70,7 +78,7 @@ def make_client_app(load_batch, privacy=None, *, protocol="dwd"):
     The site's name is ``node_config['site-id']`` (else the node id); the
     server sums replies in order of names.
     """
-    from flwr.app import ConfigRecord, Error, Message
+    from flwr.app import Error, Message
     from flwr.clientapp import ClientApp
 
     if protocol not in PROTOCOLS:
@@ -80,18 +88,19 @@ def make_client_app(load_batch, privacy=None, *, protocol="dwd"):
 
     @app.query("skfedpriv")
     def answer(message, context):
+        trusted = False  # until the site is known not to be private
         try:
             site_privacy = privacy(context) if callable(privacy) else privacy
+            trusted = site_privacy is None
             name = context.node_config.get("site-id", context.node_id)
             site = site_class(lambda batch: load_batch(context, batch), site_privacy, name=str(name))
-            stored = context.state.config_records.get(_LEDGER)
-            ledger = dict(stored) if stored is not None else {}
-            reply = site.handle(decode(message.content), ledger)
-            if ledger:
-                context.state.config_records[_LEDGER] = ConfigRecord(ledger)
+            reply = site.handle(decode(message.content))
             return Message(encode(reply), reply_to=message)
-        except Exception as exc:  # the server gets the reason, never data
-            return Message(Error(code=1, reason=f"{type(exc).__name__}: {exc}"), reply_to=message)
+        except Exception as exc:  # noqa: BLE001 - the server gets a reason, never data
+            reason = f"{type(exc).__name__}: {exc}"
+            if not trusted and not isinstance(exc, SiteRefusal):
+                reason = f"SiteRefusal: {REFUSED}"
+            return Message(Error(code=1, reason=reason), reply_to=message)
 
     return app
 

@@ -100,7 +100,7 @@ def augmented_gram(X, row_weights, fit_intercept):
     return gram
 
 
-def _scores(X, Theta, fit_intercept):
+def augmented_scores(X, Theta, fit_intercept):
     """``x̄_iᵀ θ_k`` for every row and class model."""
     if not fit_intercept:
         return X @ Theta
@@ -150,7 +150,7 @@ def site_summary(X, Y, weights, Theta, loss, fit_intercept, with_curvature, scor
     """
     loss = as_loss(loss)
     if scores is None:
-        scores = _scores(X, Theta, fit_intercept)
+        scores = augmented_scores(X, Theta, fit_intercept)
     total = np.zeros(Y.shape[1])
     residual = np.empty_like(scores)
     for rows in _element_blocks(*Y.shape):
@@ -158,7 +158,7 @@ def site_summary(X, Y, weights, Theta, loss, fit_intercept, with_curvature, scor
                                                         loss)
         total += block_loss
     grad = _augmented_sum(X, residual, fit_intercept)
-    curvature = (_site_curvature(X, Y, weights, scores, loss, fit_intercept, with_curvature)
+    curvature = (site_curvature_matrices(X, Y, weights, scores, loss, fit_intercept, with_curvature)
                  if np.any(with_curvature) else None)
     return total, grad, curvature
 
@@ -171,7 +171,7 @@ def _loss_and_residual(Y, weights, scores, loss):
     return weights @ row_loss, (weights[:, None] * Y) * row_derivative
 
 
-def _site_curvature(X, Y, weights, scores, loss, fit_intercept, models=True, exact=False):
+def site_curvature_matrices(X, Y, weights, scores, loss, fit_intercept, models=True, exact=False):
     """The curvature part of :func:`site_summary`, from the rows' scores, of
     every model (``models=True``) or of those flagged (on ``V_q''`` with
     ``exact``)."""
@@ -227,10 +227,10 @@ def site_curvature_product(X, Y, weights, Theta, V, loss, fit_intercept, exact=N
         Xb = X[rows]
         if row_curvature is None:
             curvature = _row_curvature(Y[rows], weights[rows],
-                                       _scores(Xb, Theta, fit_intercept), loss, exact)
+                                       augmented_scores(Xb, Theta, fit_intercept), loss, exact)
         else:
             curvature = row_curvature[rows]
-        out += _augmented_sum(Xb, curvature * _scores(Xb, V, fit_intercept), fit_intercept)
+        out += _augmented_sum(Xb, curvature * augmented_scores(Xb, V, fit_intercept), fit_intercept)
     return out
 
 
@@ -240,9 +240,9 @@ def site_line_losses(X, Y, weights, Theta, S, steps, loss, fit_intercept, scores
     (what leaves the site: one number per step and model)."""
     loss = as_loss(loss)
     if scores is None:
-        scores = _scores(X, Theta, fit_intercept)
+        scores = augmented_scores(X, Theta, fit_intercept)
     if direction_scores is None:
-        direction_scores = _scores(X, S, fit_intercept)
+        direction_scores = augmented_scores(X, S, fit_intercept)
     base, slope = Y * scores, Y * direction_scores
     steps = np.asarray(steps, dtype=float)
     if (isinstance(loss, GenDWDLoss) and len(steps) > _BUCKETED_STEPS and loss.q <= 16
@@ -269,7 +269,7 @@ def _step_summaries(X, Y, weights, scores, S, steps, loss, fit_intercept):
     steps = np.asarray(steps, dtype=float)[:, None, None]
     for rows in _row_blocks(X):
         Xb = X[rows]
-        direction_scores[rows] = _scores(Xb, S, fit_intercept)
+        direction_scores[rows] = augmented_scores(Xb, S, fit_intercept)
         along = steps * direction_scores[rows]
         block_loss, residual = _loss_and_residual(  # residual: (T, rows, K)
             Y[rows], weights[rows], along if scores is None else scores[rows] + along, loss)
@@ -466,7 +466,7 @@ class SiteData(DWDSites):
         """Scores of the pooled rows at ``Theta`` (cached)."""
         value = self._cached_scores(Theta)
         if value is None:
-            value = _scores(self.parts[0][0], Theta, self.fit_intercept)
+            value = augmented_scores(self.parts[0][0], Theta, self.fit_intercept)
             self._remember(Theta, value)
         return value
 
@@ -523,7 +523,7 @@ class SiteData(DWDSites):
             else:
                 total, grad, _ = site_summary(X, Y, w, Theta, loss, self.fit_intercept, False,
                                              scores=self._scores(Theta))
-            curvature = (_site_curvature(X, Y, w, self._scores(Theta), loss, self.fit_intercept,
+            curvature = (site_curvature_matrices(X, Y, w, self._scores(Theta), loss, self.fit_intercept,
                                          with_curvature)
                          if np.any(with_curvature) else None)
             self._last_summary = (key, (total, grad))

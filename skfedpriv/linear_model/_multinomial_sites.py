@@ -26,7 +26,7 @@ from .._loss import MultinomialLoss
 from .._losses import penalty_mask
 from .._sites import site_row_indices
 from ._dwd_sites import DWDSites
-from ._dwd_solver import _augmented_sum, _scores, augmented_gram
+from ._dwd_solver import _augmented_sum, augmented_scores, augmented_gram
 
 __all__ = ["MultinomialSites", "multinomial_penalty"]
 
@@ -41,7 +41,7 @@ def site_multinomial_summary(X, Y, weights, Theta, fit_intercept, with_curvature
     """One site's loss sum, gradient sum (``(p1, K)``) and, if asked, its
     curvature matrix (``(p1 K, p1 K)``) at the ``(p1, K)`` parameters."""
     loss = MultinomialLoss()
-    scores = _scores(X, Theta, fit_intercept)
+    scores = augmented_scores(X, Theta, fit_intercept)
     row_loss, residual = loss.value_and_gradient(scores, Y)
     grad = _augmented_sum(X, weights[:, None] * residual, fit_intercept)
     curvature = None
@@ -61,15 +61,15 @@ def site_multinomial_summary(X, Y, weights, Theta, fit_intercept, with_curvature
 
 def site_multinomial_product(X, Y, weights, Theta, V, fit_intercept):
     """One site's curvature products ``Σ_i w_i x̄_i ((diag p_i - p_i p_iᵀ) Vᵀ x̄_i)ᵀ``."""
-    scores = _scores(X, Theta, fit_intercept)
-    rows = MultinomialLoss().curvature_product(scores, _scores(X, V, fit_intercept))
+    scores = augmented_scores(X, Theta, fit_intercept)
+    rows = MultinomialLoss().curvature_product(scores, augmented_scores(X, V, fit_intercept))
     return _augmented_sum(X, weights[:, None] * rows, fit_intercept)
 
 
 def site_multinomial_line_losses(X, Y, weights, Theta, S, steps, fit_intercept):
     """One site's loss sums at ``Theta + t S`` for each step ``t``."""
     loss = MultinomialLoss()
-    base, slope = _scores(X, Theta, fit_intercept), _scores(X, S, fit_intercept)
+    base, slope = augmented_scores(X, Theta, fit_intercept), augmented_scores(X, S, fit_intercept)
     return np.array([weights @ loss.value(base + t * slope, Y) for t in steps])
 
 

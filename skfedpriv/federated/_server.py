@@ -14,7 +14,7 @@ per site). :class:`LocalTransport` calls :class:`DWDSite` objects in this
 process; the Flower server app sends each request as a Flower message.
 
 The same functions fit a :class:`~skfedpriv.LogisticRegression` on
-:class:`~skfedpriv.flower.LogisticSite` learners: :class:`RemoteLearners`
+:class:`~skfedpriv.federated.LogisticSite` learners: :class:`RemoteLearners`
 implements the estimator's declared learners interface
 (:class:`~skfedpriv.linear_model.LogisticLearners`) over the transport, and
 the estimator runs its own rounds on it
@@ -31,24 +31,24 @@ from .._losses import count_models, gendwd_curvature_bound
 from ..linear_model._dwd_sites import DWDSites
 from ..linear_model._local_steps import LogisticLearners
 from ..linear_model._logistic import LogisticRegression
-from ._site import PROTOCOL_VERSION, logistic_request_params
+from ._learner import logistic_request_params
+from ._site import PROTOCOL_VERSION
 
 
 class LocalTransport:
     """Send each request to site objects (:class:`DWDSite`, :class:`LogisticSite`) in this process.
 
-    Keeps each site's state (release ledger, noise stream), and records
-    every request and reply (``log``) so tests can look at exactly what the
-    server received.
+    Records every request and reply (``log``) so tests can look at exactly
+    what the server received. A private site keeps its state (release
+    counts, noise stream) in its own ledger file, not here.
     """
 
     def __init__(self, sites):
         self.sites = list(sites)
-        self.ledgers = [{} for _ in self.sites]
         self.log = []
 
     def __call__(self, request):
-        replies = [site.handle(dict(request), ledger) for site, ledger in zip(self.sites, self.ledgers)]
+        replies = [site.handle(dict(request)) for site in self.sites]
         self.log.append((dict(request), replies))
         return replies
 
@@ -288,8 +288,8 @@ def _dwd_on_remote_sites(estimator, transport, batch, classes, *, new_stream):
 class RemoteLearners(LogisticLearners):
     """The learners of a :class:`~skfedpriv.LogisticRegression`, reached through a transport.
 
-    Each :class:`~skfedpriv.flower.LogisticSite` runs its local steps and,
-    with a :class:`~skfedpriv.flower.LearnerPrivacy`, adds the increments of
+    Each :class:`~skfedpriv.federated.LogisticSite` runs its local steps and,
+    with a :class:`~skfedpriv.federated.LearnerPrivacy`, adds the increments of
     its own noise stream (``holds_noise``): the server never holds noise.
 
     Parameters
