@@ -1,6 +1,7 @@
 """Generalized distance-weighted discrimination over federated sites."""
 
 import copy
+import functools
 import math
 import numbers
 from types import SimpleNamespace
@@ -9,7 +10,13 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.class_weight import compute_class_weight
 
-from .._losses import count_models, gendwd_curvature_bound
+from .._losses import (
+    count_models,
+    gendwd_curvature,
+    gendwd_curvature_bound,
+    gendwd_derivative,
+    penalty_mask,
+)
 from .._param_validation import Interval, InvalidParameterError, Options, Registry
 from ._base import FederatedClassifierMixin, TrainingState, is_balanced_class_weight
 from ..privacy import PrivacyBudget, as_generator, gaussian_epsilon, warn_if_seeded
@@ -23,13 +30,14 @@ from ..privacy._objective_perturbation import (
 from ._dwd_private import local_gaussian_update, published_private_update
 from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step, solve_batch
+from ._inference import CoefficientInferenceMixin, renewable_covariance, score_covariance
 
 
 def _stream_signature(params):
     """The settings a stream's guarantee and accumulated state depend on
     (without a mechanism: the parameter layout, ``fit_intercept``)."""
     if params["mechanism"] is None:
-        return (None, bool(params["fit_intercept"]))
+        return (None, bool(params["fit_intercept"]), bool(params["inference"]))
     return tuple(params[name] for name in (
         "mechanism", "epsilon", "delta", "clip_norm", "rho", "step_radius",
         "calibration", "online_steps", "q", "alpha", "fit_intercept"))
@@ -69,6 +77,31 @@ def _renewable_step(sites, stream, settings):
         theta = np.where(started, new, theta)
         curvature[started] = curv[started]
     return theta, curvature, n_iter, started | starting
+
+
+def _inference_step(sites, stream, settings, theta, curvature, started):
+    """The covariance of every model's estimate after a non-private batch
+    (sandwich, propagated over the stream: see :mod:`._inference`), from one
+    more summary of the sites at the new estimate."""
+    q = settings["q"]
+    summary = sites.inference_summary(theta, functools.partial(gendwd_derivative, q=q),
+                                      functools.partial(gendwd_curvature, q=q))
+    penalty = settings["alpha"] * penalty_mask(theta.shape[0], settings["fit_intercept"])
+    return renewable_covariance(
+        stream.coef_cov, starting=started & ~stream.started,
+        continuing=started & stream.started, prior=stream.prior, exact=summary.curvature,
+        used=curvature, ridge=penalty * sites.weight_sum,
+        score_cov=score_covariance(summary, theta, penalty),
+        one_step=settings["online_steps"] == 1,
+    )
+
+
+def _inference_release(coef_cov, fit_intercept):
+    """The public inference attributes of a covariance of ``(intercept, coef)``."""
+    std = np.sqrt(np.clip(np.diagonal(coef_cov, axis1=1, axis2=2), 0.0, None))
+    if fit_intercept:
+        return dict(coef_cov_=coef_cov, intercept_se_=std[:, 0].copy(), coef_se_=std[:, 1:].copy())
+    return dict(coef_cov_=coef_cov, intercept_se_=np.zeros(len(std)), coef_se_=std)
 
 
 def _charge(settings, epsilon, delta, *, note, **details):
@@ -171,10 +204,11 @@ PARAMETER_CONSTRAINTS = {
     "calibration": [CALIBRATIONS],
     "budget": [PrivacyBudget, None],
     "classes": ["array-like", None],
+    "inference": ["boolean"],
 }
 
 
-class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
+class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEstimator):
     """Linear generalized DWD classifier, fitted federated and online.
 
     Minimizes the genDWD objective (paper eq. 5)
@@ -293,6 +327,18 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         the shape of ``coef_``. Rows with a label outside it are refused
         before any state changes. ``None`` without a mechanism: ``fit``
         takes the labels of ``y``, as in scikit-learn.
+    inference : bool, default=False
+        Standard errors and confidence intervals of every parameter
+        (``coef_se_``, ``intercept_se_``, ``coef_cov_``, :meth:`confint`,
+        :meth:`summary`), after ``fit`` and after every ``partial_fit``
+        batch: the sandwich variance of the M-estimator, from one more
+        summary the sites send per batch (two ``p1 × p1`` sums per model, no
+        rows), propagated over the stream in ``O(p1²)`` memory per model
+        (see :doc:`/guide_inference`). The target is the population
+        minimizer of the objective at the same ``alpha``. Without a
+        mechanism only (a mechanism with ``inference=True`` raises), and
+        only with sites in this process (:meth:`fit_sites` refuses sites
+        that do not send the summary).
 
     Attributes
     ----------
@@ -314,6 +360,15 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         is the raw ``Σ_j J_j`` of the rows (not covered by any claim), and
         under every mechanism it lives in the training state, never in a
         release.
+    coef_cov_ : ndarray of shape (n_models, p1, p1)
+        With ``inference=True`` (no mechanism): the estimated covariance of
+        each model's parameters ``(intercept, coef)`` (intercept first when
+        ``fit_intercept``); NaN for a model without an estimate yet.
+    coef_se_ : ndarray of shape (n_models, n_features)
+        With ``inference=True``: standard errors of ``coef_``.
+    intercept_se_ : ndarray of shape (n_models,)
+        With ``inference=True``: standard errors of ``intercept_`` (0
+        without an intercept).
     n_batches_ : int
         Batches seen (``fit`` counts as one); public (the number of
         batches is public).
@@ -484,6 +539,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         calibration="analytic",
         budget=None,
         classes=None,
+        inference=False,
     ):
         self.q = q
         self.alpha = alpha
@@ -503,6 +559,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         self.calibration = calibration
         self.budget = budget
         self.classes = classes
+        self.inference = inference
 
     _parameter_constraints = PARAMETER_CONSTRAINTS
 
@@ -559,6 +616,12 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         settings["signature"] = _stream_signature(params)
         if mechanism is None:
             return settings
+        if params["inference"]:
+            raise InvalidParameterError(
+                "inference=True is not offered with a privacy mechanism yet: the "
+                "intervals would need an extra noised summary charged to the budget. "
+                "Use inference=False, or fit without a mechanism."
+            )
         if params["clip_norm"] is None:
             raise InvalidParameterError(
                 "clip_norm must be set with a privacy mechanism: it bounds the norm "
@@ -687,6 +750,12 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         Pure: reads the estimator's stream state, writes nothing (the random
         generator is a copy); returns ``(release, training_state)``.
         """
+        if settings["inference"] and not getattr(sites, "offers_inference", False):
+            raise NotImplementedError(
+                f"inference=True needs sites that send the inference summary; "
+                f"{type(sites).__name__} does not offer it (remote sites: not yet). "
+                "Fit with inference=False."
+            )
         if class_weight is None:
             class_weight = self._class_weight_vector(classes)
         private = settings["mechanism"] is not None
@@ -700,6 +769,9 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             theta, curvature, n_iter, started = _renewable_step(sites, stream, settings)
             step = dict(privacy_spent_=(math.inf, 0.0), noise_scale_=0.0)
             noise_var, rng = 0.0, None
+            if settings["inference"]:
+                coef_cov = _inference_step(sites, stream, settings, theta, curvature, started)
+                step.update(_inference_release(coef_cov, settings["fit_intercept"]))
         else:
             mechanism = MECHANISMS[settings["mechanism"]]
             theta, curvature, n_iter, step, noise_var = mechanism(
@@ -712,6 +784,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             stream_privacy=settings["signature"],
             rng=rng,
             curvature_noise_var=noise_var,
+            coef_cov=step.get("coef_cov_"),
         )
         release = dict(
             step,
@@ -752,7 +825,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             return SimpleNamespace(
                 theta=np.zeros((p1, n_models)), prior=None, seen=0.0, n_batches=0,
                 started=np.zeros(n_models, dtype=bool), curvature_noise_var=0.0,
-                privacy_spent=None,
+                privacy_spent=None, coef_cov=None,
                 rng=as_generator(settings["random_state"]) if private else None,
             )
         training = self._training_state
@@ -760,6 +833,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             theta=training.theta, prior=training.curvature, seen=self.n_samples_seen_,
             n_batches=self.n_batches_, started=training.started,
             curvature_noise_var=training.curvature_noise_var,
+            coef_cov=getattr(training, "coef_cov", None),
             privacy_spent=self.privacy_spent_,
             rng=copy.deepcopy(training.rng),
         )
