@@ -8,8 +8,10 @@ q in {1, 4}: the offline ``fit`` on all rows and the 20-batch
 minimizer at the same ``alpha`` (``gaussian_gendwd_target``, computed by
 quadrature, independent of the estimator). Each cell reports the coverage
 pooled over the p + 1 parameters, the smallest and largest coverage of one
-parameter, and the mean interval width of the coefficients and of the
-intercept. With R replications a correct interval's coverage has Monte Carlo
+parameter, the mean interval width of the coefficients and of the
+intercept, the range over parameters of the mean standard error over the
+estimates' standard deviation across replications (1 when the variance is
+right) and the largest |bias| of an estimate in units of that deviation. With R replications a correct interval's coverage has Monte Carlo
 standard error sqrt(0.95 · 0.05 / R) (0.69 % at R = 1 000).
 
 Private cells (ε in {1, 4}) are listed as not offered: inference is refused
@@ -41,7 +43,8 @@ from _output import benchmark_parser, output_dir, wrote  # noqa: E402
 
 MU, SIGMA, SITES, BATCHES = 0.2, 1.0, 5, 20
 FIELDS = ["n", "p", "q", "classes", "mode", "mechanism", "reps", "coverage", "coverage_min",
-          "coverage_max", "mc_se", "width_coef", "width_intercept", "seconds"]
+          "coverage_max", "mc_se", "width_coef", "width_intercept", "se_ratio_min",
+          "se_ratio_max", "bias_max", "seconds"]
 
 
 def one_replication(seed, n, p, q, ratio, mode):
@@ -76,11 +79,17 @@ def run_cell(n, p, q, ratio, mode, reps, n_jobs):
     covered = (intervals[..., 0] <= target) & (target <= intervals[..., 1])
     per_parameter = covered.mean(axis=0)
     width = intervals[..., 1] - intervals[..., 0]
+    # the estimate is the interval's midpoint, its standard error the half-width / z
+    estimates = intervals.mean(axis=-1)
+    spread = estimates.std(axis=0, ddof=1)
+    se_ratio = width.mean(axis=0) / (2 * 1.959963984540054) / spread
+    bias = np.abs(estimates.mean(axis=0) - target) / spread
     return dict(
         n=n, p=p, q=q, classes="balanced" if ratio == 1 else "4:1", mode=mode, mechanism="none",
         reps=reps, coverage=covered.mean(), coverage_min=per_parameter.min(),
         coverage_max=per_parameter.max(), mc_se=np.sqrt(0.95 * 0.05 / reps),
         width_coef=width[:, 1:].mean(), width_intercept=width[:, 0].mean(),
+        se_ratio_min=se_ratio.min(), se_ratio_max=se_ratio.max(), bias_max=bias.max(),
         seconds=time.perf_counter() - start)
 
 
@@ -94,15 +103,17 @@ def cells(quick):
 
 def markdown(rows):
     lines = ["| n | p | q | classes | fit | coverage (pooled) | min–max over parameters | "
-             "mean width coef / intercept | reps |", "|---|---|---|---|---|---|---|---|---|"]
+             "mean width coef / intercept | SE / SD | max bias / SD | reps |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r['n']} | {r['p']} | {r['q']:g} | {r['classes']} | {r['mode']} | "
             f"{100 * r['coverage']:.1f} % | {100 * r['coverage_min']:.1f}–"
             f"{100 * r['coverage_max']:.1f} % | {r['width_coef']:.4f} / "
-            f"{r['width_intercept']:.4f} | {r['reps']} |")
+            f"{r['width_intercept']:.4f} | {r['se_ratio_min']:.2f}–{r['se_ratio_max']:.2f} | "
+            f"{r['bias_max']:.2f} | {r['reps']} |")
     lines.append("| 2000, 20000 | 5, 20 | 1, 4 | both | both | ε ∈ {1, 4}: not offered "
-                 "(inference is refused under a mechanism) | | | |")
+                 "(inference is refused under a mechanism) | | | | | |")
     return "\n".join(lines) + "\n"
 
 
