@@ -219,3 +219,13 @@ def test_refusals_change_nothing():
 @parametrize_with_checks([DWDClassifier(inference=True)])
 def test_sklearn_compatible_with_inference(estimator, check):
     check(estimator)
+
+
+def test_sites_computed_apart_give_the_pooled_covariance():
+    """Sites' summaries summed by the server (joblib threads, one task per
+    site) equal the pooled pass over all rows."""
+    X, y = load_iris(return_X_y=True)
+    sites = np.arange(len(y)) % 4
+    pooled = DWDClassifier(inference=True).fit(X, y, sample_group=sites)
+    apart = DWDClassifier(inference=True, n_jobs=2).fit(X, y, sample_group=sites)
+    np.testing.assert_allclose(apart.coef_cov_, pooled.coef_cov_, rtol=1e-6)

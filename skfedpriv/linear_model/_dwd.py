@@ -30,7 +30,12 @@ from ..privacy._objective_perturbation import (
 from ._dwd_private import local_gaussian_update, published_private_update
 from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step, solve_batch
-from ._inference import CoefficientInferenceMixin, renewable_covariance, score_covariance
+from ._inference import (
+    CoefficientInferenceMixin,
+    inference_attributes,
+    renewable_covariance,
+    score_covariance,
+)
 
 
 def _stream_signature(params):
@@ -94,14 +99,6 @@ def _inference_step(sites, stream, settings, theta, curvature, started):
         score_cov=score_covariance(summary, theta, penalty),
         one_step=settings["online_steps"] == 1,
     )
-
-
-def _inference_release(coef_cov, fit_intercept):
-    """The public inference attributes of a covariance of ``(intercept, coef)``."""
-    std = np.sqrt(np.clip(np.diagonal(coef_cov, axis1=1, axis2=2), 0.0, None))
-    if fit_intercept:
-        return dict(coef_cov_=coef_cov, intercept_se_=std[:, 0].copy(), coef_se_=std[:, 1:].copy())
-    return dict(coef_cov_=coef_cov, intercept_se_=np.zeros(len(std)), coef_se_=std)
 
 
 def _charge(settings, epsilon, delta, *, note, **details):
@@ -771,7 +768,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
             noise_var, rng = 0.0, None
             if settings["inference"]:
                 coef_cov = _inference_step(sites, stream, settings, theta, curvature, started)
-                step.update(_inference_release(coef_cov, settings["fit_intercept"]))
+                step.update(inference_attributes(coef_cov, settings["fit_intercept"]))
         else:
             mechanism = MECHANISMS[settings["mechanism"]]
             theta, curvature, n_iter, step, noise_var = mechanism(

@@ -49,6 +49,7 @@ from sklearn.utils.validation import check_is_fitted
 __all__ = [
     "CoefficientInferenceMixin",
     "CoefficientTable",
+    "inference_attributes",
     "propagate_covariance",
     "renewable_covariance",
     "score_covariance",
@@ -144,6 +145,15 @@ def renewable_covariance(previous, *, starting, continuing, prior, exact, used, 
     return out
 
 
+def inference_attributes(coef_cov, fit_intercept):
+    """The public fitted attributes of a covariance of ``(intercept, coef)``:
+    ``coef_cov_``, ``coef_se_`` and ``intercept_se_`` (0 without an intercept)."""
+    std = np.sqrt(np.clip(np.diagonal(coef_cov, axis1=1, axis2=2), 0.0, None))
+    if fit_intercept:
+        return dict(coef_cov_=coef_cov, intercept_se_=std[:, 0].copy(), coef_se_=std[:, 1:].copy())
+    return dict(coef_cov_=coef_cov, intercept_se_=np.zeros(len(std)), coef_se_=std)
+
+
 def wald_table(estimate, std_err, level=0.95):
     """Wald statistics of estimates with standard errors (normal reference).
 
@@ -207,20 +217,18 @@ class CoefficientTable:
 
 
 class CoefficientInferenceMixin:
-    """``confint`` and ``summary`` from the fitted ``coef_cov_`` of a linear
-    classifier (parameters ``(intercept, coef)`` of each one-vs-rest model)."""
+    """``confint`` and ``summary`` from the fitted standard errors
+    (``intercept_se_``, ``coef_se_``, see :func:`inference_attributes`) of a
+    linear classifier, one block per one-vs-rest model."""
 
     def _parameters_and_se(self):
         check_is_fitted(self)
-        if not hasattr(self, "coef_cov_"):
+        if not hasattr(self, "coef_se_"):
             raise AttributeError(
                 f"This {type(self).__name__} was fitted without inference: set "
                 "inference=True (without a privacy mechanism) and fit again.")
-        theta = np.column_stack([self.intercept_, self.coef_])
-        std = np.sqrt(np.clip(np.diagonal(self.coef_cov_, axis1=1, axis2=2), 0.0, None))
-        if not self.fit_intercept:  # the intercept is fixed at 0
-            std = np.column_stack([np.zeros(len(theta)), std])
-        return theta, std
+        return (np.column_stack([self.intercept_, self.coef_]),
+                np.column_stack([self.intercept_se_, self.coef_se_]))
 
     def confint(self, level=0.95):
         """Wald confidence intervals of every parameter.
