@@ -199,6 +199,12 @@ BENCHMARKS = {
         "(lbfgs), SGDClassifier and numpy alone; the logistic estimators against "
         "SGDClassifier",
     ),
+    "inference": Benchmark(
+        "bench_inference.py",
+        "DWD coefficient inference: coverage and width of 95% Wald intervals over "
+        "simulated data sets, offline and streamed, against the population minimizer "
+        "at the same alpha (computed by quadrature)",
+    ),
     "factorizations": Benchmark(
         "bench_factorizations.py",
         "correlated-noise factorizations (tree, Honaker, Toeplitz, BLT): build time and "

@@ -5,6 +5,8 @@ import numpy as np
 from sklearn.datasets import load_breast_cancer
 from sklearn.utils import check_random_state
 
+from ._losses import gendwd_loss
+
 
 def _check_range(name, value):
     low, high = (float(v) for v in value)
@@ -103,6 +105,69 @@ def gaussian_bayes_accuracy(n_features=50, mu=0.2, sigma=1.0, ratio=1.0):
     return pos * norm.sf((threshold - mean) / scale) + neg * norm.cdf(
         (threshold + mean) / scale
     )
+
+
+def _expected_gendwd(mean, scale, q, nodes=np.polynomial.legendre.leggauss(256)):
+    """``E V_q(mean + scale Z)`` for ``Z ~ N(0, 1)``: the linear part left of
+    the kink in closed form, the smooth power part right of it by
+    Gauss-Legendre quadrature over ``z`` in ``[t, 12]`` (``t`` the kink)."""
+    from scipy.stats import norm
+
+    t = (q / (q + 1.0) - mean) / scale
+    # E[(1 - mean - scale Z) 1{Z <= t}]
+    left = (1.0 - mean) * norm.cdf(t) + scale * norm.pdf(t)
+    low, high = max(t, -12.0), 12.0
+    if low >= high:
+        return left
+    z = low + (high - low) * (nodes[0] + 1.0) / 2.0
+    right = (high - low) / 2.0 * nodes[1] @ (gendwd_loss(mean + scale * z, q) * norm.pdf(z))
+    return left + right
+
+
+def gaussian_gendwd_target(n_features=50, mu=0.2, sigma=1.0, ratio=1.0, *, q=1.0, alpha=1e-3):
+    """The population genDWD minimizer of :func:`make_federated_gaussians`.
+
+    The target of :class:`~skfedpriv.DWDClassifier`'s intervals (``fit``
+    with ``inference=True``) on that simulation with fixed μ, σ: the
+    minimizer of ``E V_q(y (x̄ᵀθ)) + (alpha/2) ‖β‖²`` over the population,
+    at the same ``alpha``. By symmetry every coefficient is the same ``c``
+    and the score ``b + c 1ᵀx`` is ``N(b ± c μ p, c² σ² p)`` given the class,
+    so the objective is two one-dimensional Gaussian expectations of
+    ``V_q``, minimized over ``(b, c)``.
+
+    Parameters
+    ----------
+    n_features, mu, sigma, ratio : as for :func:`make_federated_gaussians`
+    q : float, default=1.0
+    alpha : float, default=1e-3
+
+    Returns
+    -------
+    intercept : float
+    coef : ndarray of shape (n_features,)
+        The population minimizer, for labels ``{-1, 1}`` (the positive class
+        is 1).
+    """
+    from scipy.optimize import minimize
+
+    p = int(n_features)
+    positive = ratio / (1.0 + ratio)
+
+    def objective(params):
+        b, c = params
+        spread = abs(c) * sigma * np.sqrt(p)
+        centre = c * mu * p
+        if spread == 0.0:
+            spread = np.finfo(float).tiny
+        return (positive * _expected_gendwd(centre + b, spread, q)
+                + (1.0 - positive) * _expected_gendwd(centre - b, spread, q)
+                + 0.5 * alpha * p * c * c)
+
+    start = np.array([0.0, 1.0 / (mu * p + sigma * np.sqrt(p))])
+    result = minimize(objective, start, method="Nelder-Mead",
+                      options=dict(xatol=1e-10, fatol=1e-15, maxiter=4000))
+    b, c = result.x
+    return float(b), np.full(p, float(c))
 
 
 def load_breast_cancer_sites(n_sites=4, random_state=0):

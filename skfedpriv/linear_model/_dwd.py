@@ -10,7 +10,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.class_weight import compute_class_weight
 
-from .._losses import count_models
+from .._losses import count_models, penalty_mask
 from .._param_validation import Interval, InvalidParameterError, Options, Registry
 from ._base import FederatedClassifierMixin, TrainingState, is_balanced_class_weight
 from ..privacy import (
@@ -38,6 +38,12 @@ from ._dwd_private import continual_update, local_gaussian_update, published_pri
 from ._dwd_settings import CONTINUAL, dwd_settings
 from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step
+from ._inference import (
+    CoefficientInferenceMixin,
+    inference_attributes,
+    renewable_covariance,
+    score_covariance,
+)
 from ._renewable import renewable_step
 
 
@@ -63,6 +69,8 @@ class DWDStream:
         A mechanism's own stream state (a copy of the stream's, which the
         batch's update may change): the noise streams and running sums of
         'local-tree' / 'local-blt'.
+    coef_cov : ndarray of shape (K, p1, p1) or None
+        The parameters' covariance after the earlier batches (``inference``).
     """
 
     theta: np.ndarray
@@ -74,6 +82,7 @@ class DWDStream:
     privacy_spent: object
     rng: object
     extra: dict
+    coef_cov: object
 
 
 def _renewable_step(sites, stream, settings):
@@ -86,6 +95,21 @@ def _renewable_step(sites, stream, settings):
         online_steps=settings.online_steps,
         # Algorithm 1 as published (eq. 37)
         first_step=published_step if settings.online_steps == 1 else None,
+    )
+
+
+def _inference_step(sites, stream, settings, theta, curvature, started):
+    """The covariance of every model's estimate after a non-private batch
+    (sandwich, propagated over the stream: see :mod:`._inference`), from one
+    more summary of the sites at the new estimate."""
+    summary = sites.inference_summary(theta, settings.loss.derivative, settings.loss.curvature)
+    penalty = settings.alpha * penalty_mask(theta.shape[0], settings.fit_intercept)
+    return renewable_covariance(
+        stream.coef_cov, starting=started & ~stream.started,
+        continuing=started & stream.started, prior=stream.prior, exact=summary.curvature,
+        used=curvature, ridge=penalty * sites.weight_sum,
+        score_cov=score_covariance(summary, theta, penalty),
+        one_step=settings.online_steps == 1,
     )
 
 
@@ -256,10 +280,11 @@ PARAMETER_CONSTRAINTS = {
     "budget": [PrivacyBudget, None],
     "classes": ["array-like", None],
     "n_batches": [Interval(numbers.Integral, 1, None), None],
+    "inference": ["boolean"],
 }
 
 
-class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
+class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEstimator):
     """Linear generalized DWD classifier, fitted federated and online.
 
     Minimizes the genDWD objective (paper eq. 5)
@@ -389,6 +414,18 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         one more raises :class:`~skfedpriv.privacy.HorizonExceededError`
         and changes nothing. Required by those mechanisms, ignored by the
         others.
+    inference : bool, default=False
+        Standard errors and confidence intervals of every parameter
+        (``coef_se_``, ``intercept_se_``, ``coef_cov_``, :meth:`confint`,
+        :meth:`summary`), after ``fit`` and after every ``partial_fit``
+        batch: the sandwich variance of the M-estimator, from one more
+        summary the sites send per batch (two ``p1 × p1`` sums per model, no
+        rows), propagated over the stream in ``O(p1²)`` memory per model
+        (see :doc:`/guide_inference`). The target is the population
+        minimizer of the objective at the same ``alpha``. Without a
+        mechanism only (a mechanism with ``inference=True`` raises), and
+        only with sites in this process (:meth:`fit_sites` refuses sites
+        that do not send the summary).
 
     Attributes
     ----------
@@ -410,6 +447,15 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         is the raw ``Σ_j J_j`` of the rows (not covered by any claim), and
         under every mechanism it lives in the training state, never in a
         release.
+    coef_cov_ : ndarray of shape (n_models, p1, p1)
+        With ``inference=True`` (no mechanism): the estimated covariance of
+        each model's parameters ``(intercept, coef)`` (intercept first when
+        ``fit_intercept``); NaN for a model without an estimate yet.
+    coef_se_ : ndarray of shape (n_models, n_features)
+        With ``inference=True``: standard errors of ``coef_``.
+    intercept_se_ : ndarray of shape (n_models,)
+        With ``inference=True``: standard errors of ``intercept_`` (0
+        without an intercept).
     n_batches_ : int
         Batches seen (``fit`` counts as one); public (the number of
         batches is public).
@@ -620,6 +666,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         budget=None,
         classes=None,
         n_batches=None,
+        inference=False,
     ):
         self.q = q
         self.alpha = alpha
@@ -640,6 +687,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         self.budget = budget
         self.classes = classes
         self.n_batches = n_batches
+        self.inference = inference
 
     _parameter_constraints = PARAMETER_CONSTRAINTS
 
@@ -796,6 +844,12 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
         Pure: reads the estimator's stream state, writes nothing (the random
         generator is a copy); returns ``(release, training_state)``.
         """
+        if settings.inference and not getattr(sites, "offers_inference", False):
+            raise NotImplementedError(
+                f"inference=True needs sites that send the inference summary; "
+                f"{type(sites).__name__} does not offer it (remote sites: not yet). "
+                "Fit with inference=False."
+            )
         if class_weight is None:
             class_weight = self._class_weight_vector(classes)
         private = settings.mechanism is not None
@@ -809,6 +863,9 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             theta, curvature, n_iter, started = _renewable_step(sites, stream, settings)
             step = dict(privacy_spent_=(math.inf, 0.0), noise_scale_=0.0)
             noise_var, rng = 0.0, None
+            if settings.inference:
+                coef_cov = _inference_step(sites, stream, settings, theta, curvature, started)
+                step.update(inference_attributes(coef_cov, settings.fit_intercept))
         else:
             mechanism = MECHANISMS[settings.mechanism]
             theta, curvature, n_iter, step, noise_var = mechanism(
@@ -822,6 +879,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             rng=rng,
             curvature_noise_var=noise_var,
             extra=stream.extra or None,
+            coef_cov=step.get("coef_cov_"),
         )
         release = dict(
             step,
@@ -855,7 +913,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             return DWDStream(
                 theta=np.zeros((p1, n_models)), prior=None, seen=0.0, n_batches=0,
                 started=np.zeros(n_models, dtype=bool), curvature_noise_var=0.0,
-                privacy_spent=None,
+                privacy_spent=None, coef_cov=None,
                 rng=as_generator(settings.random_state) if private else None, extra={},
             )
         training = self._training_state
@@ -863,6 +921,7 @@ class DWDClassifier(FederatedClassifierMixin, BaseEstimator):
             theta=training.theta, prior=training.curvature, seen=self.n_samples_seen_,
             n_batches=self.n_batches_, started=training.started,
             curvature_noise_var=training.curvature_noise_var,
+            coef_cov=getattr(training, "coef_cov", None),
             privacy_spent=self.privacy_spent_,
             rng=copy.deepcopy(training.rng),
             extra=copy.deepcopy(getattr(training, "extra", None)) or {},

@@ -42,13 +42,15 @@ class DWDSettings(StreamSettings):
     budget: object
     classes: object
     n_batches: object
+    inference: bool
     loss: GenDWDLoss
 
     def stream_key(self):
         """Without a mechanism only the parameter layout (``fit_intercept``)
-        binds a stream; with one, everything its guarantee and noise use."""
+        and whether the stream carries a covariance (``inference``) bind it;
+        with one, everything its guarantee and noise use."""
         if self.mechanism is None:
-            return (None, self.fit_intercept)
+            return (None, self.fit_intercept, self.inference)
         return tuple(getattr(self, name) for name in _PRIVATE_STREAM_FIELDS)
 
 
@@ -57,11 +59,17 @@ def dwd_settings(params):
     raises :class:`~skfedpriv._param_validation.InvalidParameterError`)."""
     values = dict(params)  # every hyperparameter is a field
     values.update(q=float(params["q"]), alpha=float(params["alpha"]),
-                  fit_intercept=bool(params["fit_intercept"]),
+                  fit_intercept=bool(params["fit_intercept"]), inference=bool(params["inference"]),
                   loss=GenDWDLoss(float(params["q"])))
     mechanism = params["mechanism"]
     if mechanism is None:
         return DWDSettings(**values)
+    if params["inference"]:
+        raise InvalidParameterError(
+            "inference=True is not offered with a privacy mechanism yet: the "
+            "intervals would need an extra noised summary charged to the budget. "
+            "Use inference=False, or fit without a mechanism."
+        )
     if params["clip_norm"] is None:
         raise InvalidParameterError(
             "clip_norm must be set with a privacy mechanism: it bounds the norm "

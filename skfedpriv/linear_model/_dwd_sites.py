@@ -222,6 +222,19 @@ class DWDSites(abc.ABC):
         may update them for free)."""
         return Theta + steps * S
 
+    #: Whether :meth:`inference_summary` is answered (coefficient inference).
+    offers_inference = False
+
+    def inference_summary(self, Theta, derivative, curvature):
+        """Summed :class:`~skfedpriv.linear_model._inference_sites.InferenceSummary`
+        at ``Theta`` (the loss's derivatives ``derivative(u)`` and
+        ``curvature(u)`` on margins): what coefficient inference needs.
+        Sites that do not offer it (``offers_inference`` False) raise
+        NotImplementedError."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not offer the inference summary; fit with "
+            "inference=False.")
+
     rounds = 0
     floats_sent = 0
     #: whether the requests may name the loss by a loss object

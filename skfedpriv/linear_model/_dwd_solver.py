@@ -601,6 +601,19 @@ class SiteData(DWDSites):
         return value + sum(site_noise(kind, std, p1, n_models, random_state)
                            for _ in range(self.n_sites))
 
+    offers_inference = True
+
+    def inference_summary(self, Theta, derivative, curvature):
+        """Summed inference summaries of the sites at ``Theta`` (see
+        :class:`DWDSites`)."""
+        from ._inference_sites import sum_site_inference
+        parts = self._handles if self.scattered else self.parts
+        out = sum_site_inference(parts, Theta, self.fit_intercept, derivative, curvature,
+                                 self.n_jobs)
+        self.rounds += 1
+        self.floats_sent += out.n_floats
+        return out
+
     def advance(self, Theta, S, steps):
         """``Theta + steps * S`` (one step per model); sites that kept the
         scores at ``Theta`` and along ``S`` get the new scores for free."""
