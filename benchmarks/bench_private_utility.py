@@ -42,7 +42,7 @@ from sklearn.model_selection import train_test_split
 from skfedpriv import DWDClassifier
 
 from _output import benchmark_parser, output_dir, wrote
-from bench_dwd_epsilon import cancer_task, gaussian_task
+from bench_dwd_epsilon import cancer_task, gaussian_task, stream
 
 
 def _standardize(X, Xt):
@@ -76,14 +76,6 @@ METHODS = {
     # Algorithm 2 as published: a per-release claim only (see docs/privacy.md)
     "DWD gaussian (Algorithm 2)": dict(mechanism="gaussian", online_steps=1),
 }
-
-
-def stream(clf, X, y, g, b):
-    classes = np.unique(y)
-    for k in np.unique(b):
-        m = b == k
-        clf.partial_fit(X[m], y[m], sample_group=g[m], classes=classes)
-    return clf
 
 
 def run_dwd(params, data, eps, seed):
