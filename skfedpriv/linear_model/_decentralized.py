@@ -57,11 +57,13 @@ from ._conditional_gradient import (
     regularized_leader,
 )
 from ._decentralized_defaults import (
+    NOISE_DOMINATED,
     ZERO_DECISION_BLOCKS,
     default_block_size,
     default_h,
     default_radius,
     prefix_noise_norm,
+    release_signal_to_noise,
 )
 
 
@@ -354,6 +356,42 @@ def _block_size(settings, base_block_size, n_rounds, n_params_total):
     return L
 
 
+def _warn_if_noise_dominated(settings, design, calibration, shape):
+    """Warn, before the budget is spent, when the noise is expected to drown
+    the released model by more than ``NOISE_DOMINATED`` times
+    (:func:`release_signal_to_noise`; public quantities only: T, L, n, D,
+    G, R and the calibrated scale)."""
+    s = settings
+    n, q, p1 = shape
+    scale = calibration.scale
+    if s["solver"] == "ogd":  # the released messages are those of round T
+        scale = DecentralizedLogisticRegression._ogd_noise_scale(
+            design.T, design.horizon, q * p1, s["clip_norm"], design.radius, s["alpha"],
+            s["epsilon"])
+    ratio = release_signal_to_noise(s["solver"], design.T, design.L, n, q * p1,
+                                    s["clip_norm"], design.radius, scale)
+    if ratio < 1.0 / NOISE_DOMINATED:
+        warnings.warn(
+            f"(epsilon={s['epsilon']:g}, 0)-DP over all {design.T} rounds of "
+            f"{n} learner(s) with {q} classes x {p1} parameters: the noise is "
+            f"expected to be {1 / ratio:.3g} times the signal of the released "
+            f"model (solver={s['solver']!r}), which will predict near chance. "
+            "It needs more rounds per learner, fewer learners or parameters, "
+            "or a larger epsilon (the signal grows with T and epsilon, the "
+            "noise with the parameters; see the user guide, 'What a private "
+            "run needs').",
+            NoiseDominatedWarning,
+            stacklevel=6,
+        )
+
+
+class NoiseDominatedWarning(UserWarning):
+    """A private run whose noise is expected to drown the released model.
+
+    Emitted before the budget is spent, from public quantities only.
+    """
+
+
 #: The noise of a run: the L1 sensitivity of a leaf position of the trees
 #: (nan for ogd), the Laplace scale reported as ``noise_scale_`` and the
 #: trees (None for ogd and for a non-private stream without horizon).
@@ -474,7 +512,11 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         guarantee). ``'laplace'``: Laplace noise in the trees (ftgl, ocg) or
         in every message (ogd), calibrated for (``epsilon``, 0)-DP over all
         ``n_rounds`` rounds (see Notes); the label set must then be declared
-        (``classes``).
+        (``classes``). A private ``fit`` (or first ``partial_fit``) whose
+        noise is expected to exceed 4 times the signal of the released model
+        emits :class:`NoiseDominatedWarning` before spending, computed from
+        public quantities only (``T``, ``n``, ``D``, ``clip_norm``, ``ε``;
+        see the user guide for the ``ε`` a run needs).
     epsilon : float, default=1.0
         Privacy budget ε of the whole run (all ``n_rounds`` rounds) under the
         mechanism. Validated, unused, without a mechanism.
@@ -597,20 +639,25 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     the clear, so the guarantee is against observers of the decisions/models,
     not against the neighbours on the graph.
 
-    Sensitivity, from the enforced bounds only: a replaced row changes one
+    Sensitivity, from the enforced bounds only: a clipped per-example
+    gradient ``clip(u x̄ᵀ)``, ``u = softmax(W x̄) - e_y``, has L1 norm at most
+    ``κ = 2√((q-1)/q) √(D/q) G`` (``u`` has one negative entry balancing the
+    others; ``κ = G√D`` for two classes, ``G√D / 1.67`` for ten;
+    :func:`~skfedpriv.privacy._tree_laplace.gradient_l1_bound`), ``D =
+    n_classes × (n_features + fit_intercept)``. A replaced row changes one
     clipped gradient of learner ``j`` in one block, so ``d_j(z)`` moves by at
-    most ``2G`` in Frobenius norm and ``2G√D`` in L1, ``D = n_classes ×
-    (n_features + fit_intercept)`` (the ``-αW`` terms depend on earlier
-    releases only). The leaf of learner ``i`` is ``d_i^k(z) = Σ_j M[i, j]
-    d_j(z)`` with ``M`` the gossip polynomial after ``k`` steps
+    most ``2G`` in Frobenius norm and ``2κ`` in L1 (the ``-αW`` terms depend
+    on earlier releases only). The leaf of learner ``i`` is ``d_i^k(z) =
+    Σ_j M[i, j] d_j(z)`` with ``M`` the gossip polynomial after ``k`` steps
     (:func:`skfedpriv._gossip.gossip_polynomial`), so it moves by at most
-    ``2G√D |M[i, j]|`` in L1, and the leaves of all learners together by at
-    most ``leaf_sensitivity_ = 2G√D max_j Σ_i |M[i, j]|``. Every leaf lies in
+    ``2κ |M[i, j]|`` in L1, and the leaves of all learners together by at
+    most ``leaf_sensitivity_ = 2κ max_j Σ_i |M[i, j]|``. Every leaf lies in
     at most ``floor(log₂ H) + 1`` noised nodes of the tree (``H`` leaves), so
     Laplace noise of scale ``b = (floor(log₂ H) + 1) leaf_sensitivity_ / ε``
     per coordinate gives (ε, 0)-DP by the argument of Appendix C. With the
     eq. 7 block size ``max_j Σ_i |M[i, j]| ≈ 1``, and ``b`` is at most the
-    scale ``6√D (G + αR)(2 + log₂T)/ε`` of Theorem 3.6; unlike the paper's
+    scale ``6√D (G + αR)(2 + log₂T)/ε`` of Theorem 3.6 (which takes
+    ``κ = G√D``); unlike the paper's
     bound it stays valid for any ``block_size``. The sensitivity, the
     calibration and the draws are in :mod:`skfedpriv.privacy._tree_laplace`.
 
@@ -925,15 +972,16 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         shape = (len(learner_labels), len(classes), batch.X.shape[1] + int(s["fit_intercept"]))
         P, sigma2 = _mixing_matrix(s["topology"], shape[0])  # Assumption 3.4
         theta = gossip_theta(sigma2)  # eq. 7
-        if s["epsilon"] is not None:
-            warn_if_seeded(self.random_state, "DecentralizedLogisticRegression")
-            self._charge_budget(s["epsilon"])
         # line 1, input: the horizon, the ball K, the block size L (defaults
         # from declared quantities) and the noise distribution D
         design = _design(s, shape, 1.0 - sigma2, allocation.n_rounds)
         rng = as_generator(self.random_state)
         noise = self._calibrate(s, design, gossip_polynomial(P, design.steps, theta), shape, rng)
         h = _regularization(s, design, noise, shape[1] * shape[2])  # line 1, input: h
+        if s["epsilon"] is not None:
+            warn_if_seeded(self.random_state, "DecentralizedLogisticRegression")
+            _warn_if_noise_dominated(s, design, noise, shape)
+            self._charge_budget(s["epsilon"])  # before any noise is drawn
         zeros = np.zeros(shape)
         trace_learner = getattr(self, "_trace_learner", None)
         state = TrainingState(
@@ -977,7 +1025,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             scale = 0.0 if eps is None else self._ogd_noise_scale(
                 1, design.horizon, D, G, design.radius, s["alpha"], eps)
             return Calibration(float("nan"), scale, None)
-        sensitivity = leaf_sensitivity(gossip_polynomial, G, D)
+        sensitivity = leaf_sensitivity(gossip_polynomial, G, D, n_classes=shape[1])
         if design.horizon is None:  # non-private without a horizon: exact sums, no tree
             return Calibration(sensitivity, 0.0, None)
         n_leaves = max(design.horizon // design.L - 1, 1)
