@@ -476,7 +476,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    topology : {'complete', 'ring', 'grid'} or array-like of shape (n, n), default='complete'
+    topology : {'complete', 'ring', 'grid', 'watts-strogatz'} or array-like of shape (n, n), \
+            default='complete'
         Communication graph and its mixing matrix (see
         :func:`skfedpriv._gossip.mixing_matrix`). A user-given matrix must be
         symmetric, doubly stochastic, positive semi-definite, supported on a
