@@ -398,17 +398,17 @@ class NoiseDominatedWarning(UserWarning):
 Calibration = namedtuple("Calibration", ["sensitivity", "scale", "tree"])
 
 
-def _regularization(settings, design, calibration, n_params_total):
+def _regularization(settings, design, calibration, shape):
     """``h`` of eqs. 6 and 9: given, or the default (nan for ogd, unused)."""
     s = settings
     if s["h"] is not None:
         return s["h"]
     if s["solver"] == "ogd":
         return float("nan")
-    noise_norm = prefix_noise_norm(max(design.T // design.L - 1, 1), n_params_total,
+    noise_norm = prefix_noise_norm(max(design.T // design.L - 1, 1), shape[1] * shape[2],
                                    calibration.sensitivity, s["epsilon"])
     return default_h(min(design.L0, design.L), s["clip_norm"], design.radius, s["alpha"],
-                     noise_norm, block_size=design.L)
+                     noise_norm, block_size=design.L, n_params=shape[2])
 
 
 def _copy_state(state):
@@ -531,8 +531,9 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     h : float or None, default=None
         Regularization ``h > 0`` of eqs. 6 and 9. ``None``: ``h = αL`` when
         ``α > 0`` (Corollaries 3.8, 3.11); otherwise
-        ``h = 8 (G L₀ + 1.5 E‖N‖) / R`` with ``E‖N‖`` the typical norm of
-        the tree noise of one prefix sum (0 without privacy), computed from
+        ``h = (G L₀ p / 8 + 12 E‖N‖) / R`` with ``p = n_features +
+        fit_intercept`` and ``E‖N‖`` the typical norm of the tree noise of
+        one prefix sum (0 without privacy), computed from
         the calibration before any data (see
         :func:`~skfedpriv.linear_model._decentralized_defaults.default_h`;
         Corollaries 3.7 / 3.10's ``h`` is 10^2-10^4 times too large on UCI
@@ -978,7 +979,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         design = _design(s, shape, 1.0 - sigma2, allocation.n_rounds)
         rng = as_generator(self.random_state)
         noise = self._calibrate(s, design, gossip_polynomial(P, design.steps, theta), shape, rng)
-        h = _regularization(s, design, noise, shape[1] * shape[2])  # line 1, input: h
+        h = _regularization(s, design, noise, shape)  # line 1, input: h
         if s["epsilon"] is not None:
             warn_if_seeded(self.random_state, "DecentralizedLogisticRegression")
             _warn_if_noise_dominated(s, design, noise, shape)

@@ -41,9 +41,9 @@ __all__ = [
 # Weight of the noise-to-signal ratio against the delay 2/B of B = T/L blocks
 # in the block-size criterion (see default_block_size).
 NOISE_WEIGHT = 5.0
-# h = H_SCALE (typical block sum + E‖noise‖) / R (see default_h).
-H_SCALE = 8.0
-NOISE_H = 1.5
+# h = (H_CURVATURE G L₀ n_params + H_NOISE E‖noise‖) / R (see default_h).
+H_CURVATURE = 0.125
+H_NOISE = 12.0
 # Norm of the mean clipped gradient at the zero decision per unit of G, on real
 # multiclass data: 0.12 on digits scaled by 16 (0.20 centered), 0.07 on letter
 # scaled to [-1, 1]. The signal a private run can expect (release_signal_to_noise).
@@ -187,24 +187,32 @@ def default_block_size(base_block_size, n_rounds, n_params_total, clip_norm, eps
     return max(best[1], L0)
 
 
-def default_h(base_block_size, clip_norm, radius, alpha, noise_norm, block_size=None):
+def default_h(base_block_size, clip_norm, radius, alpha, noise_norm, block_size=None, *,
+              n_params):
     """Regularization ``h`` of eqs. 6 and 9.
 
     ``α > 0``: ``h = αL`` (Corollaries 3.8, 3.11). ``α = 0``:
 
-        ``h = H_SCALE (G L₀ + NOISE_H × noise_norm) / R``,
+        ``h = (H_CURVATURE G L₀ p + H_NOISE × noise_norm) / R``,
 
-    ``L₀`` the paper's (non-private) block size of the solver: neither one
-    such block of clipped gradients (at most ``L₀ G``) nor the typical tree
-    noise moves a decision ``-ẑ/(2h)`` by more than about ``R / (2 H_SCALE)``,
-    so the noise stays a fraction of the ball. The longer private blocks of
-    :func:`default_block_size` do not raise ``h``: their gradients are summed
-    over many examples that point in different directions, and a larger
-    ``h`` would leave too few blocks to reach a useful decision (measured on
-    letter). Corollaries 3.7 / 3.10 instead take
-    ``h ∝ G √(L T (2 + log₂T)) / R``, which balances only the non-private
-    terms of the worst-case regret bounds and, with letter's constants, is
-    10^2-10^4 times the best ``h``.
+    ``L₀`` the paper's (non-private) block size of the solver and ``p`` the
+    parameters per class (features plus intercept). The decision
+    ``-ẑ/(2h)`` is a lazy gradient step of size ``1/(2h)`` per block sum; the
+    logistic loss of a row has curvature up to ``‖x̄‖²/2``, which for
+    features of unit scale (the scale the default radius assumes) grows
+    with ``p``, so a block of ``L₀`` gradients needs ``h`` of order
+    ``L₀ p`` in the units ``G/R`` not to overshoot: with ``h`` a constant
+    times ``G L₀ / R``, digits (65 parameters per class, ``T = 260``)
+    oscillates where letter (17, ``T = 15 000``) wants a small ``h``
+    (measured, ``benchmarks/README.md``). The typical tree noise, under
+    privacy, moves a decision by at most about ``R / (2 H_NOISE)``. The longer
+    private blocks of :func:`default_block_size` do not raise ``h``: their
+    gradients are summed over many examples that point in different
+    directions, and a larger ``h`` would leave too few blocks to reach a
+    useful decision (measured on letter). Corollaries 3.7 / 3.10 instead
+    take ``h ∝ G √(L T (2 + log₂T)) / R``, which balances only the
+    non-private terms of the worst-case regret bounds and, with letter's
+    constants, is 10^2-10^4 times the best ``h``.
 
     Parameters
     ----------
@@ -217,6 +225,8 @@ def default_h(base_block_size, clip_norm, radius, alpha, noise_norm, block_size=
         :func:`prefix_noise_norm` of the run (0 without privacy).
     block_size : int or None, default=None
         The block size in force; used only when ``α > 0`` (``h = αL``).
+    n_params : int
+        ``p``, parameters per class (``n_features + fit_intercept``).
 
     Returns
     -------
@@ -224,7 +234,8 @@ def default_h(base_block_size, clip_norm, radius, alpha, noise_norm, block_size=
     """
     if alpha > 0:
         return alpha * (block_size if block_size is not None else base_block_size)
-    return H_SCALE * (clip_norm * base_block_size + NOISE_H * noise_norm) / radius
+    signal = H_CURVATURE * clip_norm * base_block_size * n_params
+    return (signal + H_NOISE * noise_norm) / radius
 
 
 def release_signal_to_noise(solver, n_rounds, block_size, n_learners, n_params_total,
