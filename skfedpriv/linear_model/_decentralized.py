@@ -375,7 +375,8 @@ def _warn_if_noise_dominated(settings, design, calibration, shape):
             f"(epsilon={s['epsilon']:g}, 0)-DP over all {design.T} rounds of "
             f"{n} learner(s) with {q} classes x {p1} parameters: the noise is "
             f"expected to be {1 / ratio:.3g} times the signal of the released "
-            f"model (solver={s['solver']!r}), which will predict near chance. "
+            f"model (solver={s['solver']!r}), which will score far below a "
+            "non-private one, near chance when the noise is many times the signal. "
             "It needs more rounds per learner, fewer learners or parameters, "
             "or a larger epsilon (the signal grows with T and epsilon, the "
             "noise with the parameters; see the user guide, 'What a private "
@@ -514,7 +515,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         in every message (ogd), calibrated for (``epsilon``, 0)-DP over all
         ``n_rounds`` rounds (see Notes); the label set must then be declared
         (``classes``). A private ``fit`` (or first ``partial_fit``) whose
-        noise is expected to exceed 4 times the signal of the released model
+        noise is expected to exceed the signal of the released model
         emits :class:`NoiseDominatedWarning` before spending, computed from
         public quantities only (``T``, ``n``, ``D``, ``clip_norm``, ``ε``;
         see the user guide for the ``ε`` a run needs).
