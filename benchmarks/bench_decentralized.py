@@ -173,7 +173,7 @@ def run_figure(name, data_cache, args, size):
     for n, topology, eps in cases:
         copies = {"full": 10 * n, "medium": 3 * n}.get(size, 1) if dataset == "letter" else (
             n if size != "quick" else 1)
-        rounds = None if size == "full" else 400
+        rounds = 400 if size == "quick" else None
         if (n, copies) not in peers:
             (X, y), (Xte, yte), classes = data
             idx, _, T = make_stream(len(y), n, copies, rounds=rounds)
@@ -348,6 +348,8 @@ def plot_regret(rows, path):
     ax.plot(T, ref * (T / T[0]) ** 0.75, "k:", linewidth=0.8, label="T^3/4 (PD-OCG's rate)")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_xticks(T, [f"{t:g}" for t in T], minor=False)
+    ax.set_xticks([], minor=True)
     ax.set_xlabel("T (rounds per learner)")
     ax.set_ylabel("regret of learner 1 (mean ± sd over seeds)")
     ax.set_title("letter, 9 learners, complete graph, non-private", fontsize=9)
