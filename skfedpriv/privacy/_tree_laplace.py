@@ -39,21 +39,61 @@ from ._mechanisms import laplace_noise
 
 __all__ = [
     "LaplaceNoise",
+    "gradient_l1_bound",
     "leaf_sensitivity",
     "ogd_noise_scale",
     "tree_noise_scale",
 ]
 
 
-def leaf_sensitivity(gossip_polynomial, clip_norm, n_params_total):
+def gradient_l1_bound(clip_norm, n_params_total, n_classes=None):
+    """Largest L1 norm of one clipped per-example gradient.
+
+    A gradient clipped to Frobenius norm ``G`` has L1 norm at most ``G√D``.
+    The multiclass logistic gradient is the rank-one matrix ``u x̄ᵀ`` with
+    ``u = softmax(W x̄) - e_y``: one negative entry ``p_y - 1`` and positive
+    entries summing to ``1 - p_y``, so ``‖u‖₁ = 2(1 - p_y)`` and
+    ``‖u‖₂ >= (1 - p_y) √(q / (q - 1))`` (the positive part spread evenly).
+    Clipping rescales ``u x̄ᵀ`` and ``‖uvᵀ‖₁ = ‖u‖₁ ‖v‖₁``, hence with
+    ``p = D / q`` parameters per class
+
+        ``‖clip(u x̄ᵀ)‖₁ <= 2 √((q - 1) / q) √p G``,
+
+    attained by ``p_k = (1 - p_y) / (q - 1)`` for ``k != y`` and ``|x̄_j|``
+    all equal. For ``q = 2`` this is ``G√D``; for 10 classes it is
+    ``G√D / 1.67``, for 26 classes ``G√D / 2.55``.
+
+    Parameters
+    ----------
+    clip_norm : float
+        ``G``.
+    n_params_total : int
+        ``D``, coordinates of one decision.
+    n_classes : int or None, default=None
+        ``q``; ``None``: any gradient of Frobenius norm at most ``G``.
+
+    Returns
+    -------
+    bound : float
+    """
+    D = n_params_total
+    if n_classes is None:
+        return clip_norm * math.sqrt(D)
+    q = int(n_classes)
+    softmax = 2.0 * math.sqrt((q - 1) / q) * math.sqrt(D / q)
+    return clip_norm * min(math.sqrt(D), softmax)
+
+
+def leaf_sensitivity(gossip_polynomial, clip_norm, n_params_total, n_classes=None):
     """L1 sensitivity of one leaf position of all learners' trees together.
 
     A replaced row changes one clipped gradient of learner ``j`` in one
-    block, so its block sum ``d_j(z)`` moves by at most ``2G`` in Frobenius
-    norm and ``2G√D`` in L1 (``D`` coordinates). Learner ``i``'s leaf is
+    block, so its block sum ``d_j(z)`` moves by at most twice
+    :func:`gradient_l1_bound` in L1 (``2G√D``, or less for the multiclass
+    logistic gradient of ``n_classes`` classes). Learner ``i``'s leaf is
     ``Σ_j M[i, j] d_j(z)``, ``M`` the gossip polynomial after the block's
     gossip steps, so the leaves together move by at most
-    ``2G√D max_j Σ_i |M[i, j]|``.
+    ``2 gradient_l1_bound × max_j Σ_i |M[i, j]|``.
 
     Parameters
     ----------
@@ -63,13 +103,16 @@ def leaf_sensitivity(gossip_polynomial, clip_norm, n_params_total):
         ``G``, the bound on each per-example gradient's Frobenius norm.
     n_params_total : int
         ``D``, coordinates of one learner's decision.
+    n_classes : int or None, default=None
+        Classes of the multiclass logistic gradient (see
+        :func:`gradient_l1_bound`).
 
     Returns
     -------
     sensitivity : float
     """
     column_l1 = float(np.abs(gossip_polynomial).sum(axis=0).max())
-    return 2.0 * clip_norm * math.sqrt(n_params_total) * column_l1
+    return 2.0 * gradient_l1_bound(clip_norm, n_params_total, n_classes) * column_l1
 
 
 def tree_noise_scale(epsilon, n_leaves, sensitivity):
@@ -102,7 +145,9 @@ def ogd_noise_scale(step_size, n_rounds, n_params_total, clip_norm, radius, alph
     learner ``j``'s update ``Π_K(Σ_k P_jk m_k - η_t g_j)``, through its
     gradient ``g_j = clip(∇f) + αW_j``: by at most ``2(G + αR)`` in Frobenius
     norm (clipping, and ``W_j, W_j' ∈ K``), hence by
-    ``Δ_t = 2√D η_t (G + αR)`` in L1 (the projection is non-expansive).
+    ``Δ_t = 2√D η_t (G + αR)`` in L1 (the projection is non-expansive in the
+    Frobenius norm only, so the L1 bound goes through it: the sharper L1
+    bound of :func:`gradient_l1_bound` does not survive the projection).
     ``ε/T`` per round of messages: ``b_t = T Δ_t / ε``.
 
     Parameters
