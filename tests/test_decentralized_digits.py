@@ -117,5 +117,6 @@ def test_a_run_with_no_signal_warns_instead_of_failing():
     (it divided by it before)."""
     X = np.random.default_rng(0).uniform(size=(1, 10))
     est = DLR(mechanism="laplace", classes=[0, 1], random_state=0)
-    with pytest.warns(NoiseDominatesWarning, match="infinitely many times"):
+    with pytest.warns(UserWarning, match="zero decision"), \
+            pytest.warns(NoiseDominatesWarning, match="infinitely many times"):
         est.fit(X, np.array([1]))
