@@ -189,7 +189,7 @@ BENCHMARKS = {
     ),
     "private-utility": Benchmark(
         "bench_private_utility.py",
-        "issue #22 target rows: private DWD streams (breast cancer, paper Table 1) and "
+        "private DWD streams (breast cancer, paper Table 1) and "
         "digits at their epsilon, against the non-private stream and diffprivlib's central "
         "LogisticRegression (--diffprivlib-python)",
     ),
