@@ -9,7 +9,6 @@ defaults live in :mod:`._decentralized_defaults`.
 
 import copy
 import math
-import warnings
 from collections import namedtuple
 from numbers import Integral, Real
 
@@ -17,33 +16,17 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._gossip import (
-    TOPOLOGIES,
-    accelerated_gossip,
-    check_mixing_matrix,
-    gossip_polynomial,
-    gossip_steps,
-    gossip_theta,
-    mixing_matrix,
-)
-from .._losses import (
-    add_intercept_column,
-    softmax_gradient,
-    softmax_loss,
-    softmax_probabilities,
-    split_intercept,
-)
+from .._gossip import TOPOLOGIES, accelerated_gossip, gossip_polynomial, gossip_steps, gossip_theta
+from .._losses import softmax_gradient, softmax_loss, softmax_probabilities, split_intercept
 from .._param_validation import Interval, InvalidParameterError, Registry
-from .._sites import site_row_indices
 from ..privacy import (
-    NoiseDominatesWarning,
     PrivacyBudget,
     PrivacyBudgetError,
+    TreeAggregator,
     as_generator,
     clip_vectors,
     warn_if_seeded,
 )
-from ..privacy import TreeAggregator
 from ..privacy._tree_laplace import (
     LaplaceNoise,
     leaf_sensitivity,
@@ -57,17 +40,10 @@ from ._conditional_gradient import (
     project,
     regularized_leader,
 )
-from ._decentralized_defaults import (
-    NOISE_DOMINATED,
-    ZERO_DECISION_BLOCKS,
-    default_block_size,
-    default_h,
-    default_radius,
-    prefix_noise_norm,
-    release_signal_to_noise,
-)
+from ._decentralized_design import mixing, regularization, stream_design, warn_if_noise_dominated
+from ._decentralized_rounds import allocate_rounds, round_arrays
 from ._decentralized_settings import decentralized_settings
-from ._decentralized_state import DecentralizedTrainingState, NoiseCalibration, StreamDesign
+from ._decentralized_state import DecentralizedTrainingState, NoiseCalibration
 
 
 def clipped_gradient_sum(W, X, y, mask, clip_norm):
@@ -268,143 +244,6 @@ SOLVERS = Registry("solver", {
                   lambda n, T, rho, L: min(gossip_steps(n, T, rho), L)),
     "ogd": Solver(_run_ogd, None, lambda n, T, rho, alpha: 1, lambda n, T, rho, L: 1),
 })
-
-
-# -- rows to learners and rounds --------------------------------------------------
-
-#: Where a batch's rows go: learner of each distinct ``sample_group`` label
-#: (in batch order), the rows of each label, and the rounds the batch runs.
-Allocation = namedtuple("Allocation", ["learner_of_label", "rows", "n_rounds"])
-
-
-def allocate_rounds(batch, learner_labels):
-    """Map a batch's rows to (learner, round); ``learner_labels`` fixed by the stream.
-
-    Learner ``i``'s ``k``-th row of the batch is its row of the batch's
-    ``k``-th round; the batch runs ``max_i (rows of learner i)`` rounds.
-    """
-    index = {v: i for i, v in enumerate(learner_labels.tolist())}
-    learner_of_label = np.empty(batch.n_sites, dtype=np.intp)
-    for k, label in enumerate(batch.site_labels.tolist()):
-        if label not in index:
-            raise ValueError(
-                f"sample_group names learner {label!r}, which is not one of the "
-                f"learners of this stream {learner_labels.tolist()!r}; the "
-                "learners are fixed by the first call."
-            )
-        learner_of_label[k] = index[label]
-    rows = site_row_indices(batch.site_codes, batch.n_sites)
-    n_rounds = max((len(r) for r in rows), default=0)
-    return Allocation(learner_of_label, rows, int(n_rounds))
-
-
-def round_arrays(batch, allocation, n_learners, classes, fit_intercept):
-    """The batch as arrays ``(n_learners, n_rounds, n_params)`` with a row mask."""
-    X = add_intercept_column(batch.X, fit_intercept)  # x_bar = (1, x)
-    y = np.searchsorted(classes, batch.y)
-    shape = (n_learners, allocation.n_rounds)
-    Xr, yr = np.zeros(shape + (X.shape[1],)), np.zeros(shape, dtype=np.intp)
-    mask = np.zeros(shape, dtype=bool)
-    for k, rows in enumerate(allocation.rows):
-        i = allocation.learner_of_label[k]
-        Xr[i, : len(rows)] = X[rows]
-        yr[i, : len(rows)] = y[rows]
-        mask[i, : len(rows)] = True
-    return Xr, yr, mask
-
-
-def _mixing_matrix(topology, n_learners):
-    """``(P, σ₂(P))`` of a named topology or a user's matrix (Assumption 3.4)."""
-    if isinstance(topology, str):
-        P = mixing_matrix(topology, n_learners)
-        return P, check_mixing_matrix(P)[1]
-    return check_mixing_matrix(topology, n_learners)
-
-
-def _design(settings, shape, spectral_gap, first_batch_rounds):
-    """The :class:`StreamDesign`: horizon, radius, block size and gossip
-    steps, given or defaults (:mod:`._decentralized_defaults`), from
-    declared quantities only."""
-    s = settings
-    n, q, p1 = shape
-    horizon = s.n_rounds
-    if horizon is None and s.epsilon is not None:
-        horizon = max(first_batch_rounds, 1)  # a private fit: the rounds of its data
-    T = horizon if horizon is not None else max(first_batch_rounds, 1)
-    radius = s.radius if s.radius is not None else default_radius(s.constraint, q, p1)
-    solver = SOLVERS[s.solver]
-    L0 = solver.base_block_size(n, T, spectral_gap, s.alpha)
-    L = _block_size(s, L0, T, q * p1)
-    return StreamDesign(horizon=horizon, sizing_rounds=T, radius=radius, base_block_size=L0,
-                        block_size=L, gossip_steps=solver.gossip_steps(n, T, spectral_gap, L))
-
-
-def _block_size(settings, base_block_size, n_rounds, n_params_total):
-    """``L``: the given block size or the default, with a warning when only
-    blocks that play the zero decision fit in the run."""
-    solver = settings.solver
-    if solver not in ZERO_DECISION_BLOCKS:
-        return 1
-    delay = ZERO_DECISION_BLOCKS[solver]
-    L = settings.block_size
-    if L is None:  # the paper's, longer under privacy
-        L = default_block_size(base_block_size, n_rounds, n_params_total,
-                               settings.clip_norm, settings.epsilon, delay_blocks=delay)
-    if n_rounds // L <= delay:
-        warnings.warn(
-            f"{n_rounds} rounds make {n_rounds // L} block(s) of {L} rounds, and "
-            f"the first {delay} blocks of {solver!r} play the zero "
-            "decision: the model will stay at zero. Use a smaller "
-            "block_size, more rows per learner, or fewer learners.",
-            UserWarning,
-            stacklevel=7,
-        )
-    return L
-
-
-def _warn_if_noise_dominated(settings, design, calibration, shape):
-    """Warn, before the budget is spent, when the noise is expected to drown
-    the released model by more than ``NOISE_DOMINATED`` times
-    (:func:`release_signal_to_noise`; public quantities only: T, L, n, D,
-    G, R and the calibrated scale)."""
-    s = settings
-    n, q, p1 = shape
-    T = design.sizing_rounds
-    scale = calibration.scale
-    if s.solver == "ogd":  # the released messages are those of round T
-        scale = DecentralizedLogisticRegression._ogd_noise_scale(
-            T, design.horizon, q * p1, s.clip_norm, design.radius, s.alpha, s.epsilon)
-    ratio = release_signal_to_noise(s.solver, T, design.block_size, n, q * p1,
-                                    s.clip_norm, design.radius, scale)
-    if ratio < 1.0 / NOISE_DOMINATED:
-        times = f"{1 / ratio:.3g} times" if ratio > 0 else "infinitely many times"
-        warnings.warn(
-            f"(epsilon={s.epsilon:g}, 0)-DP over all {T} rounds of "
-            f"{n} learner(s) with {q} classes x {p1} parameters: the noise is "
-            f"expected to be {times} the signal of the released "
-            f"model (solver={s.solver!r}), which will score far below a "
-            "non-private one, near chance when the noise is many times the signal. "
-            "It needs more rounds per learner, fewer learners or parameters, "
-            "or a larger epsilon (the signal grows with T and epsilon, the "
-            "noise with the parameters; see the user guide, 'What a private "
-            "run needs').",
-            NoiseDominatesWarning,
-            stacklevel=6,
-        )
-
-
-def _regularization(settings, design, calibration, shape):
-    """``h`` of eqs. 6 and 9: given, or the default (nan for ogd, unused)."""
-    s = settings
-    if s.h is not None:
-        return s.h
-    if s.solver == "ogd":
-        return float("nan")
-    L = design.block_size
-    noise_norm = prefix_noise_norm(max(design.sizing_rounds // L - 1, 1), shape[1] * shape[2],
-                                   calibration.sensitivity, s.epsilon)
-    return default_h(min(design.base_block_size, L), s.clip_norm, design.radius, s.alpha,
-                     noise_norm, block_size=L, n_params=shape[2])
 
 
 def _copy_state(state):
@@ -943,18 +782,18 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         s = settings
         learner_labels = batch.site_labels
         shape = (len(learner_labels), len(classes), batch.X.shape[1] + int(s.fit_intercept))
-        P, sigma2 = _mixing_matrix(s.topology, shape[0])  # Assumption 3.4
+        P, sigma2 = mixing(s.topology, shape[0])  # Assumption 3.4
         theta = gossip_theta(sigma2)  # eq. 7
         # line 1, input: the horizon, the ball K, the block size L (defaults
         # from declared quantities) and the noise distribution D
-        design = _design(s, shape, 1.0 - sigma2, allocation.n_rounds)
+        design = stream_design(s, SOLVERS[s.solver], shape, 1.0 - sigma2, allocation.n_rounds)
         rng = as_generator(self.random_state)
         noise = self._calibrate(s, design, gossip_polynomial(P, design.gossip_steps, theta),
                                 shape, rng)
-        h = _regularization(s, design, noise, shape)  # line 1, input: h
+        h = regularization(s, design, noise, shape)  # line 1, input: h
         if s.epsilon is not None:
             warn_if_seeded(self.random_state, "DecentralizedLogisticRegression")
-            _warn_if_noise_dominated(s, design, noise, shape)
+            warn_if_noise_dominated(s, design, noise, shape, self._ogd_noise_scale)
             self._charge_budget(s.epsilon)  # before any noise is drawn
         state = self._new_training_state(s, design, noise, shape, rng, P, theta, h)
         release = {
