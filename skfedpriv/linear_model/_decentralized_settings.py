@@ -1,4 +1,4 @@
-"""The validated settings of a :class:`~skfedpriv.linear_model.DecentralizedLogisticRegression` stream."""
+"""The validated settings of a ``DecentralizedLogisticRegression`` stream."""
 
 from dataclasses import dataclass, fields
 
