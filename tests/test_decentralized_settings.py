@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from skfedpriv._gossip import mixing_matrix
+from skfedpriv.linear_model._base import TrainingState
 from skfedpriv.linear_model._decentralized import DecentralizedLogisticRegression as DLR
 from skfedpriv.linear_model._decentralized_settings import DecentralizedSettings
 from skfedpriv.linear_model._decentralized_state import DecentralizedTrainingState
@@ -79,3 +80,13 @@ def test_the_training_state_is_one_typed_secret_object():
         state.design.radius, state.design.horizon)
     assert "secret" in repr(state) and "decisions" in repr(state)
     assert str(state.decisions[0, 0, 0]) not in repr(state)
+
+
+def test_an_untyped_training_state_is_refused_before_any_change():
+    """A training estimator pickled before the typed state holds an untyped one."""
+    est = _started()
+    est._training_state = TrainingState(params={"solver": "ftgl"}, W=np.zeros((3, 3, 4)))
+    before = pickle.dumps(vars(est))
+    with pytest.raises(ValueError, match="older version"):
+        est.partial_fit(_X[30:], _Y[30:], sample_group=_G[30:])
+    assert pickle.dumps(vars(est)) == before

@@ -740,6 +740,13 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         return decentralized_settings(params)
 
     def _check_continuation(self, settings):
+        """Refuse a continuation with changed settings, or of a training
+        state this version does not hold (an older pickle)."""
+        if not isinstance(self._training_state, DecentralizedTrainingState):
+            raise ValueError(
+                "This estimator's training state was written by an older version "
+                "of skfedpriv and cannot be continued; call fit to start a new stream."
+            )
         self._check_settings_unchanged(settings, self._training_state.settings.stream_key())
 
     def _update(self, batch, classes, settings, *, first, new_stream):
