@@ -9,7 +9,6 @@ defaults live in :mod:`._decentralized_defaults`.
 
 import copy
 import math
-import warnings
 from collections import namedtuple
 from numbers import Integral, Real
 
@@ -17,55 +16,34 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._gossip import (
-    TOPOLOGIES,
-    accelerated_gossip,
-    check_mixing_matrix,
-    gossip_polynomial,
-    gossip_steps,
-    gossip_theta,
-    mixing_matrix,
-)
-from .._losses import (
-    add_intercept_column,
-    softmax_gradient,
-    softmax_loss,
-    softmax_probabilities,
-    split_intercept,
-)
+from .._gossip import TOPOLOGIES, accelerated_gossip, gossip_polynomial, gossip_steps, gossip_theta
+from .._losses import softmax_gradient, softmax_loss, softmax_probabilities, split_intercept
 from .._param_validation import Interval, InvalidParameterError, Registry
-from .._sites import site_row_indices
 from ..privacy import (
-    NoiseDominatesWarning,
     PrivacyBudget,
     PrivacyBudgetError,
+    TreeAggregator,
     as_generator,
     clip_vectors,
     warn_if_seeded,
 )
-from ..privacy import TreeAggregator
 from ..privacy._tree_laplace import (
     LaplaceNoise,
     leaf_sensitivity,
     ogd_noise_scale,
     tree_noise_scale,
 )
-from ._base import FederatedClassifierMixin, TrainingState, scores_to_labels
+from ._base import FederatedClassifierMixin, scores_to_labels
 from ._conditional_gradient import (
     CONSTRAINTS,
     conditional_gradient,
     project,
     regularized_leader,
 )
-from ._decentralized_defaults import (
-    NOISE_DOMINATED,
-    ZERO_DECISION_BLOCKS,
-    default_block_size,
-    default_h,
-    default_radius,
-    prefix_noise_norm,
-    release_signal_to_noise,
-)
+from ._decentralized_design import mixing, regularization, stream_design, warn_if_noise_dominated
+from ._decentralized_rounds import allocate_rounds, round_arrays
+from ._decentralized_settings import decentralized_settings
+from ._decentralized_state import DecentralizedTrainingState, NoiseCalibration
 
 
 def clipped_gradient_sum(W, X, y, mask, clip_norm):
@@ -116,79 +94,86 @@ def logistic_losses(W, X, y):
 # -- the solvers ------------------------------------------------------------------
 
 
-def _trace_losses(st, X, y, mask, W):
+def _trace_losses(state, X, y, mask, decisions):
     """Optional benchmark instrumentation: per-round summed loss of one learner's model.
 
     Active when ``_trace_learner`` was set on the estimator before the stream
     started; the trace (raw, un-noised losses of the data) stays in the
     training state.
     """
-    if st.loss_trace is None:
+    if state.loss_trace is None:
         return
-    i = st.trace_learner
-    losses = logistic_losses(np.broadcast_to(W[i], W.shape), X, y)
-    if st.params["alpha"] > 0:
-        losses = losses + 0.5 * st.params["alpha"] * np.sum(W[i] ** 2)
+    i, alpha = state.trace_learner, state.settings.alpha
+    losses = logistic_losses(np.broadcast_to(decisions[i], decisions.shape), X, y)
+    if alpha > 0:
+        losses = losses + 0.5 * alpha * np.sum(decisions[i] ** 2)
     per_round = np.where(mask, losses, 0.0).sum(axis=0)
-    st.loss_trace.append((per_round, mask.sum(axis=0)))
+    state.loss_trace.append((per_round, mask.sum(axis=0)))
 
 
-def _run_blocks(st, X, y, mask, message_noise_scale=None):
+def _run_blocks(state, X, y, mask, message_noise_scale=None):
     """PD-FTGL / PD-OCG on the rounds of one batch (Algorithm 1 lines 6-16, Algorithm 3)."""
-    L, n_rounds = st.L, X.shape[1]
+    block_size, n_rounds = state.design.block_size, X.shape[1]
+    gossip_steps = state.design.gossip_steps
     start = 0
     while start < n_rounds:
-        m = min(L - st.k, n_rounds - start)
+        played = state.round_in_block  # k
+        m = min(block_size - played, n_rounds - start)
         seg = slice(start, start + m)
         # lines 8-11: play x_i(z) for m rounds, sum the clipped gradients
-        _trace_losses(st, X[:, seg], y[:, seg], mask[:, seg], st.W)
-        st.d = st.d + clipped_gradient_sum(
-            st.W, X[:, seg], y[:, seg], mask[:, seg], st.params["clip_norm"]
+        _trace_losses(state, X[:, seg], y[:, seg], mask[:, seg], state.decisions)
+        state.block_gradient_sum = state.block_gradient_sum + clipped_gradient_sum(
+            state.decisions, X[:, seg], y[:, seg], mask[:, seg], state.settings.clip_norm
         )
-        # line 11 (Alg. 1) / line 12 (Alg. 3): one gossip step per round, at most `steps`
-        if st.gossip is not None:
-            todo = max(0, min(st.k + m, st.steps) - min(st.k, st.steps))
+        # line 11 (Alg. 1) / line 12 (Alg. 3): one gossip step per round, at most `gossip_steps`
+        if state.gossip is not None:
+            todo = max(0, min(played + m, gossip_steps) - min(played, gossip_steps))
             if todo:
-                st.gossip = accelerated_gossip(st.P, *st.gossip, todo, st.theta)
-        st.k += m
-        st.rounds_seen += m
+                state.gossip = accelerated_gossip(state.mixing_matrix, *state.gossip, todo,
+                                                  state.gossip_momentum)
+        state.round_in_block += m
+        state.rounds_seen += m
         start += m
-        if st.k == L:
-            _end_block(st)
+        if state.round_in_block == block_size:
+            _end_block(state)
 
 
-def _end_block(st):
+def _end_block(state):
     """End of block ``z``: a leaf into the trees, the next decision, the next gossip."""
-    z = st.z
-    zhat_prev = st.zhat
-    if z >= 2:
+    block = state.block  # z
+    previous_prefix_sum = state.prefix_sum
+    if block >= 2:
         # line 14 (Alg. 1) / 15 (Alg. 3): leaf w_i(z-1) = d_i^L(z-1) -> PrivateSum
-        leaf = st.gossip[0]
+        leaf = state.gossip[0]
         # a non-private stream without horizon has no tree: exact prefix sums
-        st.zhat = st.tree.add(leaf) if st.tree is not None else st.zhat + leaf
-        st.n_leaves += 1
-        if st.leaf_trace is not None:  # test instrumentation: (leaf, released prefix sum)
-            st.leaf_trace.append((leaf.copy(), st.zhat.copy()))
-    SOLVERS[st.solver].decide(st, zhat_prev)
+        state.prefix_sum = (state.tree.add(leaf) if state.tree is not None
+                            else state.prefix_sum + leaf)
+        state.n_leaves += 1
+        if state.leaf_trace is not None:  # test instrumentation: (leaf, released prefix sum)
+            state.leaf_trace.append((leaf.copy(), state.prefix_sum.copy()))
+    SOLVERS[state.settings.solver].decide(state, previous_prefix_sum)
     # line 13 (Alg. 1): d_i^0(z) = d_i^{-1}(z) = d_i(z)
-    st.gossip = (st.d, st.d)
-    st.d = np.zeros_like(st.d)
-    st.z = z + 1
-    st.k = 0
+    state.gossip = (state.block_gradient_sum, state.block_gradient_sum)
+    state.block_gradient_sum = np.zeros_like(state.block_gradient_sum)
+    state.block = block + 1
+    state.round_in_block = 0
 
 
-def _ftgl_decision(st, zhat_prev):
+def _ftgl_decision(state, previous_prefix_sum):
     # eq. 6: x_i(z+1) = argmin <ẑ_i(z), x> + (α(z-1)L + 2h)/2 ‖x‖²
-    eta = st.params["alpha"] * (st.z - 1) * st.L + 2 * st.h
-    st.W = regularized_leader(st.zhat, eta, st.params["constraint"], st.radius)
+    s = state.settings
+    eta = s.alpha * (state.block - 1) * state.design.block_size + 2 * state.regularization
+    state.decisions = regularized_leader(state.prefix_sum, eta, s.constraint,
+                                         state.design.radius)
 
 
-def _ocg_decision(st, zhat_prev):
+def _ocg_decision(state, previous_prefix_sum):
     # Alg. 3 line 16: x_i(z+1) = CG(K, L, F_{z,i}, x_i(z)), F_{z,i} of eq. 9
-    if st.z >= 2:
-        eta = st.params["alpha"] * (st.z - 2) * st.L + 2 * st.h
-        st.W = conditional_gradient(
-            st.W, zhat_prev, eta, st.L, st.params["constraint"], st.radius
+    if state.block >= 2:
+        s, L = state.settings, state.design.block_size
+        eta = s.alpha * (state.block - 2) * L + 2 * state.regularization
+        state.decisions = conditional_gradient(
+            state.decisions, previous_prefix_sum, eta, L, s.constraint, state.design.radius
         )
 
 
@@ -199,7 +184,7 @@ def _ogd_step(t, G, R, alpha):
     return R / (G * math.sqrt(t))
 
 
-def _run_ogd(st, X, y, mask, message_noise_scale):
+def _run_ogd(state, X, y, mask, message_noise_scale):
     """PD-OGD (Li et al. 2018) on the rounds of one batch.
 
     Every round each learner mixes its neighbours' noisy messages and takes
@@ -208,23 +193,23 @@ def _run_ogd(st, X, y, mask, message_noise_scale):
     the messages leave a learner (and are released): the decision itself,
     un-noised, stays in the training state.
     """
-    p = st.params
-    G, R, alpha, eps = p["clip_norm"], st.radius, p["alpha"], p["epsilon"]
-    W, sent = st.W, st.sent
+    s = state.settings
+    G, R, alpha, eps = s.clip_norm, state.design.radius, s.alpha, s.epsilon
+    W, sent = state.decisions, state.messages
     for r in range(X.shape[1]):
-        t = st.rounds_seen + 1
+        t = state.rounds_seen + 1
         seg = slice(r, r + 1)
-        _trace_losses(st, X[:, seg], y[:, seg], mask[:, seg], W)
+        _trace_losses(state, X[:, seg], y[:, seg], mask[:, seg], W)
         grad = clipped_gradient_sum(W, X[:, seg], y[:, seg], mask[:, seg], G) + alpha * W
         eta = _ogd_step(t, G + alpha * R, R, alpha)
-        mixed = (st.P @ sent.reshape(W.shape[0], -1)).reshape(W.shape)
-        W = project(mixed - eta * grad, p["constraint"], R)
+        mixed = (state.mixing_matrix @ sent.reshape(W.shape[0], -1)).reshape(W.shape)
+        W = project(mixed - eta * grad, s.constraint, R)
         sent = W
         if eps is not None:  # eps/T per message (basic composition over T rounds)
-            b = message_noise_scale(t, st.horizon, st.D, G, R, alpha, eps)
-            sent = W + MECHANISMS[p["mechanism"]](st.rng, b)(W.shape)
-        st.rounds_seen = t
-    st.W, st.sent = W, sent
+            b = message_noise_scale(t, state.design.horizon, state.n_parameters, G, R, alpha, eps)
+            sent = W + MECHANISMS[s.mechanism](state.rng, b)(W.shape)
+        state.rounds_seen = t
+    state.decisions, state.messages = W, sent
 
 
 #: The privacy mechanisms (the allowed values of ``mechanism``), each mapped
@@ -261,170 +246,10 @@ SOLVERS = Registry("solver", {
 })
 
 
-# -- rows to learners and rounds --------------------------------------------------
-
-#: Where a batch's rows go: learner of each distinct ``sample_group`` label
-#: (in batch order), the rows of each label, and the rounds the batch runs.
-Allocation = namedtuple("Allocation", ["learner_of_label", "rows", "n_rounds"])
-
-
-def allocate_rounds(batch, learner_labels):
-    """Map a batch's rows to (learner, round); ``learner_labels`` fixed by the stream.
-
-    Learner ``i``'s ``k``-th row of the batch is its row of the batch's
-    ``k``-th round; the batch runs ``max_i (rows of learner i)`` rounds.
-    """
-    index = {v: i for i, v in enumerate(learner_labels.tolist())}
-    learner_of_label = np.empty(batch.n_sites, dtype=np.intp)
-    for k, label in enumerate(batch.site_labels.tolist()):
-        if label not in index:
-            raise ValueError(
-                f"sample_group names learner {label!r}, which is not one of the "
-                f"learners of this stream {learner_labels.tolist()!r}; the "
-                "learners are fixed by the first call."
-            )
-        learner_of_label[k] = index[label]
-    rows = site_row_indices(batch.site_codes, batch.n_sites)
-    n_rounds = max((len(r) for r in rows), default=0)
-    return Allocation(learner_of_label, rows, int(n_rounds))
-
-
-def round_arrays(batch, allocation, n_learners, classes, fit_intercept):
-    """The batch as arrays ``(n_learners, n_rounds, n_params)`` with a row mask."""
-    X = add_intercept_column(batch.X, fit_intercept)  # x_bar = (1, x)
-    y = np.searchsorted(classes, batch.y)
-    shape = (n_learners, allocation.n_rounds)
-    Xr, yr = np.zeros(shape + (X.shape[1],)), np.zeros(shape, dtype=np.intp)
-    mask = np.zeros(shape, dtype=bool)
-    for k, rows in enumerate(allocation.rows):
-        i = allocation.learner_of_label[k]
-        Xr[i, : len(rows)] = X[rows]
-        yr[i, : len(rows)] = y[rows]
-        mask[i, : len(rows)] = True
-    return Xr, yr, mask
-
-
-def _mixing_matrix(topology, n_learners):
-    """``(P, σ₂(P))`` of a named topology or a user's matrix (Assumption 3.4)."""
-    if isinstance(topology, str):
-        P = mixing_matrix(topology, n_learners)
-        return P, check_mixing_matrix(P)[1]
-    return check_mixing_matrix(topology, n_learners)
-
-
-#: What a stream is sized for: the horizon (None: unlimited, non-private),
-#: the rounds ``T`` the defaults are sized by, the radius, the paper's block
-#: size ``L₀``, the block size ``L`` and the gossip steps per block.
-Design = namedtuple("Design", ["horizon", "T", "radius", "L0", "L", "steps"])
-
-
-def _design(settings, shape, spectral_gap, first_batch_rounds):
-    """The horizon, radius, block size and gossip steps: given or defaults
-    (:mod:`._decentralized_defaults`), from declared quantities only."""
-    s = settings
-    n, q, p1 = shape
-    horizon = s["n_rounds"]
-    if horizon is None and s["epsilon"] is not None:
-        horizon = max(first_batch_rounds, 1)  # a private fit: the rounds of its data
-    T = horizon if horizon is not None else max(first_batch_rounds, 1)
-    radius = s["radius"] if s["radius"] is not None else default_radius(s["constraint"], q, p1)
-    solver = SOLVERS[s["solver"]]
-    L0 = solver.base_block_size(n, T, spectral_gap, s["alpha"])
-    L = _block_size(s, L0, T, q * p1)
-    return Design(horizon, T, radius, L0, L, solver.gossip_steps(n, T, spectral_gap, L))
-
-
-def _block_size(settings, base_block_size, n_rounds, n_params_total):
-    """``L``: the given block size or the default, with a warning when only
-    blocks that play the zero decision fit in the run."""
-    solver = settings["solver"]
-    if solver not in ZERO_DECISION_BLOCKS:
-        return 1
-    delay = ZERO_DECISION_BLOCKS[solver]
-    L = settings["block_size"]
-    if L is None:  # the paper's, longer under privacy
-        L = default_block_size(base_block_size, n_rounds, n_params_total,
-                               settings["clip_norm"], settings["epsilon"], delay_blocks=delay)
-    if n_rounds // L <= delay:
-        warnings.warn(
-            f"{n_rounds} rounds make {n_rounds // L} block(s) of {L} rounds, and "
-            f"the first {delay} blocks of {solver!r} play the zero "
-            "decision: the model will stay at zero. Use a smaller "
-            "block_size, more rows per learner, or fewer learners.",
-            UserWarning,
-            stacklevel=7,
-        )
-    return L
-
-
-def _warn_if_noise_dominated(settings, design, calibration, shape):
-    """Warn, before the budget is spent, when the noise is expected to drown
-    the released model by more than ``NOISE_DOMINATED`` times
-    (:func:`release_signal_to_noise`; public quantities only: T, L, n, D,
-    G, R and the calibrated scale)."""
-    s = settings
-    n, q, p1 = shape
-    scale = calibration.scale
-    if s["solver"] == "ogd":  # the released messages are those of round T
-        scale = DecentralizedLogisticRegression._ogd_noise_scale(
-            design.T, design.horizon, q * p1, s["clip_norm"], design.radius, s["alpha"],
-            s["epsilon"])
-    ratio = release_signal_to_noise(s["solver"], design.T, design.L, n, q * p1,
-                                    s["clip_norm"], design.radius, scale)
-    if ratio < 1.0 / NOISE_DOMINATED:
-        times = f"{1 / ratio:.3g} times" if ratio > 0 else "infinitely many times"
-        warnings.warn(
-            f"(epsilon={s['epsilon']:g}, 0)-DP over all {design.T} rounds of "
-            f"{n} learner(s) with {q} classes x {p1} parameters: the noise is "
-            f"expected to be {times} the signal of the released "
-            f"model (solver={s['solver']!r}), which will score far below a "
-            "non-private one, near chance when the noise is many times the signal. "
-            "It needs more rounds per learner, fewer learners or parameters, "
-            "or a larger epsilon (the signal grows with T and epsilon, the "
-            "noise with the parameters; see the user guide, 'What a private "
-            "run needs').",
-            NoiseDominatesWarning,
-            stacklevel=6,
-        )
-
-
-#: The noise of a run: the L1 sensitivity of a leaf position of the trees
-#: (nan for ogd), the Laplace scale reported as ``noise_scale_`` and the
-#: trees (None for ogd and for a non-private stream without horizon).
-Calibration = namedtuple("Calibration", ["sensitivity", "scale", "tree"])
-
-
-def _regularization(settings, design, calibration, shape):
-    """``h`` of eqs. 6 and 9: given, or the default (nan for ogd, unused)."""
-    s = settings
-    if s["h"] is not None:
-        return s["h"]
-    if s["solver"] == "ogd":
-        return float("nan")
-    noise_norm = prefix_noise_norm(max(design.T // design.L - 1, 1), shape[1] * shape[2],
-                                   calibration.sensitivity, s["epsilon"])
-    return default_h(min(design.L0, design.L), s["clip_norm"], design.radius, s["alpha"],
-                     noise_norm, block_size=design.L, n_params=shape[2])
-
-
 def _copy_state(state):
     """A copy of the training state to update; the generator is shared (its
     draws are the one side effect of a run, as a budget charge is)."""
     return copy.deepcopy(state, memo={id(state.rng): state.rng})
-
-
-def _same_settings(a, b):
-    if a.keys() != b.keys():
-        return False
-    for key, value in a.items():
-        other = b[key]
-        if isinstance(value, np.ndarray) or isinstance(other, np.ndarray):
-            if not (isinstance(value, np.ndarray) and isinstance(other, np.ndarray)
-                    and np.array_equal(value, other)):
-                return False
-        elif value != other:
-            return False
-    return True
 
 
 #: Public attributes fixed when a stream starts (data-independent).
@@ -910,30 +735,19 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------
 
     def _check_param_combinations(self, params):
-        """The settings a stream is sized by (they may not change mid-stream)."""
-        topology = params["topology"]
-        settings = {
-            "topology": topology if isinstance(topology, str)
-            else np.array(topology, dtype=np.float64, copy=True),
-            "solver": params["solver"],
-            "constraint": params["constraint"],
-            "fit_intercept": bool(params["fit_intercept"]),
-            "mechanism": params["mechanism"],
-            # the ε in force: None without a mechanism
-            "epsilon": None if params["mechanism"] is None else float(params["epsilon"]),
-        }
-        for name in ("radius", "clip_norm", "alpha", "h"):
-            settings[name] = None if params[name] is None else float(params[name])
-        for name in ("block_size", "n_rounds"):
-            settings[name] = None if params[name] is None else int(params[name])
-        return settings
+        """The :class:`DecentralizedSettings` a stream is sized by (they may
+        not change mid-stream)."""
+        return decentralized_settings(params)
 
     def _check_continuation(self, settings):
-        if not _same_settings(settings, self._training_state.params):
+        """Refuse a continuation with changed settings, or of a training
+        state this version does not hold (an older pickle)."""
+        if not isinstance(self._training_state, DecentralizedTrainingState):
             raise ValueError(
-                "Hyperparameters changed since the stream started; call fit "
-                "(or clone the estimator) to start a new stream."
+                "This estimator's training state was written by an older version "
+                "of skfedpriv and cannot be continued; call fit to start a new stream."
             )
+        self._check_settings_unchanged(settings, self._training_state.settings.stream_key())
 
     def _update(self, batch, classes, settings, *, first, new_stream):
         """The rounds of one batch: checks first (horizon, known learners),
@@ -941,15 +755,15 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         the estimator; returns ``(release, state)``."""
         if first:
             allocation = allocate_rounds(batch, batch.site_labels)
-            if settings["n_rounds"] is not None and allocation.n_rounds > settings["n_rounds"]:
+            if settings.n_rounds is not None and allocation.n_rounds > settings.n_rounds:
                 raise PrivacyBudgetError(
                     f"This batch needs {allocation.n_rounds} rounds but "
-                    f"n_rounds={settings['n_rounds']}."
+                    f"n_rounds={settings.n_rounds}."
                 )
-            release, st = self._init_state(settings, batch, classes, allocation)
+            release, state = self._init_state(settings, batch, classes, allocation)
         else:
             allocation = allocate_rounds(batch, self.learner_labels_)
-            limit = self._training_state.horizon
+            limit = self._training_state.design.horizon
             seen = self._training_state.rounds_seen
             if limit is not None and seen + allocation.n_rounds > limit:
                 raise PrivacyBudgetError(
@@ -958,13 +772,13 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
                     "the noise was calibrated for remain; nothing was changed."
                 )
             release = {name: getattr(self, name) for name in _STREAM_ATTRIBUTES}
-            st = _copy_state(self._training_state)
+            state = _copy_state(self._training_state)
         if allocation.n_rounds:
             rounds = round_arrays(batch, allocation, len(release["learner_labels_"]),
-                                  classes, settings["fit_intercept"])
-            SOLVERS[st.solver].run(st, *rounds, self._ogd_noise_scale)
-        release.update(self._models(st))
-        return release, st
+                                  classes, settings.fit_intercept)
+            SOLVERS[settings.solver].run(state, *rounds, self._ogd_noise_scale)
+        release.update(self._models(state))
+        return release, state
 
     def _init_state(self, settings, batch, classes, allocation):
         """Lines 1-3 of Algorithm 1 (and of Algorithm 3) before the first round.
@@ -974,36 +788,21 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         """
         s = settings
         learner_labels = batch.site_labels
-        shape = (len(learner_labels), len(classes), batch.X.shape[1] + int(s["fit_intercept"]))
-        P, sigma2 = _mixing_matrix(s["topology"], shape[0])  # Assumption 3.4
+        shape = (len(learner_labels), len(classes), batch.X.shape[1] + int(s.fit_intercept))
+        P, sigma2 = mixing(s.topology, shape[0])  # Assumption 3.4
         theta = gossip_theta(sigma2)  # eq. 7
         # line 1, input: the horizon, the ball K, the block size L (defaults
         # from declared quantities) and the noise distribution D
-        design = _design(s, shape, 1.0 - sigma2, allocation.n_rounds)
+        design = stream_design(s, SOLVERS[s.solver], shape, 1.0 - sigma2, allocation.n_rounds)
         rng = as_generator(self.random_state)
-        noise = self._calibrate(s, design, gossip_polynomial(P, design.steps, theta), shape, rng)
-        h = _regularization(s, design, noise, shape)  # line 1, input: h
-        if s["epsilon"] is not None:
+        noise = self._calibrate(s, design, gossip_polynomial(P, design.gossip_steps, theta),
+                                shape, rng)
+        h = regularization(s, design, noise, shape)  # line 1, input: h
+        if s.epsilon is not None:
             warn_if_seeded(self.random_state, "DecentralizedLogisticRegression")
-            _warn_if_noise_dominated(s, design, noise, shape)
-            self._charge_budget(s["epsilon"])  # before any noise is drawn
-        zeros = np.zeros(shape)
-        trace_learner = getattr(self, "_trace_learner", None)
-        state = TrainingState(
-            params=s, solver=s["solver"], horizon=design.horizon, radius=design.radius,
-            rng=rng, P=P, theta=theta, L=design.L, steps=design.steps, h=h,
-            D=shape[1] * shape[2],
-            tree=noise.tree,  # line 3: the binary trees B_i (all learners at once)
-            W=zeros.copy(),  # line 2: x_i(1) = 0
-            zhat=zeros.copy(),  # line 2: ẑ_i(1) = 0, the released prefix sum
-            d=zeros.copy(),  # the block's sum of clipped gradients
-            gossip=None,  # (H^k, H^{k-1}) of the previous block's sums
-            sent=zeros.copy(),  # ogd: the messages of the next round (released)
-            z=1, k=0, n_leaves=0, rounds_seen=0,
-            leaf_trace=[] if getattr(self, "_trace_leaves", False) else None,
-            trace_learner=trace_learner,
-            loss_trace=[] if trace_learner is not None else None,
-        )
+            warn_if_noise_dominated(s, design, noise, shape, self._ogd_noise_scale)
+            self._charge_budget(s.epsilon)  # before any noise is drawn
+        state = self._new_training_state(s, design, noise, shape, rng, P, theta, h)
         release = {
             "classes_": classes,
             "learner_labels_": learner_labels,
@@ -1012,33 +811,52 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             "theta_": theta,
             "n_rounds_": design.horizon,
             "radius_": design.radius,
-            "block_size_": design.L,
-            "gossip_steps_": design.steps,
+            "block_size_": design.block_size,
+            "gossip_steps_": design.gossip_steps,
             "h_": h,
             "leaf_sensitivity_": noise.sensitivity,
             "noise_scale_": noise.scale,
         }
         return release, state
 
+    def _new_training_state(self, settings, design, noise, shape, rng, P, theta, h):
+        """Line 2 of Algorithm 1: ``x_i(1) = ẑ_i(1) = 0``; line 3: the trees."""
+        zeros = np.zeros(shape)
+        trace_learner = getattr(self, "_trace_learner", None)
+        return DecentralizedTrainingState(
+            settings=settings, design=design, mixing_matrix=P, gossip_momentum=theta,
+            regularization=h, n_parameters=shape[1] * shape[2], rng=rng,
+            tree=noise.tree,  # line 3: the binary trees B_i (all learners at once)
+            decisions=zeros.copy(),  # line 2: x_i(1) = 0
+            prefix_sum=zeros.copy(),  # line 2: ẑ_i(1) = 0
+            block_gradient_sum=zeros.copy(),
+            gossip=None,
+            messages=zeros.copy(),  # ogd: W_i(1) = 0, data-independent
+            leaf_trace=[] if getattr(self, "_trace_leaves", False) else None,
+            trace_learner=trace_learner,
+            loss_trace=[] if trace_learner is not None else None,
+        )
+
     def _calibrate(self, settings, design, gossip_polynomial, shape, rng):
         """The noise of the run (line 1's ``D``): the trees' leaf sensitivity,
         Laplace scale and trees (ftgl, ocg), or PD-OGD's largest message scale."""
         s, D = settings, shape[1] * shape[2]
-        eps, G = s["epsilon"], s["clip_norm"]
-        if s["solver"] == "ogd":
+        eps, G = s.epsilon, s.clip_norm
+        if s.solver == "ogd":
             # the largest per-message scale, that of round 1's update (reported only)
             scale = 0.0 if eps is None else self._ogd_noise_scale(
-                1, design.horizon, D, G, design.radius, s["alpha"], eps)
-            return Calibration(float("nan"), scale, None)
+                1, design.horizon, D, G, design.radius, s.alpha, eps)
+            return NoiseCalibration(float("nan"), scale, None)
         sensitivity = leaf_sensitivity(gossip_polynomial, G, D, n_classes=shape[1])
         if design.horizon is None:  # non-private without a horizon: exact sums, no tree
-            return Calibration(sensitivity, 0.0, None)
-        n_leaves = max(design.horizon // design.L - 1, 1)
+            return NoiseCalibration(sensitivity, 0.0, None)
+        n_leaves = max(design.horizon // design.block_size - 1, 1)
         scale, noise = 0.0, None
         if eps is not None:
             scale = tree_noise_scale(eps, n_leaves, sensitivity)
-            noise = MECHANISMS[s["mechanism"]](rng, scale)
-        return Calibration(sensitivity, scale, TreeAggregator(n_leaves, shape=shape, noise=noise))
+            noise = MECHANISMS[s.mechanism](rng, scale)
+        return NoiseCalibration(sensitivity, scale,
+                                TreeAggregator(n_leaves, shape=shape, noise=noise))
 
     def _charge_budget(self, epsilon):
         if self.budget is not None:
@@ -1050,22 +868,22 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             )
 
     @staticmethod
-    def _models(st):
+    def _models(state):
         """The released models: decisions (ftgl, ocg) or next messages (ogd)."""
-        W = st.sent if st.solver == "ogd" else st.W
+        s = state.settings
+        W = state.messages if s.solver == "ogd" else state.decisions
         V = (W[:, 1] - W[:, 0])[:, None, :] if W.shape[1] == 2 else W
-        learner_coef, learner_intercept = split_intercept(V, st.params["fit_intercept"])
-        eps = st.params["epsilon"]
-        if eps is None:
+        learner_coef, learner_intercept = split_intercept(V, s.fit_intercept)
+        if s.epsilon is None:
             spent = (float("inf"), 0.0)
         else:
-            spent = (eps, 0.0) if st.rounds_seen else (0.0, 0.0)
+            spent = (s.epsilon, 0.0) if state.rounds_seen else (0.0, 0.0)
         return {
             "learner_coef_": learner_coef,
             "learner_intercept_": learner_intercept,
             "coef_": learner_coef.mean(axis=0),
             "intercept_": learner_intercept.mean(axis=0),
-            "n_rounds_seen_": st.rounds_seen,
+            "n_rounds_seen_": state.rounds_seen,
             "privacy_spent_": spent,
         }
 
