@@ -237,7 +237,7 @@ def test_private_protocol_is_reproducible_and_runs_the_estimators_update(ledger_
     site = transport.sites[0]
     with pytest.raises(SiteRefusal, match=f"^{RAW_SUMS}$"):
         site.handle({"protocol": PROTOCOL_VERSION, "op": "summary", "batch": 0, "classes": [0, 1],
-                     "fit_intercept": True, "theta": np.zeros((4, 1)), "q": 1.0,
+                     "fit_intercept": True, "theta": np.zeros((4, 1)), "loss": "gendwd", "loss-q": 1.0,
                      "with_curvature": False})
 
 
