@@ -256,35 +256,47 @@ class RemoteSites(DWDSites):
         return sum(np.asarray(r["value"]) for r in replies)
 
 
+def runs_on_summary_sites(estimator):
+    """Whether ``estimator`` fits on summary sites (:class:`DWDSite` behind
+    :class:`RemoteSites`): a ``DWDClassifier``, or a ``LogisticRegression``
+    with ``solver='newton'``; else (``'auto'``, ``'local-steps'``) on
+    :class:`LogisticSite` learners (:class:`RemoteLearners`)."""
+    return not isinstance(estimator, LogisticRegression) or estimator.solver == "newton"
+
+
 def federated_fit(estimator, transport, batch=0, classes=None):
     """``estimator.fit`` on rows that stay at the sites.
 
-    ``DWDClassifier``: :meth:`~skfedpriv.DWDClassifier.fit_sites` on the
-    :class:`RemoteSites` of batch ``batch``; the sites compute every sum
-    over rows. ``LogisticRegression``: a new stream of ``n_rounds`` rounds,
-    round ``r`` on batch ``batch + r`` of every learner (as ``fit`` splits
-    each learner's rows into ``n_rounds`` blocks). ``classes`` (default: the
-    labels the sites report) is required when a site or learner is private:
-    it does not report its labels. Returns the fitted estimator.
+    ``DWDClassifier`` and ``LogisticRegression(solver='newton')``: their
+    ``fit_sites`` on the :class:`RemoteSites` of batch ``batch`` (the sites,
+    :class:`DWDSite`, compute every sum over rows of the estimator's loss;
+    ``n_requests_`` records the requests it took). Another
+    ``LogisticRegression``: a new stream of ``n_rounds`` rounds on
+    :class:`LogisticSite` learners, round ``r`` on batch ``batch + r`` of
+    every learner (as ``fit`` splits each learner's rows into ``n_rounds``
+    blocks). ``classes`` (default: the labels the sites report) is required
+    when a site or learner is private: it does not report its labels.
+    Returns the fitted estimator.
     """
-    if isinstance(estimator, LogisticRegression):
+    if not runs_on_summary_sites(estimator):
         return _logistic_fit(estimator, transport, batch, classes)
-    return _dwd_on_remote_sites(estimator, transport, batch, classes, new_stream=True)
+    return _on_remote_sites(estimator, transport, batch, classes, new_stream=True)
 
 
 def federated_partial_fit(estimator, transport, batch, classes=None):
     """``estimator.partial_fit`` on batch ``batch`` held at the sites.
 
-    ``DWDClassifier``: :meth:`~skfedpriv.DWDClassifier.partial_fit_sites`
-    on the :class:`RemoteSites` of the batch. ``LogisticRegression``: one
-    communication round on batch ``batch``.
+    On summary sites (:func:`runs_on_summary_sites`): ``partial_fit_sites``
+    on the :class:`RemoteSites` of the batch. On learners
+    (``LogisticRegression`` of the local-steps protocol): one communication
+    round on batch ``batch``.
     """
-    if isinstance(estimator, LogisticRegression):
+    if not runs_on_summary_sites(estimator):
         return _logistic_partial_fit(estimator, transport, batch, classes)
-    return _dwd_on_remote_sites(estimator, transport, batch, classes, new_stream=False)
+    return _on_remote_sites(estimator, transport, batch, classes, new_stream=False)
 
 
-def _dwd_on_remote_sites(estimator, transport, batch, classes, *, new_stream):
+def _on_remote_sites(estimator, transport, batch, classes, *, new_stream):
     """``fit_sites`` (new stream) or ``partial_fit_sites`` on the batch's
     :class:`RemoteSites`; ``n_requests_`` records the requests it took."""
     sites = RemoteSites(transport, batch)
@@ -370,4 +382,4 @@ def _logistic_partial_fit(est, transport, batch, classes):
 
 
 __all__ = ["LocalTransport", "RemoteLearners", "RemoteSites", "federated_fit",
-           "federated_partial_fit"]
+           "federated_partial_fit", "runs_on_summary_sites"]
