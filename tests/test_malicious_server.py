@@ -20,7 +20,6 @@ from skfedpriv.federated import (
     REFUSAL_TEXTS,
     DWDSite,
     LearnerPrivacy,
-    LocalTransport,
     LogisticSite,
     SitePrivacy,
     SiteRefusal,
@@ -29,6 +28,7 @@ from skfedpriv.federated import (
 )
 from skfedpriv.federated._refusal import EXHAUSTED, MISMATCH, NOT_IN_ORDER, RAW_SUMS, REFUSED
 from _ledgers import new_ledger
+from _transport import RecordingTransport
 
 CLASSES = [0, 1, 2]
 
@@ -147,7 +147,7 @@ def test_a_malicious_server_gets_refusals_from_a_dwd_site(ledger_dir, caplog):
         X, y, b = data[side]
         privacy = SitePrivacy.from_estimator(_dwd_estimator(), random_state=1,
                                              ledger_path=new_ledger(ledger_dir / f"{side}.sqlite"))
-        return LocalTransport([DWDSite(lambda k: (X[b == k], y[b == k]), privacy, name="s")])
+        return RecordingTransport([DWDSite(lambda k: (X[b == k], y[b == k]), privacy, name="s")])
 
     results = [_run_script(side, make_transport, lambda t: federated_fit(_dwd_estimator(), t),
                            DWD_SCRIPT) for side in data]
@@ -168,7 +168,7 @@ def test_a_private_site_with_rows_outside_its_domain_refuses_every_request_alike
     X, y, b = _neighbours()["D'"]
     privacy = SitePrivacy(2.0, 1e-5, 3.0, online_steps=2, classes=[0, 1],
                           ledger_path=new_ledger(ledger_dir / "s.sqlite"))
-    transport = LocalTransport([DWDSite(lambda k: (X[b == k], y[b == k]), privacy, name="s")])
+    transport = RecordingTransport([DWDSite(lambda k: (X[b == k], y[b == k]), privacy, name="s")])
     est = DWDClassifier(mechanism="local-gaussian", epsilon=2.0, clip_norm=3.0, online_steps=2,
                         classes=[0, 1])
     with pytest.raises(SiteRefusal) as refusal:
@@ -233,7 +233,7 @@ def test_a_malicious_server_gets_refusals_from_a_logistic_learner(ledger_dir):
         rnd = np.arange(len(y)) % R_STREAM
         privacy = LearnerPrivacy.from_estimator(_logistic_estimator(), random_state=1,
                                                 ledger_path=new_ledger(ledger_dir / f"{side}.sqlite"))
-        return LocalTransport([LogisticSite(lambda k: (X[rnd == k], y[rnd == k]), privacy,
+        return RecordingTransport([LogisticSite(lambda k: (X[rnd == k], y[rnd == k]), privacy,
                                             name="s")])
 
     def honest(transport):

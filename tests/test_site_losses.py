@@ -17,12 +17,12 @@ from skfedpriv._loss import make_loss
 from skfedpriv.federated import (
     PROTOCOL_VERSION,
     DWDSite,
-    LocalTransport,
     RemoteSites,
     federated_fit,
     federated_partial_fit,
 )
 from skfedpriv.linear_model._newton import solve_batch
+from _transport import RecordingTransport
 from test_squared_hinge import _problem as squared_hinge_problem
 
 
@@ -37,22 +37,10 @@ def _sites(X, y, g, b):
             for s in range(3)]
 
 
-class _Recording(LocalTransport):
-    """A LocalTransport that keeps the requests it carried."""
-
-    def __init__(self, sites):
-        super().__init__(sites)
-        self.requests = []
-
-    def __call__(self, request):
-        self.requests.append(dict(request))
-        return super().__call__(request)
-
-
 @pytest.mark.parametrize("fit_intercept", [True, False])
 def test_remote_newton_logistic_regression_matches_the_in_process_fit(fit_intercept):
     X, y, g, b = _rows()
-    transport = _Recording(_sites(X, y, g, b))
+    transport = RecordingTransport(_sites(X, y, g, b))
     params = dict(solver="newton", fit_intercept=fit_intercept, alpha=1e-3)
     remote = federated_fit(LogisticRegression(**params), transport, 0)
     federated_partial_fit(remote, transport, 1)
@@ -62,7 +50,7 @@ def test_remote_newton_logistic_regression_matches_the_in_process_fit(fit_interc
     np.testing.assert_allclose(remote.intercept_, local.intercept_, rtol=1e-9, atol=1e-10)
     assert remote.n_samples_seen_ == local.n_samples_seen_ and remote.solver_ == "newton"
     # every request for sums named the logistic loss by its spec, none a q
-    sums = [r for r in transport.requests if r["op"] not in ("describe", "prepare", "gram")]
+    sums = [r for r, _ in transport.log if r["op"] not in ("describe", "prepare", "gram")]
     assert sums and all(r["protocol"] == PROTOCOL_VERSION and r["loss"] == "logistic"
                         and "q" not in r and not any(k.startswith("loss-") for k in r)
                         for r in sums)
@@ -73,14 +61,14 @@ def test_squared_hinge_through_the_remote_protocol_matches_lbfgsb():
     (``test_squared_hinge.py``), now solved over the protocol."""
     X, y, _, _, _, alpha, best = squared_hinge_problem()
     n = len(y)
-    transport = _Recording(_sites(X, y, np.arange(n) % 3, np.zeros(n, dtype=int)))
+    transport = RecordingTransport(_sites(X, y, np.arange(n) % 3, np.zeros(n, dtype=int)))
     sites = RemoteSites(transport, 0)
     sites.prepare(np.array([0, 1]), fit_intercept=True)
     theta, _, _ = solve_batch(sites, np.zeros((X.shape[1] + 1, 1)),
                               loss=make_loss("squared_hinge"), alpha=alpha,
                               fit_intercept=True, tol=1e-14)
     np.testing.assert_allclose(theta[:, 0], best, atol=1e-6 * np.abs(best).max())
-    assert {r["loss"] for r in transport.requests if "loss" in r} == {"squared_hinge"}
+    assert {r["loss"] for r, _ in transport.log if "loss" in r} == {"squared_hinge"}
 
 
 def test_a_site_rebuilds_only_registered_margin_losses():

@@ -40,19 +40,15 @@ from ._site import PROTOCOL_VERSION
 class LocalTransport:
     """Send each request to site objects (:class:`DWDSite`, :class:`LogisticSite`) in this process.
 
-    Records every request and reply (``log``) so tests can look at exactly
-    what the server received. A private site keeps its state (release
+    Keeps nothing of the exchanges. A private site keeps its state (release
     counts, noise stream) in its own ledger file, not here.
     """
 
     def __init__(self, sites):
         self.sites = list(sites)
-        self.log = []
 
     def __call__(self, request):
-        replies = [site.handle(dict(request)) for site in self.sites]
-        self.log.append((dict(request), replies))
-        return replies
+        return [site.handle(dict(request)) for site in self.sites]
 
 
 def _ask(transport, request):
