@@ -17,6 +17,7 @@ from skfedpriv._loss import make_loss
 from skfedpriv.federated import (
     PROTOCOL_VERSION,
     DWDSite,
+    LocalTransport,
     RemoteSites,
     federated_fit,
     federated_partial_fit,
@@ -87,3 +88,23 @@ def test_a_site_rebuilds_only_registered_margin_losses():
                 {}):
         with pytest.raises(ValueError):
             site.handle({**request, **bad})
+
+
+class _FlowerRecords(LocalTransport):
+    """Every request and reply through Flower's records (``encode`` /
+    ``decode`` of the ClientApp and the ServerApp), in this process."""
+
+    def __call__(self, request):
+        from skfedpriv.flower._apps import decode, encode
+
+        replies = super().__call__(decode(encode(request)))
+        return [decode(encode(reply)) for reply in replies]
+
+
+def test_the_loss_spec_survives_flower_records():
+    pytest.importorskip("flwr")
+    X, y, g, b = _rows(n=120)
+    remote = federated_fit(LogisticRegression(solver="newton"),
+                           _FlowerRecords(_sites(X, y, g, np.zeros(len(y), dtype=int))))
+    local = LogisticRegression(solver="newton").fit(X, y, sample_group=g)
+    np.testing.assert_allclose(remote.coef_, local.coef_, rtol=1e-9, atol=1e-10)
