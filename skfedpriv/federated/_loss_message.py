@@ -4,7 +4,8 @@ A loss's spec (:meth:`skfedpriv._loss.LossSpec.spec`,
 ``{"loss": name, "params": {field: value}}``) travels as the request entries
 ``loss`` (the registry name) and ``loss-<field>`` (one per parameter, e.g.
 ``loss-q``): flat scalars, as every transport carries them (a Flower
-``ConfigRecord`` holds no nested dict). The site rebuilds the loss through
+``ConfigRecord`` holds no nested dict), so a loss sent over the protocol
+has scalar parameters. The site rebuilds the loss through
 the registry (:func:`skfedpriv._loss.make_loss`); it never runs code the
 request names.
 """
