@@ -27,14 +27,19 @@ Each loss declares, in one class, everything the package's protocols use:
 
 :data:`LOSSES` is the registry (name -> class); :func:`make_loss` builds a
 loss from a name, :func:`as_loss` also accepts a bare ``q`` (a float, the
-genDWD exponent: what the older site functions and protocol messages
-carry). Adding a margin loss is one class here and one registry line: the
-federated Newton protocol (:mod:`skfedpriv.linear_model._newton`) and the
+genDWD exponent: what the older site functions carry). A loss names
+itself by :meth:`~LossSpec.spec` (``{"loss": name, "params": {...}}``, its
+registry name and its dataclass fields), and :func:`make_loss` rebuilds it
+from that spec: what a protocol message carries
+(:mod:`skfedpriv.federated`). Adding a margin loss is one class here and one
+registry line: the federated Newton protocol
+(:mod:`skfedpriv.linear_model._newton`), the remote sites and the
 local-steps protocol (:mod:`skfedpriv.linear_model._local_steps`) read
 nothing else of it.
 """
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from numbers import Real
 
 import numpy as np
@@ -54,7 +59,19 @@ from ._losses import (
 )
 
 
-class MarginLoss:
+class LossSpec:
+    """What every loss shares: its spec, the registry's name for it."""
+
+    def spec(self):
+        """The loss as a registry spec: ``{"loss": name, "params": {field: value}}``.
+
+        :func:`make_loss` rebuilds an equal loss from it (``make_loss(loss.spec())
+        == loss``); the parameters are the loss's dataclass fields.
+        """
+        return {"loss": self.name, "params": {f.name: getattr(self, f.name) for f in fields(self)}}
+
+
+class MarginLoss(LossSpec):
     """A loss of the margin ``u = y * score``, ``y`` in {-1, +1}.
 
     Subclasses define ``value``, ``derivative`` and ``curvature``
@@ -174,7 +191,7 @@ class SquaredHingeLoss(MarginLoss):
 
 
 @dataclass(frozen=True)
-class MultinomialLoss:
+class MultinomialLoss(LossSpec):
     """Multinomial (softmax) loss ``logsumexp(s) - s_y`` of scores ``s``
     (one per class, class axis last). Not a margin loss: its class models
     are coupled, so a Newton solver treats all of them as one parameter
@@ -222,12 +239,33 @@ LOSSES = {
 
 
 def make_loss(name, **params):
-    """The loss registered as ``name``, built with ``params`` (e.g. ``q``)."""
-    if name not in LOSSES:
+    """The loss registered as ``name``, built with ``params`` (e.g. ``q``).
+
+    Parameters
+    ----------
+    name : str or dict
+        A registry name, or a spec ``{"loss": name, "params": {...}}`` (as
+        :meth:`LossSpec.spec` builds it; then no ``params`` keywords).
+    **params
+        The loss's parameters (its dataclass fields; defaults for the rest).
+
+    Raises
+    ------
+    ValueError
+        An unknown name, spec key or parameter, or an invalid parameter value.
+    """
+    if isinstance(name, Mapping):
+        if params or set(name) - {"loss", "params"} or not isinstance(name.get("params", {}),
+                                                                      Mapping):
+            raise ValueError(f"a loss spec is {{'loss': name, 'params': {{...}}}}, got {name!r}.")
+        name, params = name.get("loss"), dict(name.get("params", {}))
+    if not isinstance(name, str) or name not in LOSSES:
         raise ValueError(f"unknown loss {name!r}; known: {sorted(LOSSES)}.")
-    if name == "gendwd":
-        return GenDWDLoss(params.get("q", 1.0))
-    return LOSSES[name]()
+    cls = LOSSES[name]
+    unknown = set(params) - {f.name for f in fields(cls)}
+    if unknown:
+        raise ValueError(f"the {name} loss takes no parameters {sorted(unknown)}.")
+    return cls(**params)
 
 
 def as_loss(loss):
@@ -239,5 +277,5 @@ def as_loss(loss):
     raise TypeError(f"expected a loss object or a genDWD q, got {loss!r}.")
 
 
-__all__ = ["GenDWDLoss", "LOSSES", "LogisticLoss", "MarginLoss", "MultinomialLoss",
+__all__ = ["GenDWDLoss", "LOSSES", "LogisticLoss", "LossSpec", "MarginLoss", "MultinomialLoss",
            "SquaredHingeLoss", "as_loss", "make_loss"]

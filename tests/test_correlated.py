@@ -28,6 +28,7 @@ from skfedpriv.privacy import (
     TreeAggregator,
     make_factorization,
 )
+from _streams import stream_from_source
 
 NAMES = sorted(FACTORIZATIONS)
 
@@ -223,7 +224,7 @@ def test_stream_reproduces_B_on_one_hot(name, n_rounds):
     f = get(name, n_rounds)
     B = f.B
     source = OneHot(f.n_noise)
-    stream = f.noise_stream(sigma=1.0, shape=(f.n_noise,), z_source=source)
+    stream = stream_from_source(f, source, 1.0, (f.n_noise,))
     total = np.zeros(f.n_noise)
     for r in range(n_rounds):
         total = total + stream.next()

@@ -16,7 +16,6 @@ from skfedpriv import DWDClassifier, LogisticRegression, PrivacyBudgetError
 from skfedpriv.federated import (
     DWDSite,
     LearnerPrivacy,
-    LocalTransport,
     LogisticSite,
     SitePrivacy,
     SiteRefusal,
@@ -38,6 +37,8 @@ from skfedpriv.linear_model._local_steps import local_round
 from skfedpriv.privacy import clip_rows, gaussian_sigma
 from skfedpriv.privacy import make_factorization
 from _ledgers import new_ledger
+from _streams import stream_from_source
+from _transport import RecordingTransport
 
 N_SITES = 3
 
@@ -62,7 +63,7 @@ def local_sites(X, y, g, b, privacy=None):
 @pytest.mark.parametrize("params", [dict(), dict(q=0.5, alpha=1e-2), dict(q=2.0, fit_intercept=False)])
 def test_protocol_matches_in_process_fit_and_stream(params):
     X, y, g, b = make_data()
-    transport = LocalTransport(local_sites(X, y, g, b))
+    transport = RecordingTransport(local_sites(X, y, g, b))
     remote = federated_fit(DWDClassifier(**params), transport)
     local = DWDClassifier(**params).fit(X[b == 0], y[b == 0], sample_group=g[b == 0])
     np.testing.assert_allclose(remote.coef_, local.coef_, atol=1e-8, rtol=0)
@@ -85,7 +86,7 @@ def test_remote_fit_takes_the_rounds_of_an_in_process_fit(params):
     from skfedpriv.linear_model._dwd_solver import SiteData
 
     X, y, g, b = make_data()
-    transport = LocalTransport(local_sites(X, y, g, b))
+    transport = RecordingTransport(local_sites(X, y, g, b))
     local, remote, cached = (DWDClassifier(**params) for _ in range(3))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # max_iter=3 stops early, on every side alike
@@ -110,7 +111,7 @@ def test_protocol_multiclass_and_class_weight():
     X, _, g, b = make_data()
     y = np.digitize(X[:, 0], [-0.5, 0.5])
     cw = {0: 2.0, 2: 0.5}
-    transport = LocalTransport(local_sites(X, y, g, np.zeros_like(b)))
+    transport = RecordingTransport(local_sites(X, y, g, np.zeros_like(b)))
     remote = federated_fit(DWDClassifier(class_weight=cw), transport)
     local = DWDClassifier(class_weight=cw).fit(X, y, sample_group=g)
     np.testing.assert_array_equal(remote.classes_, local.classes_)
@@ -120,7 +121,7 @@ def test_protocol_multiclass_and_class_weight():
 def test_server_only_receives_sums():
     """Every reply is a fixed-size sum: nothing grows with the site's rows."""
     X, y, g, b = make_data()
-    transport = LocalTransport(local_sites(X, y, g, b))
+    transport = RecordingTransport(local_sites(X, y, g, b))
     federated_fit(DWDClassifier(), transport)
     p1 = X.shape[1] + 1
     for request, replies in transport.log:
@@ -146,7 +147,7 @@ def private_estimator(**kw):
 def test_private_dwd_server_needs_a_declared_label_set_and_sites_hide_theirs(ledger_dir):
     X, y, g, b = make_data()
     est = private_estimator(random_state=None, classes=None)
-    transport = LocalTransport(local_sites(
+    transport = RecordingTransport(local_sites(
         X, y, g, b, lambda s: site_privacy(est, s, ledger_dir, classes=[0, 1])))
     with pytest.raises(ValueError, match="label set must be declared"):
         federated_fit(est, transport)
@@ -185,7 +186,7 @@ def test_private_sites_send_noise_of_the_calibrated_scale(ledger_dir):
     sites = [DWDSite(lambda k, s=s: (X[g == s], y[g == s]),
                      site_privacy(est, 100 + s, ledger_dir), name=f"{s:03d}")
              for s in range(n_sites)]
-    transport = LocalTransport(sites)
+    transport = RecordingTransport(sites)
     federated_fit(est, transport)
     sigma = local_gaussian_sigma(2.0, 1e-5, local_gaussian_releases(1, 2, True), "analytic")
     expected = sigma * gradient_sensitivity(3.0)
@@ -215,7 +216,7 @@ def test_private_protocol_is_reproducible_and_runs_the_estimators_update(ledger_
 
     def run(ledger):
         est = private_estimator()
-        transport = LocalTransport(local_sites(
+        transport = RecordingTransport(local_sites(
             X, y, g, b, lambda s: site_privacy(est, 10 + s, ledger)))
         federated_fit(est, transport)
         federated_partial_fit(est, transport, 1)
@@ -237,7 +238,7 @@ def test_private_protocol_is_reproducible_and_runs_the_estimators_update(ledger_
     site = transport.sites[0]
     with pytest.raises(SiteRefusal, match=f"^{RAW_SUMS}$"):
         site.handle({"protocol": PROTOCOL_VERSION, "op": "summary", "batch": 0, "classes": [0, 1],
-                     "fit_intercept": True, "theta": np.zeros((4, 1)), "q": 1.0,
+                     "fit_intercept": True, "theta": np.zeros((4, 1)), "loss": "gendwd", "loss-q": 1.0,
                      "with_curvature": False})
 
 
@@ -245,7 +246,7 @@ def test_site_noise_scale_mismatch_is_refused(ledger_dir):
     X, y, g, b = make_data()
     est = private_estimator()
     # the sites are calibrated for epsilon=1, the server assumes epsilon=2
-    transport = LocalTransport(local_sites(
+    transport = RecordingTransport(local_sites(
         X, y, g, b, lambda s: SitePrivacy(1.0, 1e-5, 3.0, online_steps=2, random_state=s,
                                           classes=[0, 1], ledger_path=new_ledger(ledger_dir / "s.sqlite"))))
     with pytest.raises(RuntimeError, match="privacy parameters differ"):
@@ -319,7 +320,7 @@ def test_logistic_protocol_matches_in_process_fit(params, n_classes):
     g[:5] = 3      # ... but learner 3 only 5 rows: absent from rounds 5, 6
     kw = {"n_rounds": R_LOG, "local_steps": 3, "learning_rate": 0.5, "solver": "local-steps",
           **params}
-    transport = LocalTransport(logistic_sites(X, y, g, fit_rounds(g, R_LOG)))
+    transport = RecordingTransport(logistic_sites(X, y, g, fit_rounds(g, R_LOG)))
     remote = federated_fit(LogisticRegression(**kw), transport)
     local = LogisticRegression(**kw).fit(X, y, sample_group=g)
     np.testing.assert_array_equal(remote.classes_, local.classes_)
@@ -337,7 +338,7 @@ def test_logistic_protocol_matches_in_process_stream(n_classes):
     X, y, g, rnd = logistic_stream_data(n_classes=n_classes)
     classes = np.unique(y)
     kw = dict(n_rounds=R_LOG, local_steps=4, learning_rate=0.3, alpha=0.01, solver="local-steps")
-    transport = LocalTransport(logistic_sites(X, y, g, rnd))
+    transport = RecordingTransport(logistic_sites(X, y, g, rnd))
     remote = LogisticRegression(**kw)
     for r in range(R_LOG):
         federated_partial_fit(remote, transport, r, classes=classes if r == 0 else None)
@@ -368,7 +369,7 @@ def _per_learner_streams(monkeypatch, mechanism, seeds):
     """Make the in-process estimator draw learner i's noise from ``default_rng(seeds[i])``.
 
     The estimator draws the noise of the learners that join in one round from
-    one stream of shape ``(n_new, d)``; its ``z_source`` here stacks one
+    one stream of shape ``(n_new, d)``; its draws here stack one
     generator per learner, seeded as the learner seeds its own stream
     (learners in order of joining). Every stream is linear in its draws and
     draws ``(k,) + shape`` at a time, so slice ``i`` of the joint stream is
@@ -376,15 +377,14 @@ def _per_learner_streams(monkeypatch, mechanism, seeds):
     """
     queue = list(seeds)
     cls = type(make_factorization(mechanism, R_LOG))
-    original = cls.noise_stream
 
-    def noise_stream(self, rng=None, sigma=1.0, shape=(), *, z_source=None):
+    def noise_stream(self, rng=None, sigma=1.0, shape=()):
         gens = [np.random.default_rng(queue.pop(0)) for _ in range(shape[0])]
 
         def source(size):
             return np.stack([gen.standard_normal((size[0],) + tuple(size[2:])) for gen in gens], 1)
 
-        return original(self, rng, sigma, shape, z_source=source)
+        return stream_from_source(self, source, sigma, shape)
 
     monkeypatch.setattr(cls, "noise_stream", noise_stream)
 
@@ -399,7 +399,7 @@ def test_logistic_private_matches_in_process_with_the_learners_streams(monkeypat
     classes = np.unique(y)
     seed = {s: 100 + s for s in range(4)}
     est = private_logistic(mechanism)
-    transport = LocalTransport(logistic_sites(
+    transport = RecordingTransport(logistic_sites(
         X, y, g, rnd, lambda s: learner_privacy(est, seed[s], ledger_dir, classes)))
     for r in range(R_LOG):
         federated_partial_fit(est, transport, r, classes=classes if r == 0 else None)
@@ -419,7 +419,7 @@ def test_logistic_private_fit_matches_in_process_fit(monkeypatch, ledger_dir):
     X, y, g, _ = logistic_stream_data()
     g[g == 3] = 2
     est = private_logistic("tree")
-    transport = LocalTransport(logistic_sites(
+    transport = RecordingTransport(logistic_sites(
         X, y, g, fit_rounds(g, R_LOG), lambda s: learner_privacy(est, 7 * s, ledger_dir)))
     federated_fit(est, transport, classes=[0, 1])
     _per_learner_streams(monkeypatch, "tree", [0, 7, 14])
@@ -451,7 +451,7 @@ def test_logistic_private_messages_are_g_plus_the_factorization_noise(mechanism,
     rnd = np.arange(len(y)) % R_LOG  # no absence: prefix sums line up with rounds
     classes = np.array([0, 1])
     est = private_logistic(mechanism)
-    transport = LocalTransport(logistic_sites(
+    transport = RecordingTransport(logistic_sites(
         X, y, g, rnd, lambda s: learner_privacy(est, 50 + s, ledger_dir)))
     for r in range(R_LOG):
         federated_partial_fit(est, transport, r, classes=classes if r == 0 else None)
@@ -492,7 +492,7 @@ def test_logistic_unseeded_learners_send_noise_of_the_calibrated_std(ledger_dir)
     sites = [LogisticSite(lambda b, s=s: (X[(g == s) & (rnd == b)], y[(g == s) & (rnd == b)]),
                           learner_privacy(est, None, ledger_dir), name=f"{s:03d}")
              for s in range(n_learners)]
-    transport = LocalTransport(sites)
+    transport = RecordingTransport(sites)
     federated_fit(est, transport, classes=[0, 1])
     residuals = []
     for request, replies in transport.log[1:]:
@@ -511,7 +511,7 @@ def test_logistic_learner_guards(ledger_dir):
     X, y, g, rnd = logistic_stream_data()
     classes = [0, 1]
     est = private_logistic()
-    transport = LocalTransport(logistic_sites(
+    transport = RecordingTransport(logistic_sites(
         X, y, g, rnd, lambda s: learner_privacy(est, s, ledger_dir)))
     # private learners do not report labels: classes are needed
     with pytest.raises(ValueError, match="pass classes"):
@@ -563,7 +563,7 @@ def test_logistic_declared_classes_release_and_budget_through_the_learners(ledge
     X, y, g, rnd = logistic_stream_data()
     budget = PrivacyBudget(20.0, 1e-2)
     est = private_logistic(classes=[0, 1], budget=budget)
-    transport = LocalTransport(logistic_sites(
+    transport = RecordingTransport(logistic_sites(
         X, y, g, rnd, lambda s: learner_privacy(est, s, ledger_dir)))
     with pytest.raises(ValueError, match="differs from the classes hyperparameter"):
         federated_partial_fit(est, transport, 0, classes=[0, 1, 2])
@@ -594,7 +594,7 @@ def test_logistic_default_learning_rate_through_the_learners(ledger_dir):
     kw = dict(n_rounds=R_LOG, local_steps=3, mechanism="tree", epsilon=4.0, delta=1e-4,
               feature_clip_norm=6.0, classes=[0, 1])
     est = LogisticRegression(**kw)
-    transport = LocalTransport(logistic_sites(
+    transport = RecordingTransport(logistic_sites(
         X, y, g, rnd, lambda s: learner_privacy(est, s, ledger_dir)))
     for r in range(R_LOG):
         federated_partial_fit(est, transport, r)
@@ -611,7 +611,7 @@ def test_logistic_server_refuses_a_learner_with_another_calibration(ledger_dir):
     privacy.noise_scale *= 0.5
     sites = logistic_sites(X, y, g, rnd, lambda s: privacy)
     with pytest.raises(RuntimeError, match="privacy parameters differ"):
-        federated_partial_fit(est, LocalTransport(sites), 0, classes=[0, 1])
+        federated_partial_fit(est, RecordingTransport(sites), 0, classes=[0, 1])
 
 
 @pytest.mark.parametrize("bad", [dict(random_state=1.5), dict(random_state=True),
@@ -641,7 +641,7 @@ def test_curvature_cache_answers_every_product_of_a_fit():
     # matrices, so the server forms the products of both phases itself: no
     # curvature_product round trip, and the in-process fit's model
     X, y, g, b = make_data()
-    transport = LocalTransport(local_sites(X, y, g, b))
+    transport = RecordingTransport(local_sites(X, y, g, b))
     cached = DWDClassifier(q=1.0)
     sites = RemoteSites(transport, 0)
     cached.partial_fit_sites(sites, classes=[0, 1])

@@ -150,7 +150,7 @@ def load_batch(context, batch):
 def make_estimator(context):
     mechanism = context.run_config["mechanism"]
     return LogisticRegression(n_rounds=6, local_steps=3, learning_rate=0.4, epsilon=4.0,
-                              delta=1e-4, feature_clip_norm=2.0,
+                              delta=1e-4, feature_clip_norm=2.0, solver="local-steps",
                               mechanism=None if mechanism == "none" else mechanism)
 
 
@@ -358,8 +358,9 @@ def test_flower_deployment_logistic_matches_in_process(flower_deployment):
     ClientApp processes in ``context.state``)."""
     X, y, g, rnd = flower_deployment["logistic_data"]
     remote, seconds = _flwr_run(flower_deployment, "none", app="logistic_app")
+    # both sides pin the local steps ('auto' is Newton in process, with its alpha)
     local = LogisticRegression(n_rounds=R_LOG, local_steps=3, learning_rate=0.4,
-                               feature_clip_norm=2.0)
+                               feature_clip_norm=2.0, solver="local-steps")
     in_process_stream(local, X, y, g, rnd, [0, 1])
     np.testing.assert_allclose(remote.coef_, local.coef_, atol=1e-10, rtol=0)
     np.testing.assert_allclose(remote.intercept_, local.intercept_, atol=1e-10, rtol=0)

@@ -107,3 +107,28 @@ def test_registry_and_coercion():
         GenDWDLoss(0.0)
     with pytest.raises(TypeError):
         as_loss("gendwd")
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_spec_rebuilds_the_loss_through_the_registry(name):
+    loss = make_loss(name, q=0.5) if name == "gendwd" else make_loss(name)
+    spec = loss.spec()
+    assert spec["loss"] == name and make_loss(spec) == loss
+    assert type(make_loss(spec)) is LOSSES[name]
+    # the parameters are exactly the loss's own: genDWD's q, none for the others
+    assert spec["params"] == ({"q": 0.5} if name == "gendwd" else {})
+
+
+def test_make_loss_refuses_what_no_loss_takes():
+    with pytest.raises(ValueError, match="no parameters"):
+        make_loss("logistic", q=1.0)
+    with pytest.raises(ValueError, match="no parameters"):
+        make_loss({"loss": "gendwd", "params": {"q": 1.0, "p": 2}})
+    with pytest.raises(ValueError, match="unknown loss"):
+        make_loss({"loss": None, "params": {}})
+    with pytest.raises(ValueError, match="a loss spec"):
+        make_loss({"loss": "gendwd", "code": "x"})
+    with pytest.raises(ValueError, match="a loss spec"):
+        make_loss({"loss": "gendwd"}, q=2.0)
+    with pytest.raises(ValueError, match="q > 0"):
+        make_loss({"loss": "gendwd", "params": {"q": -1.0}})

@@ -1,7 +1,7 @@
 """A scripted malicious server against private DWD sites and logistic learners (issue #20).
 
 The server runs an honest stream for a while, then sends each deviation of
-its script mid-stream: replays, rounds out of order, another K, q, clip,
+its script mid-stream: replays, rounds out of order, another K, loss or q, clip,
 ``fit_intercept``, horizon or protocol version, class weights, raw sums under
 a mechanism. The script runs twice, against a site holding D and against the
 same site holding D' (one row replaced, its label one the site declares but
@@ -20,7 +20,6 @@ from skfedpriv.federated import (
     REFUSAL_TEXTS,
     DWDSite,
     LearnerPrivacy,
-    LocalTransport,
     LogisticSite,
     SitePrivacy,
     SiteRefusal,
@@ -29,6 +28,7 @@ from skfedpriv.federated import (
 )
 from skfedpriv.federated._refusal import EXHAUSTED, MISMATCH, NOT_IN_ORDER, RAW_SUMS, REFUSED
 from _ledgers import new_ledger
+from _transport import RecordingTransport
 
 CLASSES = [0, 1, 2]
 
@@ -101,12 +101,23 @@ DWD_SCRIPT = [
     ("replay batch 0 gram", lambda log: _last(log, "noised", kind="gram")),
     ("K = 1", lambda log: _noised(log, classes=[0, 1], theta=np.zeros((3, 1)))),
     ("K = 4", lambda log: _noised(log, classes=[0, 1, 2, 3], theta=np.zeros((3, 4)))),
-    ("q", lambda log: _noised(log, q=0.5)),
+    ("q", lambda log: _noised(log, **{"loss-q": 0.5})),
+    ("another loss", lambda log: {**{k: v for k, v in _noised(log).items() if k != "loss-q"},
+                                  "loss": "logistic"}),
+    ("another loss with genDWD's q", lambda log: _noised(log, loss="squared_hinge")),
+    ("an unknown loss", lambda log: _noised(log, loss="hinge")),
+    ("no loss", lambda log: {k: v for k, v in _noised(log).items() if k != "loss"}),
+    ("a parameter genDWD does not take", lambda log: _noised(log, **{"loss-p": 2.0})),
+    ("q of a protocol 4 request", lambda log: {
+        **{k: v for k, v in _noised(log).items() if not k.startswith("loss")}, "q": 1.0,
+        "protocol": 4}),
+    ("prepare naming another loss", lambda log: {**_last(log, "prepare"), "loss": "logistic"}),
     ("clip", lambda log: _noised(log, clip_norm=30.0)),
     ("no clip", lambda log: {k: v for k, v in _noised(log).items() if k != "clip_norm"}),
     ("fit_intercept", lambda log: _noised(log, fit_intercept=False)),
     ("protocol 3", lambda log: _noised(log, protocol=3)),
-    ("protocol 5", lambda log: _noised(log, protocol=5)),
+    ("protocol 4", lambda log: _noised(log, protocol=4)),
+    ("protocol 6", lambda log: _noised(log, protocol=6)),
     ("class_weight of K", lambda log: _noised(log, class_weight=[1.0, 1.0, 2.0])),
     ("class_weight of 2", lambda log: _noised(log, class_weight=[1.0, 2.0])),
     ("prepare with class_weight", lambda log: {**_last(log, "prepare"), "class_weight": [1.0, 1.0, 5.0]}),
@@ -136,7 +147,7 @@ def test_a_malicious_server_gets_refusals_from_a_dwd_site(ledger_dir, caplog):
         X, y, b = data[side]
         privacy = SitePrivacy.from_estimator(_dwd_estimator(), random_state=1,
                                              ledger_path=new_ledger(ledger_dir / f"{side}.sqlite"))
-        return LocalTransport([DWDSite(lambda k: (X[b == k], y[b == k]), privacy, name="s")])
+        return RecordingTransport([DWDSite(lambda k: (X[b == k], y[b == k]), privacy, name="s")])
 
     results = [_run_script(side, make_transport, lambda t: federated_fit(_dwd_estimator(), t),
                            DWD_SCRIPT) for side in data]
@@ -157,7 +168,7 @@ def test_a_private_site_with_rows_outside_its_domain_refuses_every_request_alike
     X, y, b = _neighbours()["D'"]
     privacy = SitePrivacy(2.0, 1e-5, 3.0, online_steps=2, classes=[0, 1],
                           ledger_path=new_ledger(ledger_dir / "s.sqlite"))
-    transport = LocalTransport([DWDSite(lambda k: (X[b == k], y[b == k]), privacy, name="s")])
+    transport = RecordingTransport([DWDSite(lambda k: (X[b == k], y[b == k]), privacy, name="s")])
     est = DWDClassifier(mechanism="local-gaussian", epsilon=2.0, clip_norm=3.0, online_steps=2,
                         classes=[0, 1])
     with pytest.raises(SiteRefusal) as refusal:
@@ -201,7 +212,7 @@ LOGISTIC_SCRIPT = [
     ("horizon", lambda log: _next(log, **{"param-n_rounds": 50})),
     ("raw message (no mechanism)", lambda log: {k: v for k, v in _next(log).items()
                                                 if k != "param-mechanism"}),
-    ("protocol 3", lambda log: _next(log, protocol=3)),
+    ("protocol 4", lambda log: _next(log, protocol=4)),
     ("theta of another shape", lambda log: _next(log, theta=np.zeros((3, 2)))),
     ("unknown op", lambda log: _next(log, op="summary")),
     ("past the horizon", lambda log: _round(log, round=R_STREAM, batch=R_STREAM)),
@@ -222,7 +233,7 @@ def test_a_malicious_server_gets_refusals_from_a_logistic_learner(ledger_dir):
         rnd = np.arange(len(y)) % R_STREAM
         privacy = LearnerPrivacy.from_estimator(_logistic_estimator(), random_state=1,
                                                 ledger_path=new_ledger(ledger_dir / f"{side}.sqlite"))
-        return LocalTransport([LogisticSite(lambda k: (X[rnd == k], y[rnd == k]), privacy,
+        return RecordingTransport([LogisticSite(lambda k: (X[rnd == k], y[rnd == k]), privacy,
                                             name="s")])
 
     def honest(transport):

@@ -136,7 +136,7 @@ def test_a_class_count_changed_mid_stream_is_refused(ledger_dir):
     privacy = SitePrivacy(EPSILON_INFLATE, DELTA, clip, online_steps=1, classes=[0, 1],
                           ledger_path=new_ledger(ledger_dir / "sites.sqlite"))
     requests = [{"protocol": PROTOCOL_VERSION, "op": "noised", "kind": "gradient", "batch": 1,
-                 "classes": _classes(k), "fit_intercept": True, "clip_norm": clip, "q": 1.0,
+                 "classes": _classes(k), "fit_intercept": True, "clip_norm": clip, "loss": "gendwd", "loss-q": 1.0,
                  "theta": np.zeros((3, 1 if k == 1 else k))} for k in K_PLAN]
     shifts = [_noise_free_gradient(*rows["D"], _classes(k))
               - _noise_free_gradient(*rows["D'"], _classes(k)) for k in K_PLAN]

@@ -14,7 +14,6 @@ from skfedpriv._param_validation import InvalidParameterError
 from skfedpriv.federated import (
     DWDSite,
     LearnerPrivacy,
-    LocalTransport,
     LogisticSite,
     SiteLedgerFile,
     SitePrivacy,
@@ -23,6 +22,7 @@ from skfedpriv.federated import (
 )
 from skfedpriv.federated._refusal import EXHAUSTED, MISMATCH, NOT_IN_ORDER, REFUSED
 from _ledgers import new_ledger
+from _transport import RecordingTransport
 
 
 def _site_data(n=180, seed=0):
@@ -38,7 +38,7 @@ def _dwd_run(X, y, g, b, ledger_path, batches=(0, 1), epsilon=2.0):
     sites = [DWDSite(lambda k, s=s: (X[(g == s) & (b == k)], y[(g == s) & (b == k)]),
                      SitePrivacy.from_estimator(est, random_state=10 + s, ledger_path=ledger_path),
                      name=f"s{s}") for s in range(3)]
-    transport = LocalTransport(sites)
+    transport = RecordingTransport(sites)
     for batch in batches:
         federated_partial_fit(est, transport, batch)
     return est, transport
@@ -77,7 +77,7 @@ def test_a_deleted_site_ledger_is_refused_not_recreated(ledger_dir):
              for s in range(3)]
     path.unlink()
     with pytest.raises(SiteRefusal, match=f"^{REFUSED}$"):
-        federated_partial_fit(est, LocalTransport(sites), 0)
+        federated_partial_fit(est, RecordingTransport(sites), 0)
     assert not path.exists() and SiteLedgerFile(path).counts("s0") == {}
 
 
@@ -145,14 +145,14 @@ def test_flower_learner_stream_in_a_file_holds_across_runs(ledger_dir):
 
     # one run
     one = estimator()
-    transport = LocalTransport(_logistic_sites(X, y, g, rnd, one, new_ledger(ledger_dir / "one.sqlite")))
+    transport = RecordingTransport(_logistic_sites(X, y, g, rnd, one, new_ledger(ledger_dir / "one.sqlite")))
     for r in range(4):
         federated_partial_fit(one, transport, r, classes=[0, 1] if r == 0 else None)
     # the stream split over two runs on another file: the learners continue it exactly
     path = new_ledger(ledger_dir / "two.sqlite")
     two = estimator()
     for rounds in ([0, 1], [2, 3]):
-        transport = LocalTransport(_logistic_sites(X, y, g, rnd, two, path))
+        transport = RecordingTransport(_logistic_sites(X, y, g, rnd, two, path))
         for r in rounds:
             federated_partial_fit(two, transport, r, classes=[0, 1] if r == 0 else None)
     np.testing.assert_array_equal(one.coef_, two.coef_)

@@ -27,30 +27,28 @@ sends the global model, every learner present replies with its (noised)
 
 import numpy as np
 
-from .._losses import count_models, gendwd_curvature_bound
+from .._loss import as_loss
+from .._losses import count_models
 from ..linear_model._dwd_sites import DWDSites
 from ..linear_model._local_steps import LogisticLearners
 from ..linear_model._logistic import LogisticRegression
 from ._learner import logistic_request_params
+from ._loss_message import loss_entries
 from ._site import PROTOCOL_VERSION
 
 
 class LocalTransport:
     """Send each request to site objects (:class:`DWDSite`, :class:`LogisticSite`) in this process.
 
-    Records every request and reply (``log``) so tests can look at exactly
-    what the server received. A private site keeps its state (release
+    Keeps nothing of the exchanges. A private site keeps its state (release
     counts, noise stream) in its own ledger file, not here.
     """
 
     def __init__(self, sites):
         self.sites = list(sites)
-        self.log = []
 
     def __call__(self, request):
-        replies = [site.handle(dict(request)) for site in self.sites]
-        self.log.append((dict(request), replies))
-        return replies
+        return [site.handle(dict(request)) for site in self.sites]
 
 
 def _ask(transport, request):
@@ -92,7 +90,14 @@ class RemoteSites(DWDSites):
         one reply), as ``SiteData`` counts them in process.
     n_requests : int
         ``rounds`` plus the ``prepare`` request.
+
+    Every request names the loss by its registry spec
+    (:mod:`~skfedpriv.federated._loss_message`): a non-private
+    :class:`DWDSite` computes the summaries of any margin loss of
+    :data:`~skfedpriv._loss.LOSSES`; a private one only its own genDWD loss.
     """
+
+    speaks_loss_objects = True
 
     def __init__(self, transport, batch, *, cache=True):
         self.transport = transport
@@ -154,50 +159,52 @@ class RemoteSites(DWDSites):
                                     if k not in ("site", "std"))
         return replies
 
-    def summaries(self, Theta, q, with_curvature):
+    def summaries(self, Theta, loss, with_curvature):
         """Sum of the sites' summaries at ``Theta`` (loss, gradient, and the
         curvature of every model, or of the models flagged in
         ``with_curvature``)."""
         flags = np.broadcast_to(np.asarray(with_curvature, dtype=bool), Theta.shape[1:])
-        cached = self._cached(Theta, q)
+        loss = as_loss(loss)
+        cached = self._cached(Theta, loss)
         if cached is None:
             # with the cache every model's curvature comes along, smoothed and
             # V_q'' itself (the products of either kind then cost no round);
             # else only the models flagged
             ask = True if self._cache is not None or flags.all() else (
                 np.asarray(flags, dtype=float) if flags.any() else False)
-            request = dict(op="summary", theta=np.asarray(Theta, dtype=float), q=float(q),
-                           with_curvature=ask)
+            request = dict(op="summary", theta=np.asarray(Theta, dtype=float),
+                           with_curvature=ask, **loss_entries(loss))
             if self._cache is not None:
                 request["exact_curvature"] = True
             replies = self._ask(**request)
-            loss = sum(np.asarray(r["loss"]) for r in replies)
+            total = sum(np.asarray(r["loss"]) for r in replies)
             grad = sum(np.asarray(r["grad"]) for r in replies)
             curvature = (sum(np.asarray(r["curvature"]) for r in replies)
                          if "curvature" in replies[0] else None)
             if self._cache is None:
-                return loss, grad, curvature
+                return total, grad, curvature
             exact = sum(np.asarray(r["exact_curvature"]) for r in replies)
-            cached = (loss, grad, curvature, exact)
-            self._cache = {self._key(Theta, q): cached}
+            cached = (total, grad, curvature, exact)
+            self._cache = {self._key(Theta, loss): cached}
         return cached[0], cached[1], cached[2][flags] if flags.any() else None
 
     @staticmethod
-    def _key(Theta, q):
-        return (np.asarray(Theta, dtype=float).tobytes(), Theta.shape, float(q))
+    def _key(Theta, loss):
+        return (np.asarray(Theta, dtype=float).tobytes(), Theta.shape, loss)
 
-    def _cached(self, Theta, q):
+    def _cached(self, Theta, loss):
         """The summaries (curvature included) at ``Theta``, if cached."""
         if self._cache is None:
             return None
-        return self._cache.get(self._key(Theta, q))
+        return self._cache.get(self._key(Theta, as_loss(loss)))
 
-    def majorizer(self, q):
-        """``(q+1)²/q Σ_i w_i x̄_i x̄_iᵀ`` from the sites' Gram matrices."""
+    def majorizer(self, loss):
+        """``c Σ_i w_i x̄_i x̄_iᵀ`` from the sites' Gram matrices, ``c`` the
+        loss's ``curvature_bound``."""
         replies = self._ask(op="gram")
-        return gendwd_curvature_bound(q) * sum(np.asarray(r["gram"]) for r in replies)
+        return as_loss(loss).curvature_bound * sum(np.asarray(r["gram"]) for r in replies)
 
-    def line_losses(self, Theta, S, steps, q):
+    def line_losses(self, Theta, S, steps, loss):
         """Summed losses at ``Theta + t S`` for each ``t`` in ``steps``, one round.
 
         With the cache, a single step is asked as a full summary: if the
@@ -205,28 +212,28 @@ class RemoteSites(DWDSites):
         """
         steps = [float(t) for t in steps]
         if self._cache is not None and len(steps) == 1:
-            return np.array([self.summaries(Theta + steps[0] * S, q, False)[0]])
+            return np.array([self.summaries(Theta + steps[0] * S, loss, False)[0]])
         replies = self._ask(op="line_losses", theta=np.asarray(Theta, dtype=float),
-                            s=np.asarray(S, dtype=float), steps=steps, q=float(q))
+                            s=np.asarray(S, dtype=float), steps=steps, **loss_entries(loss))
         return sum(np.asarray(r["value"]) for r in replies)
 
-    def curvature_product(self, Theta, V, q, exact=None):
+    def curvature_product(self, Theta, V, loss, exact=None):
         """Summed curvature-vector products at ``Theta`` (``V_q''`` itself for
         the models in ``exact``), one round (none when the curvature at
         ``Theta`` is cached)."""
         exact = np.zeros(V.shape[1], dtype=bool) if exact is None else np.asarray(exact, bool)
-        cached = self._cached(Theta, q)
+        cached = self._cached(Theta, loss)
         if cached is not None:
             matrices = np.where(exact[:, None, None], cached[3], cached[2])
             return np.einsum("kij,jk->ik", matrices, V)
         request = dict(op="curvature_product", theta=np.asarray(Theta, dtype=float),
-                       v=np.asarray(V, dtype=float), q=float(q))
+                       v=np.asarray(V, dtype=float), **loss_entries(loss))
         if exact.any():
             request["exact"] = exact.astype(float)
         replies = self._ask(**request)
         return sum(np.asarray(r["value"]) for r in replies)
 
-    def noised_summary(self, kind, Theta, q, std, random_state=None):
+    def noised_summary(self, kind, Theta, loss, std, random_state=None):
         """Sum of the sites' noised summaries (each site draws its own noise,
         ``random_state`` is not used).
 
@@ -234,7 +241,8 @@ class RemoteSites(DWDSites):
         privacy parameters; it must be the ``std`` the server's
         post-processing assumes.
         """
-        replies = self._ask(op="noised", kind=kind, theta=np.asarray(Theta, dtype=float), q=float(q))
+        replies = self._ask(op="noised", kind=kind, theta=np.asarray(Theta, dtype=float),
+                            **loss_entries(loss))
         for r in replies:
             if not np.isclose(float(r["std"]), std, rtol=1e-9, atol=0.0):
                 raise RuntimeError(
@@ -244,35 +252,47 @@ class RemoteSites(DWDSites):
         return sum(np.asarray(r["value"]) for r in replies)
 
 
+def runs_on_summary_sites(estimator):
+    """Whether ``estimator`` fits on summary sites (:class:`DWDSite` behind
+    :class:`RemoteSites`): a ``DWDClassifier``, or a ``LogisticRegression``
+    with ``solver='newton'``; else (``'auto'``, ``'local-steps'``) on
+    :class:`LogisticSite` learners (:class:`RemoteLearners`)."""
+    return not isinstance(estimator, LogisticRegression) or estimator.solver == "newton"
+
+
 def federated_fit(estimator, transport, batch=0, classes=None):
     """``estimator.fit`` on rows that stay at the sites.
 
-    ``DWDClassifier``: :meth:`~skfedpriv.DWDClassifier.fit_sites` on the
-    :class:`RemoteSites` of batch ``batch``; the sites compute every sum
-    over rows. ``LogisticRegression``: a new stream of ``n_rounds`` rounds,
-    round ``r`` on batch ``batch + r`` of every learner (as ``fit`` splits
-    each learner's rows into ``n_rounds`` blocks). ``classes`` (default: the
-    labels the sites report) is required when a site or learner is private:
-    it does not report its labels. Returns the fitted estimator.
+    ``DWDClassifier`` and ``LogisticRegression(solver='newton')``: their
+    ``fit_sites`` on the :class:`RemoteSites` of batch ``batch`` (the sites,
+    :class:`DWDSite`, compute every sum over rows of the estimator's loss;
+    ``n_requests_`` records the requests it took). Another
+    ``LogisticRegression``: a new stream of ``n_rounds`` rounds on
+    :class:`LogisticSite` learners, round ``r`` on batch ``batch + r`` of
+    every learner (as ``fit`` splits each learner's rows into ``n_rounds``
+    blocks). ``classes`` (default: the labels the sites report) is required
+    when a site or learner is private: it does not report its labels.
+    Returns the fitted estimator.
     """
-    if isinstance(estimator, LogisticRegression):
+    if not runs_on_summary_sites(estimator):
         return _logistic_fit(estimator, transport, batch, classes)
-    return _dwd_on_remote_sites(estimator, transport, batch, classes, new_stream=True)
+    return _on_remote_sites(estimator, transport, batch, classes, new_stream=True)
 
 
 def federated_partial_fit(estimator, transport, batch, classes=None):
     """``estimator.partial_fit`` on batch ``batch`` held at the sites.
 
-    ``DWDClassifier``: :meth:`~skfedpriv.DWDClassifier.partial_fit_sites`
-    on the :class:`RemoteSites` of the batch. ``LogisticRegression``: one
-    communication round on batch ``batch``.
+    On summary sites (:func:`runs_on_summary_sites`): ``partial_fit_sites``
+    on the :class:`RemoteSites` of the batch. On learners
+    (``LogisticRegression`` of the local-steps protocol): one communication
+    round on batch ``batch``.
     """
-    if isinstance(estimator, LogisticRegression):
+    if not runs_on_summary_sites(estimator):
         return _logistic_partial_fit(estimator, transport, batch, classes)
-    return _dwd_on_remote_sites(estimator, transport, batch, classes, new_stream=False)
+    return _on_remote_sites(estimator, transport, batch, classes, new_stream=False)
 
 
-def _dwd_on_remote_sites(estimator, transport, batch, classes, *, new_stream):
+def _on_remote_sites(estimator, transport, batch, classes, *, new_stream):
     """``fit_sites`` (new stream) or ``partial_fit_sites`` on the batch's
     :class:`RemoteSites`; ``n_requests_`` records the requests it took."""
     sites = RemoteSites(transport, batch)
@@ -358,4 +378,4 @@ def _logistic_partial_fit(est, transport, batch, classes):
 
 
 __all__ = ["LocalTransport", "RemoteLearners", "RemoteSites", "federated_fit",
-           "federated_partial_fit"]
+           "federated_partial_fit", "runs_on_summary_sites"]

@@ -16,6 +16,7 @@ import os
 
 import numpy as np
 
+from .._loss import GenDWDLoss
 from .._losses import count_models
 from .._param_validation import InvalidParameterError, Interval, validate_parameters
 from ..linear_model._dwd import PARAMETER_CONSTRAINTS as DWD_CONSTRAINTS
@@ -37,6 +38,7 @@ from ..privacy._objective_perturbation import (
     summary_sensitivity,
 )
 from ._ledger_file import SiteLedgerFile
+from ._loss_message import request_loss
 from ._refusal import EXHAUSTED, MISMATCH, RAW_SUMS, Refused, answer_or_refuse
 
 #: Version 2: DWD sites answer ``curvature_product`` and ``line_losses``, so a
@@ -49,7 +51,11 @@ from ._refusal import EXHAUSTED, MISMATCH, RAW_SUMS, Refused, answer_or_refuse
 #: Version 4: private sites fix K, σ, the clip and the batches themselves
 #: (declared ``classes``, a required ledger file); a private learner's round
 #: ``r`` reads its batch ``r``; private refusals are fixed texts.
-PROTOCOL_VERSION = 4
+#: Version 5: requests name the loss by its registry spec (``loss``,
+#: ``loss-<param>``: :mod:`~skfedpriv.federated._loss_message`), not by
+#: genDWD's ``q``; a non-private site serves every margin loss of the
+#: registry, a private one only the genDWD loss of its own configuration.
+PROTOCOL_VERSION = 5
 
 #: What a site's privacy settings need to survive processes: an integer seed
 #: (or None) and a ledger file path.
@@ -117,9 +123,10 @@ class SitePrivacy:
 
     Everything the guarantee needs is fixed here, at the site: the class
     count ``K`` (from ``classes``), the unit noise multiplier σ and the
-    release cap of a batch (computed once from them), the clip and the
-    ledger file that counts releases across runs and processes. A request
-    naming other classes, ``q``, clip or ``fit_intercept`` is refused.
+    release cap of a batch (computed once from them), the loss (genDWD with
+    this ``q``), the clip and the ledger file that counts releases across
+    runs and processes. A request naming other classes, another loss or
+    ``q``, clip or ``fit_intercept`` is refused.
 
     The guarantee: for each row of this site, (ε, δ)-DP of everything the
     site sends over the whole stream (every reply and every refusal), under
@@ -143,6 +150,8 @@ class SitePrivacy:
         every batch, kept across Flower runs and concurrent processes, under
         this calibration (another calibration on the same file is refused).
     q : float, default=1.0
+        The genDWD exponent: the site computes the genDWD loss of this
+        ``q`` and no other loss.
     online_steps : int, default=10
         The horizon of a batch: ``online_steps`` gradients and one curvature
         per model (and the Gram matrix in batch 0).
@@ -161,6 +170,8 @@ class SitePrivacy:
         The declared labels, sorted.
     n_models : int
         ``K``: one-vs-rest models (one for two classes).
+    loss : GenDWDLoss
+        The loss the site computes (from ``q``).
     release_caps, unit_sigmas : dict
         ``{first_batch: value}``: the releases a batch may make and the
         unit noise multiplier σ covering them.
@@ -176,6 +187,7 @@ class SitePrivacy:
         check_augmented_clip_norm(clip_norm, fit_intercept)
         self.epsilon, self.delta, self.clip_norm = float(epsilon), float(delta), float(clip_norm)
         self.q, self.online_steps = float(q), int(online_steps)
+        self.loss = GenDWDLoss(self.q)
         self.fit_intercept, self.calibration = bool(fit_intercept), calibration
         self.random_state = random_state
         self.classes = declared_classes(classes, "SitePrivacy")
@@ -217,9 +229,18 @@ class SitePrivacy:
             or bool(request["fit_intercept"]) != self.fit_intercept,
             "clip_norm": clip is None or float(clip) != self.clip_norm,
             "class_weight": request.get("class_weight") is not None,
-            "q": request.get("op") == "noised" and float(request.get("q", np.nan)) != self.q,
+            "loss": (request.get("op") == "noised" or "loss" in request)
+            and self._names_another_loss(request),
             "batch": int(request.get("batch", -1)) < 0,
         }, site)
+
+
+    def _names_another_loss(self, request):
+        """Whether the request names a loss other than the site's own (or none)."""
+        try:
+            return request_loss(request) != self.loss
+        except (ValueError, TypeError):
+            return True
 
 
 class _Site:
@@ -294,6 +315,15 @@ def _checked_theta(request, shape):
     return theta
 
 
+def _margin_loss(request):
+    """The margin loss a request names (the site's summaries are one-vs-rest)."""
+    loss = request_loss(request)
+    if loss.kind != "margin":
+        raise ValueError(f"a DWDSite computes one-vs-rest summaries of margin losses, not "
+                         f"of the {loss.name} loss.")
+    return loss
+
+
 class DWDSite(_Site):
     """One site: its rows and its answers to the server.
 
@@ -342,34 +372,34 @@ class DWDSite(_Site):
                          has_negative=has_negative.tolist())
             return reply
         if op == "summary":
-            theta, q = np.asarray(request["theta"], dtype=float), float(request["q"])
+            theta, loss = np.asarray(request["theta"], dtype=float), _margin_loss(request)
             scores = augmented_scores(X, theta, fit_intercept)  # one pass, for every sum below
-            loss, grad, curvature = site_summary(
-                X, Y, w, theta, q, fit_intercept,
+            total, grad, curvature = site_summary(
+                X, Y, w, theta, loss, fit_intercept,
                 np.asarray(request["with_curvature"], dtype=bool), scores=scores,
             )
-            reply.update(loss=loss, grad=grad)
+            reply.update(loss=total, grad=grad)
             if curvature is not None:
                 reply["curvature"] = curvature
             if request.get("exact_curvature"):
                 # every model's matrix on V_q'' itself (the server's cache)
-                reply["exact_curvature"] = site_curvature_matrices(X, Y, w, scores, q, fit_intercept,
-                                                           exact=True)
+                reply["exact_curvature"] = site_curvature_matrices(
+                    X, Y, w, scores, loss, fit_intercept, exact=True)
             return reply
         if op == "gram":
             reply["gram"] = augmented_gram(X, w, fit_intercept)
             return reply
-        theta, q = np.asarray(request["theta"], dtype=float), float(request["q"])
+        theta, loss = np.asarray(request["theta"], dtype=float), _margin_loss(request)
         if op == "curvature_product":
             exact = request.get("exact")
             reply["value"] = site_curvature_product(
-                X, Y, w, theta, np.asarray(request["v"], dtype=float), q, fit_intercept,
+                X, Y, w, theta, np.asarray(request["v"], dtype=float), loss, fit_intercept,
                 exact=None if exact is None else np.asarray(exact, dtype=bool))
             return reply
         if op == "line_losses":
             reply["value"] = site_line_losses(
                 X, Y, w, theta, np.asarray(request["s"], dtype=float),
-                [float(t) for t in request["steps"]], q, fit_intercept)
+                [float(t) for t in request["steps"]], loss, fit_intercept)
             return reply
         raise ValueError(f"unknown request {op!r}.")
 
@@ -415,11 +445,11 @@ class DWDSite(_Site):
         rng = np.random.default_rng(
             None if privacy.random_state is None else [privacy.random_state, batch, used]
         )
-        std = privacy.unit_sigmas[first] * summary_sensitivity(kind, privacy.q, privacy.clip_norm)
+        std = privacy.unit_sigmas[first] * summary_sensitivity(kind, privacy.loss, privacy.clip_norm)
         if kind == "gram":
             value = augmented_gram(X, w, fit_intercept)
         else:
-            _, grad, curvature = site_summary(X, Y, w, Theta, privacy.q, fit_intercept,
+            _, grad, curvature = site_summary(X, Y, w, Theta, privacy.loss, fit_intercept,
                                               kind == "curvature")
             value = grad if kind == "gradient" else curvature
         value = value + site_noise(kind, std, p1, n_models, rng)

@@ -24,7 +24,12 @@ private), ``prepare`` (weight sum; unless private, which sides of each
 one-vs-rest model are present),
 ``summary``, ``gram``, ``curvature_product`` and ``line_losses`` (raw sums,
 refused by private sites) and ``noised`` (gradient, curvature or Gram
-matrix plus the site's own Gaussian noise).
+matrix plus the site's own Gaussian noise). A request for sums names its
+loss by the loss's registry spec (entries ``loss`` and ``loss-<param>``,
+e.g. ``loss='gendwd', loss-q=1.0``; protocol version 5): a non-private
+site computes the sums of any margin loss of the registry, so a
+``LogisticRegression(solver='newton')`` fits on the same sites; a private
+site only the genDWD loss of its own :class:`SitePrivacy`.
 
 Logistic regression (Algorithm 1 of the correlated-noise paper): each
 learner is a :class:`LogisticSite` (``make_client_app(...,

@@ -10,7 +10,6 @@ import time
 
 import numpy as np
 
-from ..linear_model._logistic import LogisticRegression
 from ..federated import (
     DWDSite,
     LogisticSite,
@@ -20,6 +19,7 @@ from ..federated import (
     federated_partial_fit,
 )
 from ..federated._refusal import REFUSED
+from ..federated._server import runs_on_summary_sites
 
 #: Site class of each protocol of :func:`make_client_app`.
 PROTOCOLS = {"dwd": DWDSite, "logistic": LogisticSite}
@@ -71,9 +71,11 @@ def make_client_app(load_batch, privacy=None, *, protocol="dwd"):
         site's log). A site whose privacy cannot be built refuses every
         request the same way.
     protocol : {'dwd', 'logistic'}, default='dwd'
-        The estimator the server fits: ``DWDClassifier`` (the site is a
-        :class:`DWDSite`) or ``LogisticRegression`` (a
-        :class:`LogisticSite`, one learner).
+        The protocol of the estimator the server fits: ``'dwd'`` (the site
+        is a :class:`DWDSite` sending sums: ``DWDClassifier``, or
+        ``LogisticRegression(solver='newton')``) or ``'logistic'`` (a
+        :class:`LogisticSite`, one learner of a ``LogisticRegression`` of
+        the local-steps protocol).
 
     The site's name is ``node_config['site-id']`` (else the node id); the
     server sums replies in order of names.
@@ -173,7 +175,9 @@ def make_server_app(make_estimator, *, n_sites=None, classes=None, timeout=120.0
     make_estimator : callable ``context -> DWDClassifier or LogisticRegression``
         The server's (unfitted) estimator, e.g. built from
         ``context.run_config``. Its type chooses the protocol (the clients
-        must run the same one, see :func:`make_client_app`).
+        must run the same one, see :func:`make_client_app`): ``'dwd'`` for a
+        ``DWDClassifier`` or a ``LogisticRegression(solver='newton')``,
+        ``'logistic'`` for another ``LogisticRegression``.
     n_sites : int or None
         Sites to wait for; ``None`` reads ``run_config['n-sites']``.
     classes : array-like or None
@@ -188,7 +192,8 @@ def make_server_app(make_estimator, *, n_sites=None, classes=None, timeout=120.0
     fitted estimator's :meth:`release` is pickled; optional: the training
     state never leaves the server process). DWD: batch 0 is ``fit`` (with
     ``classes``: ``partial_fit``), batches ``1 .. n-batches - 1`` are
-    ``partial_fit`` (default ``n-batches`` 1). Logistic: batches
+    ``partial_fit`` (default ``n-batches`` 1); the same for a
+    ``LogisticRegression(solver='newton')``. Logistic learners: batches
     ``0 .. n_rounds - 1`` are the rounds of ``fit``; ``n-batches`` is
     ignored.
     """
@@ -203,13 +208,14 @@ def make_server_app(make_estimator, *, n_sites=None, classes=None, timeout=120.0
         nodes = wait_for_nodes(grid, count, timeout)
         transport = GridTransport(grid, nodes[:count], timeout=timeout)
         estimator = make_estimator(context)
-        if isinstance(estimator, LogisticRegression):
+        summary_sites = runs_on_summary_sites(estimator)
+        if not summary_sites:
             federated_fit(estimator, transport, 0, classes=classes)
         elif classes is None:
             federated_fit(estimator, transport, 0)
         else:
             federated_partial_fit(estimator, transport, 0, classes=classes)
-        if not isinstance(estimator, LogisticRegression):
+        if summary_sites:
             for batch in range(1, int(config.get("n-batches", 1))):
                 federated_partial_fit(estimator, transport, batch)
         estimator.n_round_trips_ = transport.n_round_trips

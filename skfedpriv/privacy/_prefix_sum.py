@@ -109,7 +109,7 @@ class PrefixSumFactorization:
         """Dense prefix-sum matrix, shape ``(n_rounds, n_rounds)``."""
         return prefix_sum_matrix(self.n_rounds)
 
-    def noise_stream(self, rng=None, sigma=1.0, shape=(), *, z_source=None):
+    def noise_stream(self, rng=None, sigma=1.0, shape=()):
         """Return a stream of correlated noise increments.
 
         Parameters
@@ -121,11 +121,6 @@ class PrefixSumFactorization:
         shape : int or tuple of int, default=()
             Shape of one round's noise, e.g. ``(n_learners, d)`` to give each
             learner its own independent noise in one vectorized call.
-        z_source : callable, optional
-            ``z_source(size)`` replaces ``rng.standard_normal(size)`` as the
-            source of ``z / sigma`` (for tests: deterministic one-hot draws).
-            It is called with ``size = (k,) + shape`` where ``k`` is the
-            number of new columns of ``B`` used this round.
 
         Returns
         -------
@@ -137,14 +132,13 @@ class PrefixSumFactorization:
         sigma = float(sigma)
         if not np.isfinite(sigma) or sigma < 0:
             raise ValueError(f"sigma must be a finite non-negative number, got {sigma}.")
-        shape = _as_shape(shape)
-        if z_source is None:
-            z_source = _resolve_rng(rng).standard_normal
-        elif not callable(z_source):
-            raise TypeError("z_source must be a callable z_source(size).")
-        return self._make_stream(_ScaledSource(z_source, sigma), shape)
+        return self._make_stream(_ScaledSource(_resolve_rng(rng).standard_normal, sigma),
+                                 _as_shape(shape))
 
     def _make_stream(self, draw, shape):  # pragma: no cover - abstract
+        """The stream of increments of ``shape`` from ``draw(size)``, the
+        (scaled) iid draws ``z`` (``size = (k,) + shape``, ``k`` new columns
+        of ``B`` a round)."""
         raise NotImplementedError
 
     def __repr__(self):
