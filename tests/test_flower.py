@@ -332,6 +332,21 @@ def test_logistic_protocol_matches_in_process_fit(params, n_classes):
     np.testing.assert_array_equal(remote.predict(X), local.predict(X))
 
 
+def test_auto_solver_on_learners_runs_the_local_steps_without_newtons_ridge():
+    """``solver='auto'`` with ``alpha=None`` on learners runs the local steps
+    with their default ridge 0, the same model as ``solver='local-steps'``
+    in process (it ran them with Newton's default ridge 1e-4)."""
+    X, y, g, _ = logistic_stream_data(n_classes=2)
+    g[g == 3] = 2
+    kw = {"n_rounds": R_LOG, "local_steps": 3, "learning_rate": 0.5}
+    transport = RecordingTransport(logistic_sites(X, y, g, fit_rounds(g, R_LOG)))
+    remote = federated_fit(LogisticRegression(**kw), transport)
+    local = LogisticRegression(solver="local-steps", **kw).fit(X, y, sample_group=g)
+    assert remote.solver_ == local.solver_ == "local-steps"
+    np.testing.assert_allclose(remote.coef_, local.coef_, atol=1e-10, rtol=0)
+    np.testing.assert_allclose(remote.intercept_, local.intercept_, atol=1e-10, rtol=0)
+
+
 @pytest.mark.parametrize("n_classes", [2, 3])
 def test_logistic_protocol_matches_in_process_stream(n_classes):
     """partial_fit round by round, with a late learner and an absence."""

@@ -192,7 +192,7 @@ def learner_messages(theta, X, y, codes, classes, settings):
     learners, g = local_round(
         theta, add_intercept_column(X, settings.fit_intercept), one_vs_rest_targets(y, classes),
         codes, local_steps=settings.local_steps, learning_rate=settings.learning_rate,
-        clip_norm=settings.clip_norm, alpha=settings.alpha,
+        clip_norm=settings.clip_norm, alpha=settings.ridge("local-steps"),
         penalize=penalty_mask(p, settings.fit_intercept),
         loss=getattr(settings, "loss", None),
     )

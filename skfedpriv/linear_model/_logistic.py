@@ -55,11 +55,20 @@ class LogisticSettings(StreamSettings):
     delta: float
     clip_norm: float
     feature_clip_norm: object
-    alpha: float
+    alpha: object
     fit_intercept: bool
     solver: str = "auto"
     max_iter: int = 100
     tol: float = 1e-12
+
+    def ridge(self, solver):
+        """The ridge ``alpha`` the resolved ``solver`` runs with: the given
+        one, or for ``alpha=None`` :data:`DEFAULT_NEWTON_ALPHA` on Newton and
+        0 on the local steps (as published). Resolved per solver because
+        ``'auto'`` picks the solver only once the sites are known."""
+        if self.alpha is not None:
+            return self.alpha
+        return DEFAULT_NEWTON_ALPHA if solver == "newton" else 0.0
 
     def as_dict(self):
         """The settings as a dict (name -> value)."""
@@ -77,7 +86,8 @@ def _resolve_learning_rate(params):
     """
     eta = params["learning_rate"]
     private = params["mechanism"] is not None
-    cx, alpha = params["feature_clip_norm"], float(params["alpha"])
+    # a private stream runs the local steps: alpha=None is 0 there
+    cx, alpha = params["feature_clip_norm"], float(params["alpha"] or 0.0)
     if isinstance(eta, str):  # 'auto'
         if not private:
             return DEFAULT_LEARNING_RATE
@@ -119,20 +129,9 @@ def _check_solver(params):
 DEFAULT_NEWTON_ALPHA = 1e-4
 
 
-def _resolve_alpha(params):
-    """``alpha=None``: :data:`DEFAULT_NEWTON_ALPHA` where the solver is (or
-    'auto' resolves to) Newton, else 0 (the local steps as published)."""
-    if params["alpha"] is not None:
-        return float(params["alpha"])
-    newton = params["solver"] == "newton" or (
-        params["solver"] == "auto" and params["mechanism"] is None)
-    return DEFAULT_NEWTON_ALPHA if newton else 0.0
-
-
 def _settings_from_params(params):
     """The cross-parameter rules; ``params`` already passed the constraints."""
     _check_solver(params)
-    params = dict(params, alpha=_resolve_alpha(params))
     return LogisticSettings(
         local_steps=int(params["local_steps"]),
         learning_rate=_resolve_learning_rate(params),
@@ -144,7 +143,7 @@ def _settings_from_params(params):
         clip_norm=float(params["clip_norm"]),
         feature_clip_norm=(None if params["feature_clip_norm"] is None
                            else float(params["feature_clip_norm"])),
-        alpha=float(params["alpha"]),
+        alpha=None if params["alpha"] is None else float(params["alpha"]),
         fit_intercept=bool(params["fit_intercept"]),
         solver=params["solver"],
         max_iter=int(params["max_iter"]),

@@ -81,7 +81,7 @@ def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels)
         stream = RenewableState.empty(p1 if n_classes == 2 else p1 * n_classes, 1)
     theta, curvature, n_iter, started = renewable_step(
         sites, stream.theta, stream.curvature, stream.started, stream.seen, loss=loss,
-        alpha=settings.alpha, fit_intercept=fit_intercept, max_iter=settings.max_iter,
+        alpha=settings.ridge("newton"), fit_intercept=fit_intercept, max_iter=settings.max_iter,
         tol=settings.tol, online_steps=settings.max_iter, penalty=penalty, matrices=True,
         newton_online=True,
     )
