@@ -642,19 +642,36 @@ class NewtonSolver:
         """Run from ``Theta``; returns ``(Theta, curvature, info)`` (see
         :func:`solve_batch`)."""
         self.setup(Theta)
-        n_iter = 0
+        n_iter, exhausted = 0, False
         for n_iter in range(1, self.max_iter + 1):
             if not self.active.any() or not self.iterate(n_iter):
                 n_iter -= 1
                 break
         else:
-            if self.warn and self.active.any():
-                warnings.warn(
-                    f"Newton solver ({self.loss.name} loss) did not converge in "
-                    f"max_iter={self.max_iter} iterations; increase max_iter or tol.",
-                    ConvergenceWarning,
-                )
-        return self.finish(n_iter)
+            exhausted = self.warn and self.active.any()
+        result = self.finish(n_iter)
+        if exhausted:
+            self.warn_not_converged(result[1])
+        return result
+
+    def warn_not_converged(self, curvature):
+        """The ConvergenceWarning of a solve that ran out of iterations,
+        with the estimated relative gap at the returned point of the model
+        furthest from converged: half the Newton decrement on the system
+        solved there (offline the curvature matrix formed at the returned
+        point) over ``|F|``, as the stopping rule measures it (the gap of the
+        quadratic model: an estimate, not a bound)."""
+        newton = -_solve_psd(self.system(curvature), self.grad)
+        gap = _decrement(self.grad, newton) / (self.stream_weight * np.abs(self.value))
+        worst = np.flatnonzero(self.active)
+        worst = worst[np.argmax(gap[worst])]
+        warnings.warn(
+            f"Newton solver ({self.loss.name} loss) did not converge in "
+            f"max_iter={self.max_iter} iterations: estimated relative objective gap "
+            f"{gap[worst]:.3g} > tol={self.tol:.3g} at the returned point (class "
+            f"model {worst}); increase max_iter or tol.",
+            ConvergenceWarning,
+        )
 
     def finish(self, n_iter):
         """The returned parameters, the curvature the renewable state keeps
