@@ -63,11 +63,11 @@ def test_bundled_datasets_converge_at_the_defaults(name, q):
 
 
 def test_a_fit_that_runs_out_reports_its_gap():
-    # digits, q = 1: one class model needs 104 Newton steps (the old default
-    # max_iter=100 stopped it with a relative gap of about 1e-3)
+    # digits, q = 1: class model 2 needs 28 Newton steps (104 before the
+    # damped phase's Levenberg-Marquardt damping; max_iter=100 stopped it)
     X, y = _standardized("digits")
     with pytest.warns(ConvergenceWarning, match="estimated relative objective gap") as record:
-        clf = DWDClassifier(q=1.0, alpha=ALPHA, max_iter=100).fit(X, y)
+        clf = DWDClassifier(q=1.0, alpha=ALPHA, max_iter=24).fit(X, y)
     message = str(record[0].message)
     reported = float(message.split("estimated relative objective gap ")[1].split(" ")[0])
     model = int(message.split("class model ")[1].split(")")[0])
