@@ -322,9 +322,12 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         ``fit`` only (a stream has no class counts to balance by; pass a dict
         to ``partial_fit``). In one-vs-rest, every class model uses the
         weights of the rows' own labels.
-    max_iter : int, default=100
+    max_iter : int, default=300
         Maximum Newton iterations of ``fit`` (and of the first batch of a
-        ``partial_fit`` stream).
+        ``partial_fit`` stream). Every bundled scikit-learn dataset
+        (standardized) converges well within it at q in {0.5, 1, 4}; a fit
+        that runs out warns (``ConvergenceWarning``) with the relative
+        objective gap at the returned point.
     tol : float, default=1e-12
         Relative objective gap to stop at: a class model stops at ``θ`` once
         half its Newton decrement, ``½ gᵀH⁻¹g`` (the gap ``F(θ) - min F`` of
@@ -651,7 +654,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         alpha=1e-3,
         fit_intercept=True,
         class_weight=None,
-        max_iter=100,
+        max_iter=300,
         tol=1e-12,
         online_steps=10,
         n_jobs=None,
