@@ -285,7 +285,7 @@ def test_a_private_stream_from_a_fixed_seed_warns_once_at_its_start():
     with pytest.warns(SeededNoiseWarning, match="random_state=3"):
         clf.partial_fit(X[b == 0], y[b == 0])
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        warnings.simplefilter("error", SeededNoiseWarning)
         clf.partial_fit(X[b == 1], y[b == 1])  # the stream goes on: no new warning
         DWDClassifier(**kw).fit(X, y)  # fresh OS entropy
         DWDClassifier(random_state=3).fit(X, y)  # no mechanism, no noise

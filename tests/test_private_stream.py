@@ -32,7 +32,7 @@ from skfedpriv.privacy._continual_summaries import (
     model_curvature,
     noise_to_signal,
 )
-from skfedpriv.privacy._objective_perturbation import clip_augmented_rows
+from skfedpriv.privacy._objective_perturbation import PublishedCalibration, clip_augmented_rows
 
 pytestmark = pytest.mark.filterwarnings("ignore::skfedpriv.privacy.SeededNoiseWarning")
 
@@ -262,6 +262,37 @@ def test_a_stream_too_small_for_its_epsilon_warns_before_spending():
         warnings.simplefilter("error", NoiseDominatesWarning)
         DWDClassifier(mechanism="local-blt", epsilon=1.0, clip_norm=4.0, n_batches=4,
                       classes=[-1, 1]).partial_fit(X[m], y[m], sample_group=g[m])
+
+
+@pytest.mark.parametrize("mechanism", ["gaussian", "laplace"])
+def test_algorithm_2_warns_before_a_release_the_noise_would_swamp(mechanism):
+    """Algorithm 2: the noise ξ of each release's linear term against the
+    largest gradient sum the batch could give (n_b C2): warned before the
+    charge on a small batch, silent on a large one; the expected norm the
+    warning uses is checked against draws of ξ."""
+    X, y, g, b = _data(n_batches=4)
+    m = b == 0
+    budget = PrivacyBudget(epsilon=0.5, delta=1e-4)
+    small = DWDClassifier(mechanism=mechanism, epsilon=1.0, clip_norm=4.0, classes=[-1, 1],
+                          budget=budget)
+    with pytest.warns(NoiseDominatesWarning, match="mostly noise"):
+        with pytest.raises(PrivacyBudgetError):  # the charge comes after the warning
+            small.partial_fit(X[m][:30], y[m][:30], sample_group=g[m][:30])
+    assert not hasattr(small, "coef_") and budget.spent == (0.0, 0.0)
+    p1 = X.shape[1] + 1
+    calibration = PublishedCalibration(mechanism, 1.0, 1e-5, loss=1.0, alpha=1e-3,
+                                       clip_norm=4.0, step_radius=1 / (4.0 * 4.0), rho=None,
+                                       p1=p1, n_seen=30)
+    draws = np.array([calibration.draw(p1, np.random.default_rng(i)) for i in range(2000)])
+    expected = np.sqrt(np.mean(np.sum(draws**2, axis=1)))
+    assert expected > 30 * 4.0  # the case above: noise beyond any gradient sum
+    factor = 2.0 if mechanism == "laplace" else 1.0
+    assert calibration.scale * math.sqrt(factor * p1) == pytest.approx(expected, rel=0.05)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoiseDominatesWarning)
+        rows = np.tile(np.flatnonzero(m), 20)  # a batch 20 times larger
+        DWDClassifier(mechanism=mechanism, epsilon=1.0, clip_norm=4.0, classes=[-1, 1]
+                      ).partial_fit(X[rows], y[rows], sample_group=g[rows])
 
 
 class _ElsewhereSites(DWDSites):

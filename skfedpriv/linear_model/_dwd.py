@@ -158,6 +158,7 @@ def _published(sites, stream, settings, *, first):
         clip_norm=settings.clip_norm, step_radius=settings.step_radius,
         rho=settings.rho, p1=p1, n_seen=stream.seen + sites.weight_sum,
     )
+    _warn_if_release_noise_dominates(calibration, sites, p1, n_models, settings)
     _charge(settings, epsilon, delta, note=f"release of batch {stream.n_batches}",
             mechanism="laplace" if settings.mechanism == "laplace" else "approx")
     before = (0.0, 0.0) if first else stream.privacy_spent
@@ -227,13 +228,34 @@ def _warn_if_noise_dominates(factorization, sigma, sites, p1, n_models, settings
     n_rows = sites.weight_sum * factorization.n_rounds
     ratio = noise_to_signal(factorization, sigma, sites.n_sites, p1, n_models, settings.q,
                             settings.clip_norm, n_rows)
+    _warn_noise_ratio(ratio, n_rows, settings, "the summed linear term",
+                      "rows (the first batch's size times n_batches)",
+                      "a larger epsilon, fewer sites, a smaller clip_norm")
+
+
+def _warn_if_release_noise_dominates(calibration, sites, p1, n_models, settings):
+    """Algorithm 2: warn, before the charge, when the noise ξ of a release's
+    linear term is expected to exceed the largest gradient sum the batch's
+    rows could give (``n_b`` times the loss's derivative bound times the
+    clip). Public quantities only: the batch's row count, p, K, the scale."""
+    n_rows = sites.weight_sum
+    draws = 2.0 if settings.mechanism == "laplace" else 1.0  # E ξ_j² per scale²
+    noise = calibration.scale * math.sqrt(draws * p1)
+    signal = n_rows * settings.loss.derivative_bound * settings.clip_norm
+    ratio = noise / signal if signal > 0 else math.inf
+    _warn_noise_ratio(ratio, n_rows, settings, f"each of the {n_models} released models",
+                      "rows of this batch", "a larger epsilon, larger batches")
+
+
+def _warn_noise_ratio(ratio, n_rows, settings, what, rows, remedies):
+    """Emit :class:`~skfedpriv.privacy.NoiseDominatesWarning` when the
+    expected noise exceeds the largest signal ``n_rows`` rows could give."""
     if ratio > 1.0:
         warnings.warn(NoiseDominatesWarning(
-            f"mechanism={settings.mechanism!r}: the noise of the summed linear term is "
-            f"expected to be {ratio:.3g} times the largest sum {n_rows:.0f} rows (the first "
-            f"batch's size times n_batches) could give; the model will be mostly noise. "
-            f"About {ratio * n_rows:.0f} rows at this epsilon (or a larger epsilon, fewer "
-            "sites, a smaller clip_norm) bring the ratio to one."), stacklevel=4)
+            f"mechanism={settings.mechanism!r}: the noise of {what} is expected to be "
+            f"{ratio:.3g} times the largest sum {n_rows:.0f} {rows} could give; the model "
+            f"will be mostly noise. About {ratio * n_rows:.0f} rows at this epsilon (or "
+            f"{remedies}) bring the ratio to one."), stacklevel=5)
 
 
 def _gaussian_claim(epsilon, delta, sigma, releases):
@@ -538,7 +560,10 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
       ``η = T1 / (ε - T2)`` (ε-DP) or Gaussian with τ of step 7 (eq. 64,
       (ε, δ)-DP), ``T1``, ``Δ1`` computed with R in place of
       ``C_{p-1}/sqrt(N_{b-1})``. One-vs-rest models share the budget
-      (``ε/K``, ``δ/K`` each). **What this covers:** the single release
+      (``ε/K``, ``δ/K`` each). Before each charge a
+      :class:`~skfedpriv.privacy.NoiseDominatesWarning` says when the
+      expected norm of ξ exceeds the largest gradient sum the batch's rows
+      could give (``n_b C2``; public quantities only). **What this covers:** the single release
       ``θ_b`` with respect to one row of batch ``D_b``, the earlier batches
       and releases held fixed, against an observer of the released models.
       **What it does not cover:** the server sees raw summaries (it is
