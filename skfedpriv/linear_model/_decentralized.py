@@ -684,7 +684,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Sparse rows are scored as CSR, without densifying them.
         learner : hashable or None, default=None
             A ``sample_group`` label: score with that learner's own decision
             instead of the average of all learners' decisions.
@@ -695,9 +696,9 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             (n_samples, n_classes)
         """
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = validate_data(self, X, reset=False, dtype=np.float64, accept_sparse="csr")
         coef, intercept = self._view(learner)
-        scores = X @ coef.T + intercept
+        scores = np.asarray(X @ coef.T) + intercept
         return scores.ravel() if scores.shape[1] == 1 else scores
 
     def predict(self, X, learner=None):
