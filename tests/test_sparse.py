@@ -107,17 +107,12 @@ def _fit_both(estimator, X, y, g):
     return sparse, dense
 
 
-@pytest.mark.parametrize("estimator", BINARY, ids=repr)
-def test_fit_on_csr_is_the_dense_fit(estimator):
-    X, y, g = _random_sparse()
-    sparse, dense = _fit_both(estimator, X, y, g)
-    _assert_same_model(sparse, dense)
-    _assert_same_predictions(sparse, dense, X)
-
-
-@pytest.mark.parametrize("estimator", MULTICLASS, ids=repr)
-def test_fit_on_digits_as_csr_is_the_dense_fit(estimator):
-    X, y, g = _digits()
+@pytest.mark.parametrize("data, estimator",
+                         [(_random_sparse, e) for e in BINARY]
+                         + [(_digits, e) for e in MULTICLASS],
+                         ids=lambda v: getattr(v, "__name__", None) or repr(v))
+def test_fit_on_csr_is_the_dense_fit(data, estimator):
+    X, y, g = data()
     sparse, dense = _fit_both(estimator, X, y, g)
     _assert_same_model(sparse, dense)
     _assert_same_predictions(sparse, dense, X)
