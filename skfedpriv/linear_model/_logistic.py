@@ -581,7 +581,13 @@ default=None
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Sparse rows are used as CSR. ``solver='newton'``: sparse
+            products, the rows never densified (the curvature matrix is
+            dense, ``(p + 1)²`` numbers, times ``K²`` for the multinomial
+            loss). ``solver='local-steps'`` (every mechanism): one round's
+            rows are densified at a time (``fit``: about ``n / n_rounds``
+            rows of ``p`` floats).
         y : array-like of shape (n_samples,)
         sample_group : array-like of shape (n_samples,), default=None
             Learner of each row (any hashable labels); None is one learner.
@@ -597,7 +603,13 @@ default=None
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Sparse rows are used as CSR. ``solver='newton'``: sparse
+            products, the rows never densified (the curvature matrix is
+            dense, ``(p + 1)²`` numbers, times ``K²`` for the multinomial
+            loss). ``solver='local-steps'`` (every mechanism): one round's
+            rows are densified at a time (``fit``: about ``n / n_rounds``
+            rows of ``p`` floats).
             The round's clients (rows), in arrival order per learner.
         y : array-like of shape (n_samples,)
         sample_group : array-like of shape (n_samples,), default=None
@@ -863,7 +875,7 @@ default=None
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
 
         Returns
         -------
