@@ -650,10 +650,7 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Sparse rows are densified one learner's rows at a time into
-            the batch's round arrays, dense as for dense rows:
-            ``n_learners x rounds x (p + 1)`` floats, the batch's rounds
-            being its busiest learner's row count.
+            Sparse rows as in :meth:`fit`.
         y : array-like of shape (n_samples,)
         sample_group : array-like of shape (n_samples,), default=None
             Learner of each row; the batch runs one round per row of its

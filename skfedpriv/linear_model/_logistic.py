@@ -604,13 +604,8 @@ default=None
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Sparse rows are used as CSR. ``solver='newton'``: sparse
-            products, the rows never densified (the curvature matrix is
-            dense, ``(p + 1)²`` numbers, times ``K²`` for the multinomial
-            loss). ``solver='local-steps'`` (every mechanism): one round's
-            rows are densified at a time (``fit``: about ``n / n_rounds``
-            rows of ``p`` floats).
-            The round's clients (rows), in arrival order per learner.
+            The round's clients (rows), in arrival order per learner;
+            sparse rows as in :meth:`fit`.
         y : array-like of shape (n_samples,)
         sample_group : array-like of shape (n_samples,), default=None
             Learner of each row; None is one learner. Learners not in the
