@@ -11,11 +11,13 @@ numpy and Python allocations; liblinear's own C buffers, LinearSVC's,
 are not seen), and test accuracy. The dense rows would take n p 8 bytes
 (the column "dense rows MB", not allocated).
 
-p = 2 000 for every method; p = 50 000 for scikit-learn's only: both
-skfedpriv Newton paths keep a dense (p + 1) x (p + 1) curvature matrix
-(the renewable state), 20 GB at p = 50 000.
+p = 2 000 for every method, at n = 20 000 and 60 000 (the peak of a fit
+that does not densify its rows does not grow with n); p = 50 000 for
+scikit-learn's only: both skfedpriv Newton paths keep dense (p + 1) x
+(p + 1) curvature matrices (the renewable state and the solver's; the
+column "(p+1)² MB" is one of them), 20 GB each at p = 50 000.
 
-    python benchmarks/bench_sparse.py            # n = 20 000 (a few minutes)
+    python benchmarks/bench_sparse.py            # about a minute
     python benchmarks/bench_sparse.py --quick    # n = 2 000, p = 500
 
 Writes sparse.md (sparse_quick.md) into --output-dir.
@@ -93,6 +95,7 @@ def rows_for(n, p, repetitions, ours):
         rows.append(dict(
             method=name, n=n_train, p=p, density=X.nnz / (n * p), nnz=X_train.nnz,
             seconds=seconds, peak_mb=peak, dense_mb=n_train * p * 8 / 1e6,
+            matrix_mb=(p + 1) ** 2 * 8 / 1e6,
             accuracy=model.score(X_test, y_test)))
     return rows
 
@@ -107,16 +110,16 @@ def main(argv=None):
     parser = benchmark_parser(__doc__)
     parser.add_argument("--repetitions", type=int, default=3)
     args = parser.parse_args(argv)
-    n = 2_000 if args.quick else 20_000
-    cases = [(500, True)] if args.quick else [(2_000, True), (50_000, False)]
+    cases = ([(2_000, 500, True)] if args.quick else
+             [(20_000, 2_000, True), (60_000, 2_000, True), (20_000, 50_000, False)])
     with threadpool_limits(1), warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        rows = [row for p, ours in cases
+        rows = [row for n, p, ours in cases
                 for row in rows_for(n, p, args.repetitions, ours)]
     columns = ["method", "n", "p", "density", "nnz", "seconds", "peak_mb", "dense_mb",
-               "accuracy"]
+               "matrix_mb", "accuracy"]
     header = ["method", "n (train)", "p", "density", "nnz", "s", "peak MB", "dense rows MB",
-              "test acc."]
+              "(p+1)² MB", "test acc."]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(_fmt(row[c]) for c in columns) + " |" for row in rows]
     table = "\n".join(lines)
