@@ -186,6 +186,7 @@ class RowNormClipper(_DataIndependentTransformer):
                           accept_sparse=self._accept_sparse)
         max_norm = self._check_params(X.shape[1])
         if sp.issparse(X):
+            X.sum_duplicates()  # X is a copy; its rows' norms need canonical rows
             norms = sparse_row_norms(X, self.norm)
             scale = np.where(norms > max_norm, max_norm / np.where(norms > 0, norms, 1.0), 1.0)
             X.data *= np.repeat(scale, np.diff(X.indptr))

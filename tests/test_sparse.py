@@ -24,6 +24,7 @@ from sklearn.utils.estimator_checks import (
 
 from skfedpriv import DecentralizedLogisticRegression, DWDClassifier, LogisticRegression
 from skfedpriv.linear_model._dwd_solver import _augmented_sum, augmented_gram, augmented_scores
+from skfedpriv.preprocessing import RowNormClipper
 from skfedpriv.privacy import clip_rows
 from skfedpriv.privacy._objective_perturbation import clip_augmented_rows
 
@@ -283,3 +284,15 @@ def test_dask_sites_take_the_csr_rows():
             distributed.Client(cluster), joblib.parallel_config(backend="dask"):
         clf = DWDClassifier(n_jobs=2).fit(X, y, sample_group=g)
     np.testing.assert_allclose(clf.coef_, reference.coef_, **TIGHT)
+
+
+def test_clip_rows_bounds_rows_that_store_a_column_twice():
+    # a non-canonical CSR row: column 0 stored twice (value 3 + 3 = 6)
+    X = sp.csr_matrix((np.array([3.0, 3.0, 0.0]), np.array([0, 0, 1]), np.array([0, 3])),
+                      shape=(1, 2))
+    clipped = clip_rows(X, 5.0).toarray()
+    assert np.linalg.norm(clipped) <= 5.0
+    np.testing.assert_allclose(clipped, clip_rows(X.toarray(), 5.0), rtol=1e-14)
+    transformed = RowNormClipper(max_norm=5.0).fit_transform(X).toarray()
+    assert np.linalg.norm(transformed) <= 5.0 * (1 + 1e-15)
+    assert X.nnz == 3  # the input is left as it was

@@ -35,8 +35,9 @@ def _norms(V, ord):
 
 def sparse_row_norms(X, norm):
     """The ``norm`` (``'l2'``, ``'l1'`` or ``'max'``) of each row of a CSR
-    matrix, from its stored values only (the L2 norm rescaled by the row's
-    largest value, so squares of huge entries cannot overflow)."""
+    matrix in canonical form (no column stored twice: ``sum_duplicates``),
+    from its stored values only (the L2 norm rescaled by the row's largest
+    value, so squares of huge entries cannot overflow)."""
     n_rows = X.shape[0]
     rows = np.repeat(np.arange(n_rows), np.diff(X.indptr))
     values = np.abs(X.data)
@@ -209,6 +210,9 @@ def _clip_sparse_rows(X, max_norm, ord):
     if isinstance(ord, (bool, np.bool_)) or ord not in (1, 2):
         raise ValueError(f"ord must be 1 or 2, got {ord!r}.")
     out = sp.csr_matrix(X, dtype=np.float64, copy=True)
+    # canonical form: a row's norm from its stored values is its norm only
+    # when no column is stored twice (else (a + b)² > a² + b² escapes the bound)
+    out.sum_duplicates()
     if not np.all(np.isfinite(out.data)):
         raise ValueError("X contains NaN or infinite values; cannot clip.")
     norm = "l2" if ord == 2 else "l1"
