@@ -221,6 +221,12 @@ BENCHMARKS = {
         "steps, rounds, accuracy and coefficient gap against sklearn LogisticRegression "
         "(lbfgs, newton-cholesky) on the bundled datasets",
     ),
+    "sparse": Benchmark(
+        "bench_sparse.py",
+        "DWDClassifier and LogisticRegression (newton) fits on a sparse text-like CSR "
+        "matrix: time and peak memory against sklearn LogisticRegression and LinearSVC "
+        "on the same rows",
+    ),
     "decentralized": Benchmark(
         "bench_decentralized.py",
         "Wang et al. section 4 and appendix B (figures 1-5, regret) on UCI letter and "

@@ -22,12 +22,13 @@ from .linear_model import DecentralizedLogisticRegression, DWDClassifier, Logist
 __all__ = ["expected_failed_checks"]
 
 # scikit-learn's checks that fit labels {0, 1, 2} (or strings, for
-# check_classifiers_classes), and that pass ``classes=[0, 1, 2]`` to
+# check_classifiers_classes; {0, ..., 3} for the sparse ones), and that pass ``classes=[0, 1, 2]`` to
 # ``partial_fit`` (check_estimators_partial_fit_n_features).
 _OTHER_LABELS = (
     "check_classifier_data_not_an_array", "check_classifiers_classes",
     "check_classifiers_train", "check_dict_unchanged", "check_dont_overwrite_parameters",
-    "check_dtype_object", "check_estimators_dtypes", "check_estimators_fit_returns_self",
+    "check_dtype_object", "check_estimator_sparse_array", "check_estimator_sparse_matrix",
+    "check_estimator_sparse_tag", "check_estimators_dtypes", "check_estimators_fit_returns_self",
     "check_estimators_overwrite_params", "check_f_contiguous_array_estimator",
     "check_fit2d_1feature", "check_fit2d_predict1d", "check_fit_score_takes_y",
     "check_n_features_in_after_fitting", "check_positive_only_tag_during_fit",
@@ -43,6 +44,7 @@ _PROBA = "check_decision_proba_consistency"
 # DWDClassifier takes sample_weight (the others do not), so these checks run on it
 _WEIGHTED = (
     "check_sample_weight_equivalence_on_dense_data",
+    "check_sample_weight_equivalence_on_sparse_data",
     "check_sample_weights_list", "check_sample_weights_not_an_array",
     "check_sample_weights_not_overwritten", "check_sample_weights_pandas_series",
     "check_sample_weights_shape",

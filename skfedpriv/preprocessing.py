@@ -36,6 +36,7 @@ from ._param_validation import (
     validate_parameters,
 )
 from .linear_model._base import _restore_feature_attributes_on_error
+from .privacy._clipping import sparse_row_norms
 
 __all__ = ["BoundedScaler", "RowNormClipper"]
 
@@ -45,21 +46,6 @@ def _l2_norms(X):
     peak = np.abs(X).max(axis=1, initial=0.0)
     safe = np.where(peak > 0, peak, 1.0)
     return peak * np.sqrt(np.einsum("ij,ij->i", X / safe[:, None], X / safe[:, None]))
-
-
-def _sparse_row_norms(X, norm):
-    """The ``norm`` of each row of a CSR matrix (as ``_NORMS`` of its dense form)."""
-    n_rows = X.shape[0]
-    rows = np.repeat(np.arange(n_rows), np.diff(X.indptr))
-    values = np.abs(X.data)
-    if norm == "l1":
-        return np.bincount(rows, values, minlength=n_rows)
-    peak = np.zeros(n_rows)
-    np.maximum.at(peak, rows, values)
-    if norm == "max":
-        return peak
-    safe = np.where(peak > 0, peak, 1.0)  # as _l2_norms: no overflow
-    return peak * np.sqrt(np.bincount(rows, (values / safe[rows]) ** 2, minlength=n_rows))
 
 
 _NORMS = Registry("norm", {
@@ -200,7 +186,8 @@ class RowNormClipper(_DataIndependentTransformer):
                           accept_sparse=self._accept_sparse)
         max_norm = self._check_params(X.shape[1])
         if sp.issparse(X):
-            norms = _sparse_row_norms(X, self.norm)
+            X.sum_duplicates()  # X is a copy; its rows' norms need canonical rows
+            norms = sparse_row_norms(X, self.norm)
             scale = np.where(norms > max_norm, max_norm / np.where(norms > 0, norms, 1.0), 1.0)
             X.data *= np.repeat(scale, np.diff(X.indptr))
             return X

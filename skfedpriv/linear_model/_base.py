@@ -101,7 +101,8 @@ class ReleasedModelError(RuntimeError):
 
 
 class Batch:
-    """One validated batch: features, labels, sites and row weights."""
+    """One validated batch: features (an ndarray or a CSR matrix), labels,
+    sites and row weights."""
 
     __slots__ = ("X", "y", "site_labels", "site_codes", "sample_weight")
 
@@ -145,6 +146,9 @@ class FederatedClassifierMixin(ClassifierMixin):
         tags = super().__sklearn_tags__()
         # fresh noise at every fit under a mechanism
         tags.non_deterministic = self._is_private()
+        # fit, partial_fit and the predictions take CSR rows (converted
+        # from other sparse formats), with the results of dense rows
+        tags.input_tags.sparse = True
         return tags
 
     # -- one stream pattern: validate, compute, then commit -----------------
@@ -380,7 +384,8 @@ class FederatedClassifierMixin(ClassifierMixin):
             pass  # a later batch that is already what validate_data returns
         else:
             X, y = validate_data(
-                self, X, y, reset=reset, dtype=np.float64, y_numeric=False
+                self, X, y, reset=reset, dtype=np.float64, y_numeric=False,
+                accept_sparse="csr",
             )
         if infer_classes or reset:
             # later batches are checked against classes_ below, which
@@ -462,7 +467,8 @@ class FederatedClassifierMixin(ClassifierMixin):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Sparse rows are scored as CSR, without densifying them.
 
         Returns
         -------
@@ -470,8 +476,9 @@ class FederatedClassifierMixin(ClassifierMixin):
             (n_samples, n_classes)
         """
         check_is_fitted(self)
-        X = self._prediction_rows(validate_data(self, X, reset=False, dtype=np.float64))
-        scores = X @ self.coef_.T + self.intercept_
+        X = self._prediction_rows(validate_data(self, X, reset=False, dtype=np.float64,
+                                                accept_sparse="csr"))
+        scores = np.asarray(X @ self.coef_.T) + self.intercept_
         return scores.ravel() if scores.shape[1] == 1 else scores
 
     def _prediction_rows(self, X):
@@ -485,7 +492,7 @@ class FederatedClassifierMixin(ClassifierMixin):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
             Rows to label; a release predicts exactly as its training model.
 
         Returns

@@ -628,7 +628,11 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Sparse rows are densified one learner's rows at a time into
+            the batch's round arrays, dense as for dense rows:
+            ``n_learners x rounds x (p + 1)`` floats, the batch's rounds
+            being its busiest learner's row count.
         y : array-like of shape (n_samples,)
         sample_group : array-like of shape (n_samples,), default=None
             Learner of each row; a learner's rows are its stream, in order.
@@ -645,7 +649,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Sparse rows as in :meth:`fit`.
         y : array-like of shape (n_samples,)
         sample_group : array-like of shape (n_samples,), default=None
             Learner of each row; the batch runs one round per row of its
@@ -684,7 +689,8 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Sparse rows are scored as CSR, without densifying them.
         learner : hashable or None, default=None
             A ``sample_group`` label: score with that learner's own decision
             instead of the average of all learners' decisions.
@@ -695,9 +701,9 @@ class DecentralizedLogisticRegression(FederatedClassifierMixin, BaseEstimator):
             (n_samples, n_classes)
         """
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = validate_data(self, X, reset=False, dtype=np.float64, accept_sparse="csr")
         coef, intercept = self._view(learner)
-        scores = X @ coef.T + intercept
+        scores = np.asarray(X @ coef.T) + intercept
         return scores.ravel() if scores.shape[1] == 1 else scores
 
     def predict(self, X, learner=None):

@@ -8,8 +8,8 @@ learner has rows, the others sit the remaining rounds out (a mask).
 from collections import namedtuple
 
 import numpy as np
+import scipy.sparse as sp
 
-from .._losses import add_intercept_column
 from .._sites import site_row_indices
 
 #: Where a batch's rows go: learner of each distinct ``sample_group`` label
@@ -39,15 +39,21 @@ def allocate_rounds(batch, learner_labels):
 
 
 def round_arrays(batch, allocation, n_learners, classes, fit_intercept):
-    """The batch as arrays ``(n_learners, n_rounds, n_params)`` with a row mask."""
-    X = add_intercept_column(batch.X, fit_intercept)  # x_bar = (1, x)
+    """The batch as arrays ``(n_learners, n_rounds, n_params)`` with a row mask.
+
+    The rows ``x_bar = (1, x)`` are dense here: a CSR ``batch.X`` is
+    densified one learner's rows at a time, straight into these arrays
+    (no dense copy of the batch besides them)."""
     y = np.searchsorted(classes, batch.y)
     shape = (n_learners, allocation.n_rounds)
-    Xr, yr = np.zeros(shape + (X.shape[1],)), np.zeros(shape, dtype=np.intp)
+    start = int(fit_intercept)
+    Xr, yr = np.zeros(shape + (start + batch.X.shape[1],)), np.zeros(shape, dtype=np.intp)
     mask = np.zeros(shape, dtype=bool)
     for k, rows in enumerate(allocation.rows):
         i = allocation.learner_of_label[k]
-        Xr[i, : len(rows)] = X[rows]
+        block = batch.X[rows]
+        Xr[i, : len(rows), start:] = block.toarray() if sp.issparse(block) else block
+        Xr[i, : len(rows), :start] = 1.0
         yr[i, : len(rows)] = y[rows]
         mask[i, : len(rows)] = True
     return Xr, yr, mask

@@ -724,7 +724,13 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Sparse rows are used as CSR and never densified: the sites'
+            sums are sparse products (the dense rows' model, to rounding);
+            the curvature matrices are dense, ``(p + 1)²`` numbers per
+            class model. A private fit clips CSR rows to ``clip_norm`` as
+            dense rows; 'local-tree' / 'local-blt' densify 4096 rows at a
+            time for their per-row clipping.
         y : array-like of shape (n_samples,)
         sample_group : array-like of shape (n_samples,), default=None
             Site of each row (any hashable labels); None is one site.
@@ -741,7 +747,8 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Sparse rows as in :meth:`fit`.
         y : array-like of shape (n_samples,)
         sample_group : array-like of shape (n_samples,), default=None
             Site of each row of this batch.

@@ -21,6 +21,7 @@ References
 import math
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.optimize import brentq
 
 from .._loss import as_loss
@@ -157,13 +158,27 @@ def local_gaussian_update(sites, theta, prior, first, sigma_unit, rng, *, online
 # -- continual release of the linearized summaries ('local-tree', 'local-blt') --
 
 
+_DENSE_ROWS = 4096
+
+
+def _dense_blocks(X):
+    """Row slices of a site's rows to densify one at a time (all rows of a
+    dense ``X``)."""
+    if not sp.issparse(X):
+        return [slice(None)]
+    return [slice(start, start + _DENSE_ROWS) for start in range(0, X.shape[0], _DENSE_ROWS)]
+
+
 def continual_update(sites, theta, noise, linear, curvature, step, n_seen, *, q, alpha, fit_intercept):
     """One batch of the prefix-sum mechanisms: the sites' ``(a_b, J_b)`` at
     ``θ_{b-1}`` plus each site's correlated noise, added to the prefix sums;
     ``θ_b`` minimizes the sum of the batches' quadratic models plus the
     ridge (post-processing of the noisy prefix sums).
 
-    ``sites`` are in this process (their rows in ``sites.parts``);
+    ``sites`` are in this process (their rows in ``sites.parts``; CSR rows
+    are densified ``_DENSE_ROWS`` rows at a time, as the per-row joint
+    clipping of :func:`~skfedpriv.privacy._continual_summaries.linearized_summary`
+    works on dense rows: ``(a, J)`` are sums over rows);
     ``noise`` is the sites' :class:`~skfedpriv.privacy._continual_summaries.
     SiteNoiseStreams`; ``linear`` and ``curvature`` are the noisy prefix sums
     up to the previous batch (None on the first); ``step`` is the batch's
@@ -175,8 +190,10 @@ def continual_update(sites, theta, noise, linear, curvature, step, n_seen, *, q,
     p1, n_models = theta.shape
     a, J = np.zeros_like(theta), np.zeros((n_models, p1, p1))
     for X, Y, _ in sites.parts:
-        part_a, part_J = linearized_summary(X, Y, theta, q, fit_intercept)
-        a, J = a + part_a, J + part_J
+        for rows in _dense_blocks(X):
+            Xb = X[rows].toarray() if sp.issparse(X) else X
+            part_a, part_J = linearized_summary(Xb, Y[rows], theta, q, fit_intercept)
+            a, J = a + part_a, J + part_J
     noise_a, noise_J = noise.next()
     linear = (0.0 if linear is None else linear) + a + noise_a
     increment = J + noise_J

@@ -17,9 +17,15 @@ Two server updates:
   of a batch by Newton steps on these summaries;
 * :func:`published_step` is the single update (37) of Algorithm 1, as
   published, with ``H̄`` of eq. 38 (ridge ``n_b λ I`` on every coordinate).
+
+A site's rows ``X`` are a dense array or a CSR matrix: every pass over them
+is a product with ``X`` or ``Xᵀ`` (sparse products on CSR), and only the
+fixed-size results are dense: scores ``(n, K)``, sums ``(p1, K)``, Gram
+matrices ``(p1, p1)``.
 """
 
 import numpy as np
+import scipy.sparse as sp
 
 from .._loss import GenDWDLoss, as_loss
 from .._losses import fast_power, penalty_mask
@@ -81,11 +87,21 @@ def _gram(X, row_weights):
     return gram, weighted_sum
 
 
+def _sparse_gram(X, row_weights):
+    """``(Xᵀ diag(d) X, Xᵀ d)`` of CSR rows, any sign of ``d``: one sparse
+    product, densified (its ``(p, p)`` result takes at most 1.5 times the
+    dense matrix's memory, whatever the row count; the rows themselves are
+    never densified)."""
+    return (X.T @ (sp.diags(row_weights) @ X)).toarray(), X.T @ row_weights
+
+
 def augmented_gram(X, row_weights, fit_intercept):
     """``Σ_i d_i x̄_i x̄_iᵀ`` with ``x̄_i = (1, x_i)`` (or ``x_i``), without
     materializing the column of ones."""
     row_weights = np.asarray(row_weights, dtype=float)
-    if np.all(row_weights >= 0):
+    if sp.issparse(X):
+        gram_x, weighted_sum = _sparse_gram(X, row_weights)
+    elif np.all(row_weights >= 0):
         gram_x, weighted_sum = _gram(X, row_weights)
     else:
         gram_x = X.T @ (row_weights[:, None] * X)
@@ -115,7 +131,10 @@ def _augmented_sum(X, R, fit_intercept):
         return X.T @ R
     out = np.empty((X.shape[1] + 1, R.shape[1]))
     out[0] = R.sum(axis=0)
-    np.matmul(X.T, R, out=out[1:])
+    if sp.issparse(X):
+        out[1:] = X.T @ R
+    else:
+        np.matmul(X.T, R, out=out[1:])
     return out
 
 
@@ -206,9 +225,24 @@ def _row_curvature(Y, weights, scores, loss, exact=None):
 
 def _row_blocks(X):
     """Row slices of about ``_BLOCK_BYTES`` of ``X`` (a block stays in cache
-    between the two products that read it)."""
+    between the two products that read it); one slice of all rows of a
+    sparse ``X`` (a sparse product reads only the stored values)."""
+    if sp.issparse(X):
+        return [slice(None)]
     size = max(64, _BLOCK_BYTES // (8 * max(X.shape[1], 1)))
     return [slice(start, start + size) for start in range(0, len(X), size)]
+
+
+def _rows(X, rows):
+    """``X[rows]`` for a slice of :func:`_row_blocks` (no copy of all of a
+    sparse ``X``)."""
+    return X if rows == slice(None) else X[rows]
+
+
+def _n_numbers(X):
+    """``n p``, the numbers of ``X`` as a dense array: what the in-process
+    choices of a pass go by, so that sparse rows take dense rows' path."""
+    return X.shape[0] * X.shape[1]
 
 
 def site_curvature_product(X, Y, weights, Theta, V, loss, fit_intercept, exact=None,
@@ -224,7 +258,7 @@ def site_curvature_product(X, Y, weights, Theta, V, loss, fit_intercept, exact=N
     loss = as_loss(loss)
     out = np.zeros(V.shape)
     for rows in _row_blocks(X):
-        Xb = X[rows]
+        Xb = _rows(X, rows)
         if row_curvature is None:
             curvature = _row_curvature(Y[rows], weights[rows],
                                        augmented_scores(Xb, Theta, fit_intercept), loss, exact)
@@ -263,18 +297,18 @@ def _step_summaries(X, Y, weights, scores, S, steps, loss, fit_intercept):
     rows serves ``X S`` and every ``Xᵀ r`` while in cache). Shapes (T, K),
     (T, p1, K), (n, K)."""
     n_steps, n_models = len(steps), Y.shape[1]
-    direction_scores = np.empty((len(X), n_models))
+    direction_scores = np.empty((X.shape[0], n_models))
     total = np.zeros((n_steps, n_models))
     grad = np.zeros((S.shape[0], n_steps * n_models))
     steps = np.asarray(steps, dtype=float)[:, None, None]
     for rows in _row_blocks(X):
-        Xb = X[rows]
+        Xb = _rows(X, rows)
         direction_scores[rows] = augmented_scores(Xb, S, fit_intercept)
         along = steps * direction_scores[rows]
         block_loss, residual = _loss_and_residual(  # residual: (T, rows, K)
             Y[rows], weights[rows], along if scores is None else scores[rows] + along, loss)
         total += block_loss
-        grad += _augmented_sum(Xb, residual.transpose(1, 0, 2).reshape(len(Xb), -1),
+        grad += _augmented_sum(Xb, residual.transpose(1, 0, 2).reshape(Xb.shape[0], -1),
                                fit_intercept)
     return total, grad.reshape(S.shape[0], n_steps, n_models).transpose(1, 0, 2), direction_scores
 
@@ -513,7 +547,7 @@ class SiteData(DWDSites):
                 # the loss and gradient here are known (sent just before, or
                 # formed with the line search that reached this point)
                 total, grad = self._last_summary[1]
-            elif X.size >= _FUSED_SIZE and self._cached_scores(Theta) is None:
+            elif _n_numbers(X) >= _FUSED_SIZE and self._cached_scores(Theta) is None:
                 # scores not known here (e.g. the full step of a Newton step):
                 # X Theta and the gradient sum in one read of the rows
                 losses, grads, scores = _step_summaries(X, Y, w, None, Theta, [1.0], loss,
@@ -561,7 +595,7 @@ class SiteData(DWDSites):
         loss = as_loss(loss)
         steps = [float(t) for t in steps]
         if (self._pooled and self._fuse and len(steps) <= _FUSED_STEPS
-                and self.parts[0][0].size >= _FUSED_SIZE):
+                and _n_numbers(self.parts[0][0]) >= _FUSED_SIZE):
             # a few steps (Newton's full step, or it and longer ones): the
             # gradient at each is formed in the same pass over the rows, and
             # the one at the step taken answers the next request (advance)

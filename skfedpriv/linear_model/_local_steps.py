@@ -24,6 +24,7 @@ rows of a batch; :mod:`skfedpriv.flower` implements it over remote learners.
 import abc
 
 import numpy as np
+import scipy.sparse as sp
 
 from .._loss import LogisticLoss
 from .._losses import add_intercept_column, one_vs_rest_targets, penalty_mask
@@ -290,8 +291,11 @@ class BatchLearners(LogisticLearners):
 
     Parameters
     ----------
-    X, y : ndarray
-        The validated rows and labels.
+    X : ndarray or CSR matrix
+        The validated rows; CSR rows are densified one round's rows at a
+        time (``fit``: about ``n / n_rounds`` rows of ``p`` floats).
+    y : ndarray
+        The labels.
     site_labels : ndarray of shape (n_learners,)
         Learner labels (``numpy.unique`` order).
     site_codes : ndarray of int of shape (n_rows,)
@@ -324,8 +328,11 @@ class BatchLearners(LogisticLearners):
 
     def local_updates(self, request):
         rows = self._rounds[request.step]
+        X = self.X[rows]
+        if sp.issparse(X):
+            X = X.toarray()  # one round's rows, dense (the local steps' updates are)
         learners, messages = learner_messages(
-            request.theta, self.X[rows], self.y[rows], self.site_codes[rows],
+            request.theta, X, self.y[rows], self.site_codes[rows],
             request.classes, request.settings,
         )
         labels = self.site_labels[learners]

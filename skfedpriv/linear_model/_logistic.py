@@ -581,7 +581,13 @@ default=None
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Sparse rows are used as CSR. ``solver='newton'``: sparse
+            products, the rows never densified (the curvature matrix is
+            dense, ``(p + 1)²`` numbers, times ``K²`` for the multinomial
+            loss). ``solver='local-steps'`` (every mechanism): one round's
+            rows are densified at a time (``fit``: about ``n / n_rounds``
+            rows of ``p`` floats).
         y : array-like of shape (n_samples,)
         sample_group : array-like of shape (n_samples,), default=None
             Learner of each row (any hashable labels); None is one learner.
@@ -597,8 +603,9 @@ default=None
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            The round's clients (rows), in arrival order per learner.
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            The round's clients (rows), in arrival order per learner;
+            sparse rows as in :meth:`fit`.
         y : array-like of shape (n_samples,)
         sample_group : array-like of shape (n_samples,), default=None
             Learner of each row; None is one learner. Learners not in the
@@ -863,7 +870,7 @@ default=None
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
 
         Returns
         -------

@@ -11,10 +11,11 @@ unchanged, the direction of the others is kept.
 import math
 
 import numpy as np
+import scipy.sparse as sp
 
 from ._calibration import _check_positive_finite
 
-__all__ = ["clip_rows", "clip_vectors"]
+__all__ = ["clip_rows", "clip_vectors", "sparse_row_norms"]
 
 
 def _norms(V, ord):
@@ -30,6 +31,48 @@ def _norms(V, ord):
         peak = np.abs(sub).max(axis=1, keepdims=True)
         norms[big] = peak[:, 0] * _norms(sub / peak, ord)
     return norms
+
+
+def sparse_row_norms(X, norm):
+    """The ``norm`` (``'l2'``, ``'l1'`` or ``'max'``) of each row of a CSR
+    matrix in canonical form (no column stored twice: ``sum_duplicates``),
+    from its stored values only (the L2 norm rescaled by the row's largest
+    value, so squares of huge entries cannot overflow)."""
+    n_rows = X.shape[0]
+    rows = np.repeat(np.arange(n_rows), np.diff(X.indptr))
+    values = np.abs(X.data)
+    if norm == "l1":
+        return np.bincount(rows, values, minlength=n_rows)
+    peak = np.zeros(n_rows)
+    np.maximum.at(peak, rows, values)
+    if norm == "max":
+        return peak
+    safe = np.where(peak > 0, peak, 1.0)
+    return peak * np.sqrt(np.bincount(rows, (values / safe[rows]) ** 2, minlength=n_rows))
+
+
+def _clip_factors(norms, max_norm, size, eps):
+    """``min(1, target / ‖v‖)`` per slice, ``target`` a few ulps inside the
+    ball, so that a scaled slice's norm stays ``<= max_norm`` whichever
+    (pairwise or naive) summation order a caller uses to recompute it; the
+    relative margin is ~(log2(size) + 2) ulps."""
+    over = norms > max_norm
+    target = max_norm * (1.0 - 2.0 * eps * (math.log2(max(1, size)) + 2.0))
+    factor = np.ones_like(norms)
+    factor[over] = target / norms[over]
+    return factor
+
+
+def _shrink_until_inside(norms_of, shrink, max_norm, eps):
+    """Guard: should rounding still leave a scaled slice above the bound,
+    shrink it by a few ulps (``shrink(mask, factor)``; a fixed number of
+    vectorized passes)."""
+    factor = 1.0 - 4.0 * eps
+    for _ in range(8):
+        still = norms_of() > max_norm
+        if not still.any():
+            break
+        shrink(still, factor)
 
 
 def clip_vectors(G, max_norm, ord=2):
@@ -95,25 +138,14 @@ def clip_vectors(G, max_norm, ord=2):
         raise ValueError("G contains NaN or infinite values; cannot clip.")
     expand = (slice(None),) + (np.newaxis,) * (G.ndim - 1)
 
-    norms = _norms(G, ord)
-    over = norms > max_norm
-    # Scaled slices aim a few ulps inside the ball, so that their norm stays
-    # <= max_norm whichever (pairwise or naive) summation order a caller uses
-    # to recompute it; the relative margin is ~(log2(size) + 2) ulps.
     eps = np.finfo(G.dtype).eps
-    size = max(1, int(np.prod(G.shape[1:])))
-    target = max_norm * (1.0 - 2.0 * eps * (math.log2(size) + 2.0))
-    factor = np.ones_like(norms)
-    factor[over] = target / norms[over]
-    out = G * factor[expand]
-    # Guard: should rounding still leave a scaled slice above the bound,
-    # shrink it by a few ulps (a fixed number of vectorized passes).
-    shrink = 1.0 - 4.0 * eps
-    for _ in range(8):
-        still = _norms(out, ord) > max_norm
-        if not still.any():
-            break
-        out[still] *= shrink
+    size = int(np.prod(G.shape[1:]))
+    out = G * _clip_factors(_norms(G, ord), max_norm, size, eps)[expand]
+
+    def shrink(mask, factor):
+        out[mask] *= factor
+
+    _shrink_until_inside(lambda: _norms(out, ord), shrink, max_norm, eps)
     return out
 
 
@@ -128,8 +160,10 @@ def clip_rows(X, max_norm, ord=2):
 
     Parameters
     ----------
-    X : array-like of shape (n_samples, n_features)
-        Rows to clip; finite.
+    X : {array-like, sparse matrix} of shape (n_samples, n_features)
+        Rows to clip; finite. A sparse matrix is clipped as CSR, from its
+        stored values (the same factors and inward margin as a dense row;
+        its zeros stay zero).
     max_norm : float
         Bound ``C``, finite and > 0.
     ord : {2, 1}, default=2
@@ -137,10 +171,10 @@ def clip_rows(X, max_norm, ord=2):
 
     Returns
     -------
-    X_clipped : ndarray of shape (n_samples, n_features)
-        A new floating-point array. Rows already inside the ball (and zero
-        rows) are unchanged; the other rows keep their direction and have
-        norm ``<= max_norm``.
+    X_clipped : {ndarray, CSR matrix} of shape (n_samples, n_features)
+        A new floating-point array (CSR if ``X`` is sparse). Rows already
+        inside the ball (and zero rows) are unchanged; the other rows keep
+        their direction and have norm ``<= max_norm``.
 
     References
     ----------
@@ -158,6 +192,8 @@ def clip_rows(X, max_norm, ord=2):
     >>> clip_rows([[3.0, -1.0]], 2.0, ord=1).round(12).tolist()
     [[1.5, -0.5]]
     """
+    if sp.issparse(X):
+        return _clip_sparse_rows(X, max_norm, ord)
     X = np.asarray(X)
     if X.ndim != 2:
         raise ValueError(
@@ -165,3 +201,28 @@ def clip_rows(X, max_norm, ord=2):
             "use clip_vectors for other shapes."
         )
     return clip_vectors(X, max_norm, ord=ord)
+
+
+def _clip_sparse_rows(X, max_norm, ord):
+    """:func:`clip_rows` of a sparse matrix: a CSR copy whose stored values
+    are scaled by :func:`clip_vectors`' factors and guard."""
+    max_norm = _check_positive_finite(max_norm, "max_norm")
+    if isinstance(ord, (bool, np.bool_)) or ord not in (1, 2):
+        raise ValueError(f"ord must be 1 or 2, got {ord!r}.")
+    out = sp.csr_matrix(X, dtype=np.float64, copy=True)
+    # canonical form: a row's norm from its stored values is its norm only
+    # when no column is stored twice (else (a + b)² > a² + b² escapes the bound)
+    out.sum_duplicates()
+    if not np.all(np.isfinite(out.data)):
+        raise ValueError("X contains NaN or infinite values; cannot clip.")
+    norm = "l2" if ord == 2 else "l1"
+    eps = np.finfo(np.float64).eps
+    counts = np.diff(out.indptr)
+    out.data *= np.repeat(_clip_factors(sparse_row_norms(out, norm), max_norm, out.shape[1],
+                                        eps), counts)
+
+    def shrink(mask, factor):
+        out.data[np.repeat(mask, counts)] *= factor
+
+    _shrink_until_inside(lambda: sparse_row_norms(out, norm), shrink, max_norm, eps)
+    return out
