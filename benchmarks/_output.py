@@ -46,3 +46,13 @@ def output_dir(path):
 def wrote(path):
     """Say where a file was written (absolute path)."""
     print(f"wrote {pathlib.Path(path).resolve()}", flush=True)
+
+
+def markdown_table(rows, columns, fmt=str, header=None):
+    """A markdown table of ``rows`` (dicts), one column per key of
+    ``columns``, headed by ``header`` (default: the keys), each cell
+    ``fmt(value)``."""
+    header = list(columns) if header is None else list(header)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(fmt(row[c]) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)

@@ -20,7 +20,7 @@ from sklearn.preprocessing import StandardScaler
 
 from skfedpriv import LogisticRegression
 
-from _output import benchmark_parser, output_dir, wrote
+from _output import benchmark_parser, markdown_table, output_dir, wrote
 
 DATASETS = {"breast_cancer": load_breast_cancer, "iris": load_iris, "wine": load_wine,
             "digits": load_digits}
@@ -98,9 +98,7 @@ def main(argv=None):
     rows = [row for name in names for row in rows_for(name, DATASETS[name], args.repetitions)]
     columns = ["dataset", "n", "p", "classes", "method", "seconds", "newton_steps", "rounds",
                "accuracy", "coef_gap"]
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_fmt(row[c]) for c in columns) + " |" for row in rows]
-    table = "\n".join(lines)
+    table = markdown_table(rows, columns, _fmt)
     print(table)
     folder = output_dir(args.output_dir)
     suffix = "_quick" if args.quick else ""

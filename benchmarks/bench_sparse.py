@@ -36,7 +36,7 @@ from threadpoolctl import threadpool_limits
 
 from skfedpriv import DWDClassifier, LogisticRegression
 
-from _output import benchmark_parser, output_dir, wrote
+from _output import benchmark_parser, markdown_table, output_dir, wrote
 
 PER_ROW = 50  # stored values a row, on average (a short text's distinct words)
 
@@ -120,9 +120,7 @@ def main(argv=None):
                "matrix_mb", "accuracy"]
     header = ["method", "n (train)", "p", "density", "nnz", "s", "peak MB", "dense rows MB",
               "(p+1)² MB", "test acc."]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_fmt(row[c]) for c in columns) + " |" for row in rows]
-    table = "\n".join(lines)
+    table = markdown_table(rows, columns, _fmt, header)
     print(table)
     md = output_dir(args.output_dir) / f"sparse{'_quick' if args.quick else ''}.md"
     md.write_text(f"# Fits on sparse CSR rows ({PER_ROW} stored values a row)\n\n"
