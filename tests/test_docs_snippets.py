@@ -27,16 +27,12 @@ FIRST_LINE_REQUIRES = re.compile(r"#\s*requires:\s*(.+)")
 
 # Pages whose every block needs an extra (until the page marks its blocks):
 # the page's name -> the modules.
-PAGE_REQUIRES = {"flower.md": ["flwr"]}
+PAGE_REQUIRES = {}
 
 # Blocks that fail as printed, whose file belongs to ongoing work: the file's
 # name -> the reason (the test then xfails, strictly: it must start passing
 # once the file is fixed).
-KNOWN_FAILING = {
-    "flower.md": "its blocks use DWDClassifier, X, y and g without defining them, and "
-                 "the package's own site labels ('site-0', ...) make `g == s` select no "
-                 "rows (issue 25; the page is being rewritten)",
-}
+KNOWN_FAILING = {}
 
 
 def blocks(path):
