@@ -257,9 +257,9 @@ def test_tree_is_exact_with_noise_off():
     bound = math.floor(math.log2(tree.horizon)) + 1
     assert all(tree.nodes_in_prefix(t) <= bound for t in range(1, tree.horizon + 1))
     # the final decision is eq. 6 applied to the exact prefix sum
-    z = clf._training_state.z - 1
+    z = clf._training_state.block - 1
     eta = 2 * clf.h_
-    np.testing.assert_allclose(clf._training_state.W, project(-released[-1] / eta, "l2", 10.0))
+    np.testing.assert_allclose(clf._training_state.decisions, project(-released[-1] / eta, "l2", 10.0))
     assert z == 25
 
 

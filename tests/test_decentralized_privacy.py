@@ -140,9 +140,9 @@ def test_ogd_release_is_next_round_messages_with_independent_noise():
               fit_intercept=False, radius=10.0,
               classes=[0, 1], random_state=0).fit(_X[:10], _Y[:10], sample_group=_G[:10])
     st = est._training_state
-    noise = st.sent - st.W
+    noise = st.messages - st.decisions
     assert np.all(noise != 0) and not np.allclose(noise[0], noise[1])
-    W = st.sent
+    W = st.messages
     np.testing.assert_array_equal(est.learner_coef_[:, 0, 0], W[:, 1, 0] - W[:, 0, 0])
     T, D = 5, 2
     b = DLR._ogd_noise_scale(T, T, D, 1.0, 10.0, 0.0, 1.0)
@@ -151,7 +151,7 @@ def test_ogd_release_is_next_round_messages_with_independent_noise():
     assert est.noise_scale_ == pytest.approx(DLR._ogd_noise_scale(1, T, D, 1.0, 10.0, 0.0, 1.0))
     # non-private: the message is the decision itself
     plain = DLR(solver="ogd", fit_intercept=False).fit(_X[:10], _Y[:10], sample_group=_G[:10])
-    np.testing.assert_array_equal(plain._training_state.sent, plain._training_state.W)
+    np.testing.assert_array_equal(plain._training_state.messages, plain._training_state.decisions)
 
 
 def test_ogd_message_sensitivity_brute_force():
@@ -328,7 +328,7 @@ def test_training_pickle_resumes_bit_identically(solver):
         straight.partial_fit(X[lo:hi], y[lo:hi], sample_group=g[lo:hi])
         resumed.partial_fit(X[lo:hi], y[lo:hi], sample_group=g[lo:hi])
     np.testing.assert_array_equal(straight.learner_coef_, resumed.learner_coef_)
-    np.testing.assert_array_equal(straight._training_state.W, resumed._training_state.W)
+    np.testing.assert_array_equal(straight._training_state.decisions, resumed._training_state.decisions)
     assert straight.n_rounds_seen_ == resumed.n_rounds_seen_ == 40
     with pytest.raises(StreamReplayError):  # the stream continues on one copy (#20, 5)
         est.partial_fit(X[60:90], y[60:90], sample_group=g[60:90])

@@ -100,19 +100,3 @@ class DecentralizedTrainingState(TrainingState):
     #: set by the estimator's commit under a mechanism (its stream position)
     stream_id: object = field(default=None)
     position: int = 0
-
-    # the paper's symbols, read by the tests of the algorithm
-    @property
-    def W(self):
-        """``x_i(z)`` as an array: :attr:`decisions`."""
-        return self.decisions
-
-    @property
-    def z(self):
-        """The block index ``z``: :attr:`block`."""
-        return self.block
-
-    @property
-    def sent(self):
-        """PD-OGD's next messages: :attr:`messages`."""
-        return self.messages
