@@ -608,6 +608,12 @@ default=None
     def _check_param_combinations(self, params):
         return _settings_from_params(params)
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # inference=True is offered for two classes only
+        tags.classifier_tags.multi_class = not self.inference
+        return tags
+
     # ------------------------------------------------------------------
     # public API
     # ------------------------------------------------------------------

@@ -126,7 +126,8 @@ def _check_inference(settings, sites, classes):
         return
     if len(classes) != 2:
         raise ValueError(
-            f"inference=True is offered for two classes only, got {len(classes)}: "
+            f"Only binary classification is supported with inference=True (two "
+            f"classes only), got {len(classes)} classes: "
             "the multinomial parameters are identified only up to a common shift "
             "of the class models, which has no covariance. Fit with inference=False."
         )
