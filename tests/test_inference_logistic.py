@@ -12,6 +12,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from skfedpriv import LogisticRegression
 from skfedpriv._param_validation import InvalidParameterError
 from skfedpriv.linear_model._dwd_solver import SiteData
+from skfedpriv.linear_model._local_steps import BatchLearners
 
 BETA = np.array([0.4, 1.0, -0.7])  # intercept, coefficients
 
@@ -168,6 +169,10 @@ def test_refusals_change_nothing():
     sites = QuietSites.from_rows(X, y, np.ones(len(y)), [np.arange(len(y))])
     with pytest.raises(NotImplementedError, match="does not offer"):
         clf.fit_sites(sites, classes=[0, 1])
+    _assert_same(before, clf)
+    learners = BatchLearners(X, y, np.array(["a"]), np.zeros(len(y), dtype=int), 1)
+    with pytest.raises(ValueError, match="local-steps protocol"):
+        clf.fit_sites(learners)  # solver='auto' resolves to the local steps here
     _assert_same(before, clf)
     stream = LogisticRegression(inference=True).partial_fit(X, y, classes=[0, 1])
     before = _state(stream.set_params(inference=False))
