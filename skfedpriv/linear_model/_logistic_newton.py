@@ -128,8 +128,9 @@ def _check_inference(settings, sites, classes):
         raise ValueError(
             f"Only binary classification is supported with inference=True (two "
             f"classes only), got {len(classes)} classes: "
-            "the multinomial parameters are identified only up to a common shift "
-            "of the class models, which has no covariance. Fit with inference=False."
+            "the multinomial sites send no inference summary (their parameters "
+            "carry a gauge term along the intercepts' common shift). Fit with "
+            "inference=False."
         )
     if not getattr(sites, "offers_inference", False):
         raise NotImplementedError(
