@@ -28,6 +28,7 @@ from ..privacy._gradient_noise import (
 )
 from ._base import FederatedClassifierMixin, StreamSettings, TrainingState
 from ._dwd_sites import DWDSites
+from ._inference import CoefficientInferenceMixin
 from ._local_steps import BatchLearners, RoundRequest
 from ._logistic_newton import newton_sites, newton_update
 
@@ -60,6 +61,7 @@ class LogisticSettings(StreamSettings):
     solver: str = "auto"
     max_iter: int = 100
     tol: float = 1e-12
+    inference: bool = False
 
     def ridge(self, solver):
         """The ridge ``alpha`` the resolved ``solver`` runs with: the given
@@ -129,9 +131,28 @@ def _check_solver(params):
 DEFAULT_NEWTON_ALPHA = 1e-4
 
 
+def _check_inference(params):
+    """``inference=True`` needs the Newton path without a mechanism (the
+    covariance is computed from exact sums)."""
+    if not params["inference"]:
+        return
+    if params["mechanism"] is not None:
+        raise InvalidParameterError(
+            f"inference=True is not offered with a privacy mechanism (mechanism="
+            f"{params['mechanism']!r}): the covariance would be computed from exact "
+            "sums. Use inference=False, or fit without a mechanism."
+        )
+    if params["solver"] == "local-steps":
+        raise InvalidParameterError(
+            "inference=True needs solver='newton' (or 'auto' without a mechanism): "
+            "the local-steps solver keeps no curvature to build a covariance from."
+        )
+
+
 def _settings_from_params(params):
     """The cross-parameter rules; ``params`` already passed the constraints."""
     _check_solver(params)
+    _check_inference(params)
     return LogisticSettings(
         local_steps=int(params["local_steps"]),
         learning_rate=_resolve_learning_rate(params),
@@ -148,6 +169,7 @@ def _settings_from_params(params):
         solver=params["solver"],
         max_iter=int(params["max_iter"]),
         tol=float(params["tol"]),
+        inference=bool(params["inference"]),
     )
 
 
@@ -167,7 +189,7 @@ def noise_calibration(settings):
                                     settings.delta, sensitivity)
 
 
-class LogisticRegression(FederatedClassifierMixin, BaseEstimator):
+class LogisticRegression(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEstimator):
     """Online federated logistic regression: Newton, or local steps with local DP.
 
     Rows live at *learners* (sites) named by ``sample_group``. Two solvers
@@ -324,6 +346,16 @@ default=None
     tol : float, default=1e-12
         Newton stops once half its decrement ``½ gᵀH⁻¹g`` (the objective gap
         of the quadratic model) is at most ``tol`` times the objective.
+    inference : bool, default=False
+        Two classes, ``solver='newton'``, no mechanism (refused otherwise,
+        before anything changes): also estimate the covariance of
+        ``(intercept_, coef_)``, the sandwich ``H⁻¹ B H⁻¹`` of the penalized
+        M-estimator, propagated over a ``partial_fit`` stream (see
+        :doc:`/guide_inference`). Its target is the population minimizer of
+        the penalized objective at the same ``alpha`` (the true coefficients
+        of a well-specified logistic model as ``alpha -> 0``). One more
+        summary per batch from each site (curvature and score outer
+        products at the new estimate).
 
     Attributes
     ----------
@@ -384,6 +416,15 @@ default=None
         and ``privacy_spent_`` (``(inf, 0.0)``); the renewable curvature
         stays in the training state. The local-steps attributes
         (sensitivities, ``learning_rate_``) are not defined.
+    coef_cov_ : ndarray of shape (1, p1, p1)
+        With ``inference=True``: the estimated covariance of
+        ``(intercept_, coef_)`` (the intercept first, when fitted).
+        Non-private, like every Newton attribute.
+    coef_se_ : ndarray of shape (1, n_features)
+        With ``inference=True``: standard errors of ``coef_``.
+    intercept_se_ : ndarray of shape (1,)
+        With ``inference=True``: standard error of ``intercept_`` (0
+        without one). :meth:`confint` and :meth:`summary` use them.
 
     Notes
     -----
@@ -521,6 +562,7 @@ default=None
         "solver": [Options("auto", "newton", "local-steps")],
         "max_iter": [Interval(numbers.Integral, 1, None)],
         "tol": [Interval(numbers.Real, 0, None, closed="neither")],
+        "inference": ["boolean"],
     }
 
     def __init__(
@@ -542,6 +584,7 @@ default=None
         solver="auto",
         max_iter=100,
         tol=1e-12,
+        inference=False,
     ):
         self.local_steps = local_steps
         self.learning_rate = learning_rate
@@ -560,9 +603,16 @@ default=None
         self.solver = solver
         self.max_iter = max_iter
         self.tol = tol
+        self.inference = inference
 
     def _check_param_combinations(self, params):
         return _settings_from_params(params)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # inference=True is offered for two classes only
+        tags.classifier_tags.multi_class = not self.inference
+        return tags
 
     # ------------------------------------------------------------------
     # public API
@@ -702,6 +752,11 @@ default=None
         solver = settings.solver
         if solver == "auto":
             solver = "local-steps" if settings.mechanism is not None or learners else "newton"
+        if solver != "newton" and settings.inference:
+            raise ValueError(
+                "inference=True needs solver='newton' (sites that send sums); this "
+                "call runs the local-steps protocol. Fit with inference=False."
+            )
         if solver == "newton" and learners:
             raise ValueError(
                 "solver='newton' needs sites that send sums (a DWDSites); these "
@@ -724,7 +779,8 @@ default=None
         learner_labels[:] = labels
         return newton_update(sites, classes, settings,
                              None if first else self._training_state.renewable,
-                             0 if first else self.n_rounds_seen_, learner_labels)
+                             0 if first else self.n_rounds_seen_, learner_labels,
+                             None if first else getattr(self._training_state, "coef_cov", None))
 
     def _update(self, batch, classes, settings, *, first, new_stream):
         """Newton on the rows' sites in this process (:meth:`_newton_update`),

@@ -19,9 +19,10 @@ model ``½ (θ - θ_{b-1})ᵀ P (θ - θ_{b-1})`` of the earlier batches.
 import numpy as np
 
 from .._loss import LogisticLoss, MultinomialLoss
-from .._losses import split_intercept
+from .._losses import penalty_mask, split_intercept
 from ._base import TrainingState
 from ._dwd_solver import SiteData
+from ._inference import inference_attributes, renewable_covariance, score_covariance
 from ._multinomial_sites import MultinomialSites, multinomial_penalty
 from ._renewable import RenewableState, renewable_step
 
@@ -42,7 +43,7 @@ def newton_sites(batch, classes):
                             batch.n_sites)
 
 
-def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels):
+def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels, coef_cov=None):
     """One batch of the Newton path (the stream's first when ``stream`` is None).
 
     Parameters
@@ -56,6 +57,8 @@ def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels)
         Requests to the sites in earlier batches.
     learner_labels : ndarray of object
         The sites seen so far, this batch's included (``learner_labels_``).
+    coef_cov : ndarray of shape (1, p1, p1) or None
+        ``inference``: the covariance after the earlier batches.
 
     Returns
     -------
@@ -66,6 +69,7 @@ def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels)
         is a raw statistic of the rows: never published).
     """
     loss = newton_loss(classes)
+    _check_inference(settings, sites, classes)
     if (loss.kind == "multinomial") != isinstance(sites, MultinomialSites):
         raise ValueError(
             f"{len(classes)} classes need sites of the {loss.name} loss "
@@ -85,6 +89,9 @@ def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels)
         tol=settings.tol, online_steps=settings.max_iter, penalty=penalty, matrices=True,
         newton_online=True,
     )
+    if settings.inference:
+        coef_cov = _covariance_step(sites, stream, coef_cov, settings, loss, theta, curvature,
+                                    started)
     seen = stream.seen + sites.weight_sum
     renewable = RenewableState(
         theta, curvature if stream.curvature is None else stream.curvature + curvature,
@@ -107,4 +114,45 @@ def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels)
         "solver_": "newton",
         "_settings": settings,
     }
-    return release, TrainingState(renewable=renewable)
+    if settings.inference:
+        release.update(inference_attributes(coef_cov, fit_intercept))
+    return release, TrainingState(renewable=renewable, coef_cov=coef_cov)
+
+
+def _check_inference(settings, sites, classes):
+    """``inference=True`` for two classes on sites that send the inference
+    summary; refused before anything is asked of the sites."""
+    if not settings.inference:
+        return
+    if len(classes) != 2:
+        raise ValueError(
+            f"Only binary classification is supported with inference=True (two "
+            f"classes only), got {len(classes)} classes: "
+            "the multinomial sites send no inference summary (their parameters "
+            "carry a gauge term along the intercepts' common shift). Fit with "
+            "inference=False."
+        )
+    if not getattr(sites, "offers_inference", False):
+        raise NotImplementedError(
+            f"inference=True needs sites that send the inference summary; "
+            f"{type(sites).__name__} does not offer it. Fit with inference=False."
+        )
+
+
+def _covariance_step(sites, stream, previous, settings, loss, theta, curvature, started):
+    """The covariance of the estimate after this batch: the sandwich for the
+    first, then the renewable recursion (see :mod:`._inference`).
+
+    The objective's ridge is ``(α W_b / 2) ‖β‖²`` per batch, so a row's
+    penalty score is ``α P θ`` and the batch's ridge curvature ``α W_b P``;
+    ``curvature`` (the batch's, ridge included) is what the renewable
+    equation solved with, ``stream.curvature`` the accumulated one.
+    """
+    summary = sites.inference_summary(theta, loss.derivative, loss.curvature)
+    penalty = settings.ridge("newton") * penalty_mask(theta.shape[0], settings.fit_intercept)
+    return renewable_covariance(
+        previous, starting=started & ~stream.started, continuing=started & stream.started,
+        prior=stream.curvature, exact=summary.curvature, used=curvature,
+        ridge=penalty * sites.weight_sum, score_cov=score_covariance(summary, theta, penalty),
+        one_step=False,
+    )
