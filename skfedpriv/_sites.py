@@ -201,8 +201,7 @@ def splits_sites(n_sites, n_rows, n_jobs=None):
     """
     if n_sites == 1 or runs_in_process(n_jobs):
         return False
-    backend, _ = get_active_backend()
-    if type(backend).__name__ in _LOCAL_BACKENDS:
+    if _local_backend():
         return n_rows >= _MIN_ROWS_PER_JOB * max(1, effective_n_jobs(n_jobs))
     return True
 
@@ -213,9 +212,15 @@ def runs_in_process(n_jobs=None):
     That is the case for ``n_jobs`` in (None, 1) under joblib's local backends
     (no ``parallel_config`` asking for more jobs or for a cluster backend).
     """
-    backend, configured_n_jobs = get_active_backend()
+    _, configured_n_jobs = get_active_backend()
     effective = n_jobs if n_jobs is not None else configured_n_jobs
-    return effective in (None, 1) and type(backend).__name__ in _LOCAL_BACKENDS
+    return effective in (None, 1) and _local_backend()
+
+
+def _local_backend():
+    """True when joblib's active backend runs in this machine's processes."""
+    backend, _ = get_active_backend()
+    return type(backend).__name__ in _LOCAL_BACKENDS
 
 
 _DASK_BACKEND = "DaskDistributedBackend"
@@ -314,8 +319,7 @@ def map_sites(func, site_args, n_jobs=None):
         return client.gather(futures)
     if len(site_args) == 1 or runs_in_process(n_jobs):
         return [func(*args) for args in site_args]
-    backend, _ = get_active_backend()
-    if type(backend).__name__ in _LOCAL_BACKENDS:
+    if _local_backend():
         return list(_thread_pool(effective_n_jobs(n_jobs)).map(lambda args: func(*args), site_args))
     return Parallel(n_jobs=n_jobs, prefer="threads")(
         delayed(func)(*args) for args in site_args

@@ -15,7 +15,6 @@ from sklearn.preprocessing import FunctionTransformer
 
 from skfedpriv import (
     BoundedScaler,
-    DecentralizedLogisticRegression,
     DWDClassifier,
     LogisticRegression,
     release,

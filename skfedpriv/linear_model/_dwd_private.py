@@ -25,7 +25,6 @@ import scipy.sparse as sp
 from scipy.optimize import brentq
 
 from .._loss import as_loss
-from .._losses import gendwd_curvature_bound
 from ..privacy._continual_summaries import linearized_summary
 from .._losses import penalty_mask
 from ..privacy._objective_perturbation import summary_sensitivity

@@ -16,7 +16,6 @@ Song 2020; the DWD paper's OnWP): the batch's loss plus the quadratic
 model ``½ (θ - θ_{b-1})ᵀ P (θ - θ_{b-1})`` of the earlier batches.
 """
 
-import numpy as np
 
 from .._loss import LogisticLoss, MultinomialLoss
 from .._losses import penalty_mask, split_intercept
