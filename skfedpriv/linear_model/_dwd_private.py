@@ -186,18 +186,36 @@ def continual_update(sites, theta, noise, linear, curvature, step, n_seen, *, q,
     Returns the new parameters, the noisy prefix sum of ``a`` and the noisy
     ``J_b`` (its increment of the curvature prefix sum).
     """
-    p1, n_models = theta.shape
-    a, J = np.zeros_like(theta), np.zeros((n_models, p1, p1))
-    for X, Y, _ in sites.parts:
-        for rows in _dense_blocks(X):
-            Xb = X[rows].toarray() if sp.issparse(X) else X
-            part_a, part_J = linearized_summary(Xb, Y[rows], theta, q, fit_intercept)
-            a, J = a + part_a, J + part_J
+    a, J = rows_summary(sites.parts, theta, q, fit_intercept)
     noise_a, noise_J = noise.next()
     linear = (0.0 if linear is None else linear) + a + noise_a
     increment = J + noise_J
     summed = (0.0 if curvature is None else curvature) + increment
+    theta = summed_model_minimizer(linear, summed, noise.prefix_variance(step), n_seen,
+                                   alpha=alpha, fit_intercept=fit_intercept)
+    return theta, linear, increment
+
+
+def rows_summary(parts, theta, q, fit_intercept):
+    """``(a, J)`` of :func:`~skfedpriv.privacy._continual_summaries.
+    linearized_summary` summed over ``parts`` (``(X, Y, ...)`` tuples; CSR
+    rows densified ``_DENSE_ROWS`` at a time)."""
+    p1, n_models = theta.shape
+    a, J = np.zeros_like(theta), np.zeros((n_models, p1, p1))
+    for X, Y, *_ in parts:
+        for rows in _dense_blocks(X):
+            Xb = X[rows].toarray() if sp.issparse(X) else X
+            part_a, part_J = linearized_summary(Xb, Y[rows], theta, q, fit_intercept)
+            a, J = a + part_a, J + part_J
+    return a, J
+
+
+def summed_model_minimizer(linear, summed, noise_variance, n_seen, *, alpha, fit_intercept):
+    """``θ`` minimizing the summed quadratic models ``θᵀ a + ½ θᵀ J θ`` plus
+    the ridge, from noisy prefix sums (post-processing); ``noise_variance``
+    is the variance per entry of the noise in ``summed``."""
+    p1 = linear.shape[0]
     ridge = alpha * n_seen * penalty_mask(p1, fit_intercept)
     # curvature below the prefix noise's spectral norm is taken at that level
-    system = _project_psd(summed, math.sqrt(noise.prefix_variance(step))) + np.diag(ridge)[None]
-    return -_solve_psd(system, linear), linear, increment
+    system = _project_psd(summed, math.sqrt(noise_variance)) + np.diag(ridge)[None]
+    return -_solve_psd(system, linear)

@@ -35,6 +35,7 @@ from .._sites import (
     grouped_row_indices,
     map_sites,
     scatter_sites,
+    site_row_indices,
     splits_sites,
 )
 from ..privacy._objective_perturbation import site_noise
@@ -414,16 +415,20 @@ class SiteData(DWDSites):
     def from_rows(cls, X, y, sample_weight, site_rows, n_jobs=None):
         """Sites holding raw rows: features, labels and row weights, with
         ``site_rows[s]`` the row indices of site ``s``."""
-        return cls._from_raw(X, y, sample_weight, len(site_rows),
-                             lambda: group_site_rows(site_rows, n_jobs), n_jobs)
+        sites = cls._from_raw(X, y, sample_weight, len(site_rows),
+                              lambda: group_site_rows(site_rows, n_jobs), n_jobs)
+        sites._per_site = lambda: list(site_rows)
+        return sites
 
     @classmethod
     def from_site_codes(cls, X, y, sample_weight, site_codes, n_sites, n_jobs=None):
         """:meth:`from_rows` with the site of each row as a code in
         ``range(n_sites)``; the rows are split by site only if the sites'
         work runs apart (not for the pooled pass in process)."""
-        return cls._from_raw(X, y, sample_weight, n_sites,
-                             lambda: grouped_row_indices(site_codes, n_sites, n_jobs), n_jobs)
+        sites = cls._from_raw(X, y, sample_weight, n_sites,
+                              lambda: grouped_row_indices(site_codes, n_sites, n_jobs), n_jobs)
+        sites._per_site = lambda: site_row_indices(site_codes, n_sites)
+        return sites
 
     @classmethod
     def _from_raw(cls, X, y, sample_weight, n_sites, split, n_jobs):
@@ -453,6 +458,15 @@ class SiteData(DWDSites):
         X, Y, weights = prepare_rows(X, y, sample_weight, classes, fit_intercept=fit_intercept,
                                      class_weight=class_weight, clip_norm=clip_norm)
         self._setup(X, Y, weights, n_sites, split, n_jobs, bool(fit_intercept))
+        self._prepared = (X, Y)
+
+    def site_parts(self):
+        """The prepared rows of each site, ``[(X_s, Y_s)]`` in site order, for
+        a mechanism in which each site transforms its own sum (rounds it);
+        only for sites built from raw rows (:meth:`from_rows`,
+        :meth:`from_site_codes`) and prepared."""
+        X, Y = self._prepared
+        return [(X[rows], Y[rows]) for rows in self._per_site()]
 
     def _setup(self, X, Y, weights, n_sites, split, n_jobs, fit_intercept):
         """``split()`` returns the row indices of each group of sites

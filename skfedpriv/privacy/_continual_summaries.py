@@ -58,6 +58,11 @@ __all__ = [
     "linearized_summary",
     "model_curvature",
     "noise_to_signal",
+    "pack_summary",
+    "row_coordinate_bound",
+    "summary_size",
+    "unit_scales",
+    "unpack_summary",
 ]
 
 #: Curvature floor of the model on the band, as a fraction of ``(q+1)²/q``.
@@ -130,6 +135,43 @@ def continual_sigma(epsilon, delta, factorization, calibration="analytic"):
     return gaussian_sigma(epsilon, delta, factorization.sensitivity, method=calibration)
 
 
+def summary_size(p1, n_models):
+    """Length of the packed ``(a, vech(J))`` of one step."""
+    return p1 * n_models + n_models * p1 * (p1 + 1) // 2
+
+
+def unit_scales(sensitivities):
+    """``(Δ_a / w_a, Δ_J / w_J)``: a summary's ``(a, J)`` over these is its
+    unit-sensitivity input (noise std per unit of σ)."""
+    w_a, w_J = _weights()
+    return sensitivities[0] / w_a, sensitivities[1] / w_J
+
+
+def pack_summary(a, J, scales):
+    """The unit-sensitivity input ``(a / s_a, vech(J) / s_J)`` of a step."""
+    rows, cols = np.triu_indices(J.shape[-1])
+    return np.concatenate([np.ravel(a) / scales[0], np.ravel(J[:, rows, cols]) / scales[1]])
+
+
+def unpack_summary(z, p1, n_models, scales):
+    """Inverse of :func:`pack_summary`: ``(s_a a, s_J J)`` with the upper
+    triangle mirrored."""
+    rows, cols = np.triu_indices(p1)
+    upper = np.zeros((n_models, p1, p1))
+    upper[:, rows, cols] = z[p1 * n_models:].reshape(n_models, -1)
+    sym = upper + np.triu(upper, 1).transpose(0, 2, 1)
+    return scales[0] * z[:p1 * n_models].reshape(p1, n_models), scales[1] * sym
+
+
+def row_coordinate_bound(q, clip_norm, sensitivities):
+    """Largest magnitude one row can give a coordinate of the packed input:
+    ``|x̄_j c_k| <= C2`` (coefficients clipped to 1) in ``a`` and
+    ``|h x̄_j x̄_l| <= (q+1)²/q C2²`` in ``J``, over their unit scales."""
+    s_a, s_J = unit_scales(sensitivities)
+    return max(clip_norm * COEFFICIENT_CLIP / s_a,
+               gendwd_curvature_bound(q) * clip_norm**2 / s_J)
+
+
 class SiteNoiseStreams:
     """The correlated noise of ``n_sites`` sites, one stream each.
 
@@ -154,22 +196,16 @@ class SiteNoiseStreams:
         self.factorization = factorization
         self.sigma = float(sigma)
         self.shape = (p1, n_models)
-        w_a, w_J = _weights()
-        self.std = (sigma * sensitivities[0] / w_a, sigma * sensitivities[1] / w_J)
-        size = p1 * n_models + n_models * p1 * (p1 + 1) // 2
+        self.std = tuple(sigma * s for s in unit_scales(sensitivities))
+        size = summary_size(p1, n_models)
         self.streams = [self.factorization.noise_stream(rng, 1.0, shape=(size,))
                         for _ in range(n_sites)]
 
     def next(self):
         """The summed noise increments of all sites for the next step:
         ``(noise of a, noise of J)``."""
-        p1, n_models = self.shape
         z = sum(stream.next() for stream in self.streams)
-        rows, cols = np.triu_indices(p1)
-        upper = np.zeros((n_models, p1, p1))
-        upper[:, rows, cols] = z[p1 * n_models:].reshape(n_models, -1)
-        sym = upper + np.triu(upper, 1).transpose(0, 2, 1)
-        return self.std[0] * z[:p1 * n_models].reshape(p1, n_models), self.std[1] * sym
+        return unpack_summary(z, *self.shape, self.std)
 
     def prefix_variance(self, step):
         """Variance per entry of the summed curvature noise in the prefix sum
