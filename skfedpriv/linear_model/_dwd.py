@@ -35,6 +35,7 @@ from ..privacy._continual_summaries import (
 )
 from ..privacy._horizon import HorizonExceededError
 from ._dwd_private import continual_update, local_gaussian_update, published_private_update
+from ._dwd_secagg import SECAGG, SecAggDWDStream, secagg_plan, warn_if_wraps
 from ._dwd_settings import CONTINUAL, dwd_settings
 from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step
@@ -174,10 +175,9 @@ def _published(sites, stream, settings, *, first):
 
 
 
-def _continual(sites, stream, settings, *, first):
-    """Correlated noise across a site's batches (:mod:`skfedpriv.privacy.
-    _continual_summaries`): one Gaussian mechanism per stream, charged once
-    before any noise is drawn; in-process sites only."""
+def _check_stream_step(sites, stream, settings):
+    """The prefix-sum mechanisms run with sites in this process, up to
+    their horizon (raises before any change); returns the horizon."""
     if not isinstance(sites, SiteData):
         raise NotImplementedError(
             f"mechanism={settings.mechanism!r} runs with sites in this process only "
@@ -189,6 +189,49 @@ def _continual(sites, stream, settings, *, first):
             f"the stream was calibrated for n_batches={horizon} batches; start a new "
             "stream (fit) to train further."
         )
+    return horizon
+
+
+def _secagg(sites, stream, settings, *, first):
+    """Distributed DP under secure aggregation (:mod:`._dwd_secagg`): each
+    site adds an integer share of the noise, the server sees the modular
+    sum; one zCDP charge per stream before any noise is drawn."""
+    horizon = _check_stream_step(sites, stream, settings)
+    p1, n_models = stream.theta.shape
+    if first:
+        n_rows = sites.weight_sum * horizon
+        plan = secagg_plan(settings.mechanism, horizon, sites.n_sites, settings.honest_sites,
+                           p1, n_models, settings, n_rows)
+        warn_if_wraps(plan, settings.mechanism)
+        # the summed shares per site in the summary's units, as 'local-tree'
+        _warn_if_noise_dominates(plan.factorization, plan.unit_sigma, sites, p1,
+                                 n_models, settings)
+        spent = (plan.epsilon, settings.delta)
+        _charge(settings, *spent, note=f"a new stream of {horizon} batches under secure "
+                f"aggregation ({plan.honest_sites} of {plan.n_sites} sites honest)",
+                mechanism="zcdp", rho=plan.rho)
+        secagg = SecAggDWDStream(plan, p1, n_models, stream.rng.spawn(1)[0])
+    else:
+        secagg, spent = stream.extra["secagg"], stream.privacy_spent
+        if sites.n_sites > secagg.plan.n_sites:
+            raise ValueError(
+                f"the stream's shares were set up for {secagg.plan.n_sites} sites; this "
+                f"batch has {sites.n_sites}."
+            )
+    theta, summed = secagg.step(
+        sites.site_parts(), stream.theta, stream.seen + sites.weight_sum, q=settings.q,
+        alpha=settings.alpha, fit_intercept=settings.fit_intercept)
+    stream.extra.update(secagg=secagg)
+    curvature = summed - (0.0 if stream.prior is None else stream.prior)
+    release = dict(privacy_spent_=spent, noise_scale_=secagg.plan.unit_sigma, rho_=None)
+    return theta, curvature, 1, release, 0.0
+
+
+def _continual(sites, stream, settings, *, first):
+    """Correlated noise across a site's batches (:mod:`skfedpriv.privacy.
+    _continual_summaries`): one Gaussian mechanism per stream, charged once
+    before any noise is drawn; in-process sites only."""
+    horizon = _check_stream_step(sites, stream, settings)
     p1, n_models = stream.theta.shape
     if first:
         factorization = make_factorization(CONTINUAL[settings.mechanism], horizon)
@@ -277,6 +320,7 @@ MECHANISMS = Registry("mechanism", {
     "gaussian": _published,
     "local-gaussian": _local_gaussian,
     **{name: _continual for name in CONTINUAL},
+    **{name: _secagg for name in SECAGG},
 })
 
 
@@ -302,6 +346,7 @@ PARAMETER_CONSTRAINTS = {
     "budget": [PrivacyBudget, None],
     "classes": ["array-like", None],
     "n_batches": [Interval(numbers.Integral, 1, None), None],
+    "honest_sites": [Interval(numbers.Integral, 1, None), None],
     "inference": ["boolean"],
 }
 
@@ -385,8 +430,8 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         (``clone`` would copy it into every candidate, fold and refit), and
         a release has ``random_state=None``. The non-private model is
         deterministic.
-    mechanism : {None, 'laplace', 'gaussian', 'local-gaussian', 'local-tree', 'local-blt'}, \
-            default=None
+    mechanism : {None, 'laplace', 'gaussian', 'local-gaussian', 'local-tree', 'local-blt', \
+            'secagg-tree'}, default=None
         Differential privacy (see Notes). ``None`` is the non-private model.
     epsilon : float, default=1.0
         ε of the guarantee (finite, > 0).
@@ -424,7 +469,8 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         ``partial_fit``), as one Gaussian mechanism (``mechanism='gaussian'``
         with its noise multiplier σ and sensitivity ``sqrt(releases)``, see
         Notes); so do 'local-tree'/'local-blt' (σ and the factorization's
-        sensitivity); 'laplace'/'gaussian' charge every batch, each a release
+        sensitivity); 'secagg-tree' once per stream as ρ-zCDP
+        (``mechanism='zcdp'``); 'laplace'/'gaussian' charge every batch, each a release
         (``(epsilon, 0)`` as 'laplace', ``(epsilon, delta)`` as 'approx').
     classes : array-like of shape (n_classes,) or None, default=None
         The label set, declared. Required with a mechanism (here or as the
@@ -434,7 +480,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         before any state changes. ``None`` without a mechanism: ``fit``
         takes the labels of ``y``, as in scikit-learn.
     n_batches : int or None, default=None
-        The horizon of a 'local-tree'/'local-blt' stream: its noise is
+        The horizon of a 'local-tree'/'local-blt'/'secagg-tree' stream: its noise is
         calibrated for this many batches (``fit`` is the first of them);
         one more raises :class:`~skfedpriv.privacy.HorizonExceededError`
         and changes nothing. Required by those mechanisms, ignored by the
@@ -451,6 +497,13 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         mechanism only (a mechanism with ``inference=True`` raises), and
         only with sites in this process (:meth:`fit_sites` refuses sites
         that do not send the summary).
+    honest_sites : int or None, default=None
+        'secagg-tree' only: the number of sites assumed honest (not
+        colluding with the server, not dropping out). Each site adds the
+        share of the noise that makes the sum of ``honest_sites`` shares
+        private (std ``∝ 1/sqrt(honest_sites)``); ``None`` is every site of
+        the stream's first batch. More than the stream's sites raises
+        ValueError before any charge. See Notes.
 
     Attributes
     ----------
@@ -490,14 +543,15 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
     n_iter_ : int
         Iterations of the last ``fit`` or ``partial_fit``; with a mechanism
         it is ``online_steps`` ('local-gaussian') or 1 (Algorithm 2,
-        'local-tree', 'local-blt'), data-independent.
+        'local-tree', 'local-blt', 'secagg-tree'), data-independent.
     privacy_spent_ : tuple of float
         ``(epsilon, delta)`` charged for the stream so far; ``(inf, 0.0)``
         without a mechanism (no finite guarantee). 'local-gaussian',
         'local-tree', 'local-blt': the exact
         ε at δ of the one Gaussian mechanism the stream is (``epsilon`` with the default
         analytic calibration, smaller with 'classic'/'zcdp'), fixed over the
-        stream. 'laplace'/'gaussian': the sum over the stream's batches of
+        stream. 'secagg-tree': the ε at δ of its ρ (at most ``epsilon``).
+        'laplace'/'gaussian': the sum over the stream's batches of
         the per-release ``(epsilon, delta)`` (basic composition), which is
         what the budget was charged; see Notes for what it does and does
         not cover.
@@ -505,7 +559,8 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         Last noise scale: Laplace η or Gaussian τ of Algorithm 2, or the
         unit noise multiplier σ of 'local-gaussian' (a summary with
         sensitivity Δ gets noise of std ``σ Δ``) or of the sites' streams of
-        'local-tree'/'local-blt'; 0 without a mechanism. A
+        'local-tree'/'local-blt' (of a site's share over ``γ`` under
+        'secagg-tree'); 0 without a mechanism. A
         function of the hyperparameters and the (public) row count.
     rho_ : float or None
         Defined with a mechanism. ρ used by the last 'laplace'/'gaussian'
@@ -613,6 +668,24 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
       measured in ``benchmarks/README.md`` (issue #22) but whose
       ``decision_function`` is not on the non-private model's scale.
 
+    * ``'secagg-tree'`` (rigorous over the whole stream, against the
+      server and any coalition of sites that leaves ``honest_sites`` sites'
+      noise unknown to it; distributed DP under secure aggregation, see
+      :mod:`skfedpriv.linear_model._dwd_secagg`): the release of
+      'local-tree', but each site scales and rounds its summaries to
+      integers (scale ``γ`` fixed from public quantities), adds its own
+      discrete Gaussian share to every tree node it completes, and the
+      server sees only the sum over sites modulo ``2**32``. The sum of the
+      honest sites' shares is calibrated (distributed discrete Gaussian,
+      Kairouz, Liu & Steinke 2021, through zCDP; rounding enters the
+      sensitivity as ``γ + sqrt(d)``), so the noise is about the central
+      one, ``sqrt(n_sites)`` times less than 'local-tree''s summed noise.
+      A site's own share does not protect it if its message is unmasked
+      (failed secure aggregation, more than ``n_sites - honest_sites``
+      colluders). Charged once per stream as one ρ-zCDP release
+      (``mechanism='zcdp'``); ``noise_scale_`` is a site's share in the
+      units of 'local-tree''s σ. In this process only, like 'local-tree'.
+
     **What to publish.** Every public fitted attribute is listed above
     with what covers it. The secret training state a stream needs to
     continue (the noise generator, the accumulated curvature, the
@@ -695,6 +768,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         classes=None,
         n_batches=None,
         inference=False,
+        honest_sites=None,
     ):
         self.q = q
         self.alpha = alpha
@@ -716,6 +790,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         self.classes = classes
         self.n_batches = n_batches
         self.inference = inference
+        self.honest_sites = honest_sites
 
     _parameter_constraints = PARAMETER_CONSTRAINTS
 

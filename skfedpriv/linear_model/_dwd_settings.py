@@ -10,10 +10,12 @@ from ._base import StreamSettings
 #: The settings a private stream's guarantee and accumulated state depend on.
 _PRIVATE_STREAM_FIELDS = ("mechanism", "epsilon", "delta", "clip_norm", "rho", "step_radius",
                           "calibration", "online_steps", "q", "alpha", "fit_intercept",
-                          "n_batches")
+                          "n_batches", "honest_sites")
 
 #: The prefix-sum mechanisms: name -> factorization of every site's stream.
 CONTINUAL = {"local-tree": "honaker", "local-blt": "blt"}
+#: The secure-aggregation mechanisms: name -> factorization of the tree.
+SECAGG = {"secagg-tree": "honaker"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class DWDSettings(StreamSettings):
     classes: object
     n_batches: object
     inference: bool
+    honest_sites: object
     loss: GenDWDLoss
 
     def stream_key(self):
@@ -84,7 +87,7 @@ def dwd_settings(params):
     values.update(epsilon=float(params["epsilon"]),
                   delta=0.0 if mechanism == "laplace" else float(params["delta"]),
                   clip_norm=float(params["clip_norm"]))
-    if mechanism in CONTINUAL and params["n_batches"] is None:
+    if (mechanism in CONTINUAL or mechanism in SECAGG) and params["n_batches"] is None:
         raise InvalidParameterError(
             f"mechanism={mechanism!r} needs n_batches, the stream's horizon: its "
             "noise is calibrated for that many batches."

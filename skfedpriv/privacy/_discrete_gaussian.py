@@ -107,7 +107,7 @@ def distributed_epsilon(sigma, delta, sensitivity, n_parties, dim):
 
 
 def distributed_sigma(epsilon, delta, sensitivity, n_parties, dim):
-    """The smallest per-party σ (to root-finding precision, on the safe side)
+    """The smallest per-party σ (to root-finding precision, never below it)
     whose sum over ``n_parties`` is ``(epsilon, delta)``-DP for inputs at L2
     distance ``sensitivity``.
 
@@ -121,6 +121,8 @@ def distributed_sigma(epsilon, delta, sensitivity, n_parties, dim):
     while zcdp_to_dp(high, delta) < epsilon:
         high *= 2.0
     rho = brentq(lambda r: zcdp_to_dp(r, delta) - epsilon, 0.0, high, xtol=1e-15, rtol=1e-13)
+    while zcdp_to_dp(rho, delta) > epsilon:  # the root's safe side
+        rho *= 1.0 - 1e-12
     sigma = max(sensitivity / math.sqrt(2.0 * n_parties * rho), MIN_SIGMA)
     while distributed_rho(sigma, sensitivity, n_parties, dim) > rho:  # τ d or rounding
         sigma *= 1.0 + 1e-6

@@ -1,0 +1,196 @@
+"""DWD's 'secagg-tree' mechanism: distributed DP under secure aggregation.
+
+The same release as 'local-tree' (:mod:`skfedpriv.privacy._continual_summaries`:
+each site's second-order model ``(a_b, J_b)`` of its batch's loss at the
+released ``θ_{b-1}``, rows clipped jointly over the ``K`` one-vs-rest
+models, prefix sums through a Honaker tree), but each site adds only a
+*share* of the noise, in integers, and the server sees only the sum over
+sites modulo ``2^32`` (:mod:`skfedpriv.privacy._secure_aggregation`).
+
+**Neighbouring relation.** One row of one site's batch replaced (the
+package's relation: batch sizes, the site of each row and the number of
+batches are public). The bound used also covers one row added or removed
+(it moves the summary by at most half as much), but the row counts are
+published.
+
+**Adversary.** The server and any coalition of sites that, together, see
+no more than the modular sum of the honest sites' messages: secure
+aggregation (Bonawitz et al. 2017; Flower's SecAgg+) masks every site's
+message, and the coalition may subtract its own members' messages and
+noise. Each site ``s`` sends, per completed tree node, ``node sum + share``
+with ``share ~ N_Z(0, σ_s²)`` per coordinate. The noise that protects a
+row is the sum of the shares of the sites the adversary does not know:
+
+* ``honest_sites = H`` (default: every site of the stream's first batch,
+  ``M``) is the assumption. Each site adds ``σ_s`` calibrated so that the
+  sum of ``H`` shares is ``(epsilon, delta)``-DP (the distributed discrete
+  Gaussian of Kairouz, Liu & Steinke 2021, Prop. 14, through zCDP). With
+  ``H < M`` every site adds more (``σ_s ∝ 1/sqrt(H)``) and the claim
+  survives any ``M - H`` sites colluding with the server or dropping out.
+* A site's own share alone (``σ_s``, about ``σ / sqrt(H)``) does **not**
+  protect it against a server that can unmask its message (a failed or
+  subverted secure aggregation, or more than ``M - H`` colluders): then
+  its guarantee is only that of a ``1/H`` share of the noise.
+
+**Accounting.** A site rounds each step's unit-sensitivity input
+``rint(γ u)``: replacing a row moves it by at most ``γ + sqrt(d)`` (L2,
+``d`` its length), so the vector of a site's node sums moves by at most
+``Δ = sqrt(levels) (γ + sqrt(d))``, a Honaker tree's largest column norm of
+``C`` times that. The sum over honest sites is then ``ρ``-zCDP with
+``ρ = Δ² / (2 H σ_s²) + τ D`` (``D`` = all node coordinates, ``τ`` of KLS
+Prop. 14, below 1e-30 at the σ used here), converted to ``(ε, δ)`` by
+Canonne, Kamath & Steinke (2020, Prop. 12); the budget is charged once per
+stream as one ``ρ``-zCDP release. Everything the server does after the
+modular sum (lift, unscale, Honaker estimate, the same solve as
+'local-tree') is post-processing, and so is a wrap-around of the modulus,
+which :func:`~skfedpriv.privacy._secure_aggregation.choose_scale` makes
+negligible (probability bounded from public quantities before any charge;
+a :class:`~skfedpriv.privacy._secure_aggregation.WrapAroundWarning` if not,
+and when a lifted sum leaves its public range).
+"""
+
+import math
+import warnings
+
+import numpy as np
+
+from ..privacy import make_factorization
+from ..privacy._calibration import zcdp_to_dp
+from ..privacy._continual_summaries import (
+    continual_sensitivities,
+    pack_summary,
+    row_coordinate_bound,
+    summary_size,
+    unit_scales,
+    unpack_summary,
+)
+from ..privacy._discrete_gaussian import distributed_rho, distributed_sigma
+from ..privacy._secure_aggregation import (
+    MODULUS_BITS,
+    TAIL,
+    SecAggSiteStream,
+    SecAggTreeAggregate,
+    WrapAroundWarning,
+    choose_scale,
+    wrap_probability,
+)
+from ._dwd_private import rows_summary, summed_model_minimizer
+from ._dwd_settings import SECAGG
+
+__all__ = ["SECAGG", "SecAggDWDStream", "SecAggPlan", "secagg_plan", "warn_if_wraps"]
+
+#: Largest acceptable bound on the probability that a modular sum wraps.
+WRAP_TOLERANCE = 1e-9
+
+
+class SecAggPlan:
+    """The public parameters of one stream (all data-independent):
+    factorization, scale ``γ``, per-site σ, sensitivity, ρ and the bound on
+    the wrap-around probability."""
+
+    def __init__(self, factorization, n_sites, honest_sites, p1, n_models, q, clip_norm,
+                 n_rows, epsilon, delta):
+        self.factorization = factorization
+        self.n_sites, self.honest_sites = n_sites, honest_sites
+        self.layout = (p1, n_models)
+        self.dim = summary_size(p1, n_models)
+        self.scales = unit_scales(continual_sensitivities(q, clip_norm))
+        self.row_bound = row_coordinate_bound(q, clip_norm, continual_sensitivities(q, clip_norm))
+        levels = factorization.sensitivity
+        n_coordinates = factorization.n_noise * self.dim
+        # σ per unit of Δ when τ is negligible (a large Δ), then γ, then the exact σ
+        per_delta = distributed_sigma(epsilon, delta, 1e6, honest_sites, n_coordinates) / 1e6
+        noise_per_gamma = math.sqrt(n_sites) * per_delta * levels * (1 + 1e-6)
+        self.gamma = choose_scale(self.row_bound, n_rows, factorization.n_rounds, n_sites,
+                                  noise_per_gamma, self.dim)
+        if self.gamma <= 0:
+            raise ValueError(
+                f"a {MODULUS_BITS}-bit secure-aggregation field cannot hold this stream's "
+                f"sums ({n_rows:.0f} rows over {n_sites} sites); use fewer rows per stream.")
+        self.sensitivity = levels * (self.gamma + math.sqrt(self.dim))
+        self.sigma = distributed_sigma(epsilon, delta, self.sensitivity, honest_sites,
+                                       n_coordinates)
+        self.unit_sigma = self.sigma / self.gamma
+        self.rho = distributed_rho(self.sigma, self.sensitivity, honest_sites, n_coordinates)
+        self.epsilon = zcdp_to_dp(self.rho, delta)
+        self.total_sigma = math.sqrt(n_sites) * self.sigma
+        self.wrap_probability = wrap_probability(
+            self.gamma * n_rows * self.row_bound + 0.5 * factorization.n_rounds * n_sites,
+            self.total_sigma, n_coordinates)
+
+    def node_bound(self, n_rows, n_steps):
+        """Public bound on a lifted node sum of ``n_rows`` rows over
+        ``n_steps`` steps: signal, rounding and ``TAIL`` noise std."""
+        return (self.gamma * n_rows * self.row_bound + 0.5 * n_steps * self.n_sites
+                + TAIL * self.total_sigma)
+
+    def prefix_variance(self, step):
+        """Variance per entry of the curvature noise in prefix ``step``'s
+        estimate (all ``n_sites`` shares; a discrete Gaussian's variance is
+        at most σ²)."""
+        row = np.asarray(self.factorization.B)[step]
+        return float(row @ row) * (self.total_sigma / self.gamma * self.scales[1]) ** 2
+
+
+def secagg_plan(mechanism, horizon, n_sites, honest_sites, p1, n_models, settings, n_rows):
+    """The :class:`SecAggPlan` of a new stream; refuses ``honest_sites``
+    beyond the sites (before any charge)."""
+    honest = n_sites if honest_sites is None else int(honest_sites)
+    if honest > n_sites:
+        raise ValueError(
+            f"honest_sites={honest} is more than the stream's {n_sites} sites.")
+    factorization = make_factorization(SECAGG[mechanism], horizon)
+    return SecAggPlan(factorization, n_sites, honest, p1, n_models, settings.q,
+                      settings.clip_norm, n_rows, settings.epsilon, settings.delta)
+
+
+def warn_if_wraps(plan, mechanism):
+    """:class:`WrapAroundWarning` when the bound on the probability that a
+    modular sum wraps is not negligible (public quantities only)."""
+    if plan.wrap_probability > WRAP_TOLERANCE:
+        warnings.warn(WrapAroundWarning(
+            f"mechanism={mechanism!r}: a modular sum may wrap around with probability up "
+            f"to {plan.wrap_probability:.3g}; use fewer rows per stream."), stacklevel=5)
+
+
+class SecAggDWDStream:
+    """The secret state of a 'secagg-tree' stream: every site's integer
+    stream (raw node sums, generator) and the server's lifted nodes.
+
+    Parameters
+    ----------
+    plan : SecAggPlan
+    p1, n_models : int
+    rng : numpy.random.Generator
+        Spawns one child generator per site (no state is shared).
+    """
+
+    def __init__(self, plan, p1, n_models, rng):
+        self.plan, self.shape = plan, (p1, n_models)
+        C = np.asarray(plan.factorization.C)
+        self.C = C
+        self.sites = [SecAggSiteStream(C, plan.gamma, plan.sigma, plan.dim, child)
+                      for child in rng.spawn(plan.n_sites)]
+        self.aggregate = SecAggTreeAggregate(plan.factorization, plan.gamma)
+        self.rows = []  # rows per step (public)
+
+    def step(self, site_parts, theta, n_seen, *, q, alpha, fit_intercept):
+        """One batch: each site's ``(a, J)`` at ``theta``, rounded and masked
+        with its share; the server's modular sum, prefix estimate and solve.
+
+        Returns the new parameters and the prefix estimate of ``J``.
+        """
+        step = self.aggregate.step
+        self.rows.append(sum(len(X) for X, _ in site_parts))
+        messages = []
+        for stream, part in zip(self.sites, site_parts + [None] * len(self.sites)):
+            a, J = rows_summary([part] if part is not None else [], theta, q, fit_intercept)
+            messages.append(stream.send(pack_summary(a, J, self.plan.scales)))
+        rows = np.asarray(self.rows, dtype=float)
+        widest = max(self.plan.node_bound(self.C[n, :step + 1] @ rows, self.C[n].sum())
+                     for n in messages[0])
+        estimate = self.aggregate.add(messages, widest)
+        linear, summed = unpack_summary(estimate, *self.shape, self.plan.scales)
+        theta = summed_model_minimizer(linear, summed, self.plan.prefix_variance(step), n_seen,
+                                       alpha=alpha, fit_intercept=fit_intercept)
+        return theta, summed
