@@ -73,6 +73,8 @@ METHODS = {
     "DWD local-gaussian": dict(mechanism="local-gaussian", online_steps=1),
     "DWD local-tree": dict(mechanism="local-tree", horizon=True),
     "DWD local-blt": dict(mechanism="local-blt", horizon=True),
+    # distributed DP under secure aggregation: integer shares, the modular sum
+    "DWD secagg-tree": dict(mechanism="secagg-tree", horizon=True),
     # Algorithm 2 as published: a per-release claim only (see docs/privacy.md)
     "DWD gaussian (Algorithm 2)": dict(mechanism="gaussian", online_steps=1),
 }

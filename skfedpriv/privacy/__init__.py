@@ -16,6 +16,9 @@
   (closed forms and :func:`make_factorization`) and
   :mod:`._optimal_factorization` (optimized factorizations and their cache);
   :mod:`._horizon` holds the error raised past a declared horizon.
+* distributed noise under secure aggregation: :mod:`._discrete_gaussian`
+  (the discrete Gaussian, its distributed accounting) and
+  :mod:`._secure_aggregation` (integer tree streams, modular sums).
 """
 
 from ._budget import PrivacyBudget, write_transaction
@@ -51,6 +54,7 @@ from ._mechanisms import (
 from ._noise_stream import NoiseStream
 from ._optimal_factorization import BLTFactorization, OptimalFactorization
 from ._prefix_sum import PrefixSumFactorization, prefix_sum_matrix
+from ._secure_aggregation import WrapAroundWarning
 from ._tree import TreeAggregator
 
 __all__ = [
@@ -70,6 +74,7 @@ __all__ = [
     "SeededNoiseWarning",
     "ToeplitzFactorization",
     "TreeAggregator",
+    "WrapAroundWarning",
     "as_generator",
     "check_privacy_params",
     "clip_rows",
