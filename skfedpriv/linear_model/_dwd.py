@@ -210,7 +210,7 @@ def _secagg(sites, stream, settings, *, first):
         _charge(settings, *spent, note=f"a new stream of {horizon} batches under secure "
                 f"aggregation ({plan.honest_sites} of {plan.n_sites} sites honest)",
                 mechanism="zcdp", rho=plan.rho)
-        secagg = SecAggDWDStream(plan, p1, n_models, stream.rng.spawn(1)[0])
+        secagg = SecAggDWDStream(plan, stream.rng.spawn(1)[0])
     else:
         secagg, spent = stream.extra["secagg"], stream.privacy_spent
         if sites.n_sites > secagg.plan.n_sites:

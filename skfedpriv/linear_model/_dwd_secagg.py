@@ -72,12 +72,14 @@ from ..privacy._secure_aggregation import (
     SecAggTreeAggregate,
     WrapAroundWarning,
     choose_scale,
+    node_ends,
     wrap_probability,
 )
 from ._dwd_private import rows_summary, summed_model_minimizer
 from ._dwd_settings import SECAGG
 
-__all__ = ["SECAGG", "SecAggDWDStream", "SecAggPlan", "secagg_plan", "warn_if_wraps"]
+__all__ = ["SecAggDWDServer", "SecAggDWDStream", "SecAggPlan", "secagg_plan", "site_messages",
+           "warn_if_wraps"]
 
 #: Largest acceptable bound on the probability that a modular sum wraps.
 WRAP_TOLERANCE = 1e-9
@@ -86,10 +88,11 @@ WRAP_TOLERANCE = 1e-9
 class SecAggPlan:
     """The public parameters of one stream (all data-independent):
     factorization, scale ``γ``, per-site σ, sensitivity, ρ and the bound on
-    the wrap-around probability."""
+    the wrap-around probability, for sums that must stay within the
+    centered range of ``2^bits``."""
 
     def __init__(self, factorization, n_sites, honest_sites, p1, n_models, q, clip_norm,
-                 n_rows, epsilon, delta):
+                 n_rows, epsilon, delta, bits=MODULUS_BITS):
         self.factorization = factorization
         self.n_sites, self.honest_sites = n_sites, honest_sites
         self.layout = (p1, n_models)
@@ -102,10 +105,10 @@ class SecAggPlan:
         per_delta = distributed_sigma(epsilon, delta, 1e6, honest_sites, n_coordinates) / 1e6
         noise_per_gamma = math.sqrt(n_sites) * per_delta * levels * (1 + 1e-6)
         self.gamma = choose_scale(self.row_bound, n_rows, factorization.n_rounds, n_sites,
-                                  noise_per_gamma, self.dim)
+                                  noise_per_gamma, self.dim, bits)
         if self.gamma <= 0:
             raise ValueError(
-                f"a {MODULUS_BITS}-bit secure-aggregation field cannot hold this stream's "
+                f"a {bits}-bit secure-aggregation field cannot hold this stream's "
                 f"sums ({n_rows:.0f} rows over {n_sites} sites); use fewer rows per stream.")
         self.sensitivity = levels * (self.gamma + math.sqrt(self.dim))
         self.sigma = distributed_sigma(epsilon, delta, self.sensitivity, honest_sites,
@@ -116,7 +119,7 @@ class SecAggPlan:
         self.total_sigma = math.sqrt(n_sites) * self.sigma
         self.wrap_probability = wrap_probability(
             self.gamma * n_rows * self.row_bound + 0.5 * factorization.n_rounds * n_sites,
-            self.total_sigma, n_coordinates)
+            self.total_sigma, n_coordinates, bits)
 
     def node_bound(self, n_rows, n_steps):
         """Public bound on a lifted node sum of ``n_rows`` rows over
@@ -153,44 +156,81 @@ def warn_if_wraps(plan, mechanism):
             f"to {plan.wrap_probability:.3g}; use fewer rows per stream."), stacklevel=5)
 
 
-class SecAggDWDStream:
-    """The secret state of a 'secagg-tree' stream: every site's integer
-    stream (raw node sums, generator) and the server's lifted nodes.
+def site_messages(stream, part, theta, scales, *, q, fit_intercept):
+    """One site's messages of a batch: its ``(a, J)`` at ``theta`` (no rows:
+    zeros), packed to unit sensitivity, rounded, added to its tree nodes,
+    each completed node with the site's share (:class:`SecAggSiteStream`)."""
+    a, J = rows_summary([] if part is None else [part], theta, q, fit_intercept)
+    return stream.send(pack_summary(a, J, scales))
+
+
+class SecAggDWDServer:
+    """The server's side of a 'secagg-tree' stream: the sums of the sites'
+    messages, lifted and combined into prefix estimates, then the solve of
+    'local-tree' (post-processing only).
 
     Parameters
     ----------
     plan : SecAggPlan
-    p1, n_models : int
+    """
+
+    def __init__(self, plan):
+        self.plan = plan
+        self.C = np.asarray(plan.factorization.C)
+        self.ends = node_ends(self.C)
+        self.aggregate = SecAggTreeAggregate(plan.factorization, plan.gamma)
+        self.rows = []  # rows per step (public)
+
+    def node_bound(self, n_rows):
+        """The public bound on the lifted node sums completing at the next
+        step, whose batch has ``n_rows`` rows."""
+        step = self.aggregate.step
+        rows = np.asarray(self.rows + [n_rows], dtype=float)
+        ending = np.flatnonzero(self.ends == step)
+        return max(self.plan.node_bound(self.C[n, :step + 1] @ rows, self.C[n].sum())
+                   for n in ending)
+
+    def update(self, n_rows, n_seen, *, alpha, fit_intercept, messages=None, sums=None):
+        """Sum the sites' ``messages`` mod ``2^bits`` (or take exact ``sums``
+        of them), estimate the prefix sums and solve. Returns the new
+        parameters and the prefix estimate of ``J``."""
+        step = self.aggregate.step
+        bound = self.node_bound(n_rows)
+        self.rows.append(n_rows)
+        estimate = (self.aggregate.add(messages, bound) if sums is None
+                    else self.aggregate.add_sums(sums, bound))
+        linear, summed = unpack_summary(estimate, *self.plan.layout, self.plan.scales)
+        theta = summed_model_minimizer(linear, summed, self.plan.prefix_variance(step), n_seen,
+                                       alpha=alpha, fit_intercept=fit_intercept)
+        return theta, summed
+
+
+class SecAggDWDStream:
+    """The secret state of a 'secagg-tree' stream in this process: every
+    site's integer stream (raw node sums, generator) and the server.
+
+    Parameters
+    ----------
+    plan : SecAggPlan
     rng : numpy.random.Generator
         Spawns one child generator per site (no state is shared).
     """
 
-    def __init__(self, plan, p1, n_models, rng):
-        self.plan, self.shape = plan, (p1, n_models)
+    def __init__(self, plan, rng):
+        self.plan = plan
         C = np.asarray(plan.factorization.C)
-        self.C = C
         self.sites = [SecAggSiteStream(C, plan.gamma, plan.sigma, plan.dim, child)
                       for child in rng.spawn(plan.n_sites)]
-        self.aggregate = SecAggTreeAggregate(plan.factorization, plan.gamma)
-        self.rows = []  # rows per step (public)
+        self.server = SecAggDWDServer(plan)
 
     def step(self, site_parts, theta, n_seen, *, q, alpha, fit_intercept):
-        """One batch: each site's ``(a, J)`` at ``theta``, rounded and masked
-        with its share; the server's modular sum, prefix estimate and solve.
-
-        Returns the new parameters and the prefix estimate of ``J``.
-        """
-        step = self.aggregate.step
-        self.rows.append(sum(len(X) for X, _ in site_parts))
-        messages = []
-        for stream, part in zip(self.sites, site_parts + [None] * len(self.sites)):
-            a, J = rows_summary([part] if part is not None else [], theta, q, fit_intercept)
-            messages.append(stream.send(pack_summary(a, J, self.plan.scales)))
-        rows = np.asarray(self.rows, dtype=float)
-        widest = max(self.plan.node_bound(self.C[n, :step + 1] @ rows, self.C[n].sum())
-                     for n in messages[0])
-        estimate = self.aggregate.add(messages, widest)
-        linear, summed = unpack_summary(estimate, *self.shape, self.plan.scales)
-        theta = summed_model_minimizer(linear, summed, self.plan.prefix_variance(step), n_seen,
-                                       alpha=alpha, fit_intercept=fit_intercept)
-        return theta, summed
+        """One batch: each site's messages, the server's modular sum, prefix
+        estimate and solve. Returns the new parameters and the prefix
+        estimate of ``J``."""
+        parts = list(site_parts) + [None] * (len(self.sites) - len(site_parts))
+        messages = [site_messages(stream, part, theta, self.plan.scales, q=q,
+                                  fit_intercept=fit_intercept)
+                    for stream, part in zip(self.sites, parts)]
+        n_rows = sum(len(part[0]) for part in site_parts)
+        return self.server.update(n_rows, n_seen, alpha=alpha, fit_intercept=fit_intercept,
+                                  messages=messages)

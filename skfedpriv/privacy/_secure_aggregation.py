@@ -44,6 +44,7 @@ __all__ = [
     "SecAggTreeAggregate",
     "WrapAroundWarning",
     "choose_scale",
+    "node_ends",
     "wrap_probability",
 ]
 
@@ -97,6 +98,12 @@ def choose_scale(row_bound, n_rows, n_steps, n_sites, noise_per_gamma, dim, bits
     return room / (n_rows * row_bound + TAIL * noise_per_gamma)
 
 
+def node_ends(C):
+    """The step at which each node of the 0/1 incidence ``C`` completes."""
+    C = np.asarray(C)
+    return C.shape[1] - 1 - np.argmax(C[:, ::-1], axis=1)
+
+
 class SecAggSiteStream:
     """One site's integer messages of a tree-factorized prefix-sum stream.
 
@@ -117,7 +124,7 @@ class SecAggSiteStream:
     def __init__(self, C, gamma, sigma, dim, rng, bits=MODULUS_BITS):
         C = np.asarray(C)
         self.members = [np.flatnonzero(C[:, j]) for j in range(C.shape[1])]
-        self.ends = C.shape[1] - 1 - np.argmax(C[:, ::-1], axis=1)
+        self.ends = node_ends(C)
         self.gamma, self.sigma, self.dim, self.bits = float(gamma), float(sigma), dim, bits
         self.rng = rng
         self.step = 0
@@ -129,14 +136,17 @@ class SecAggSiteStream:
 
     def send(self, u):
         """Add step ``u`` (the next one) and return the messages of the nodes
-        that complete with it: ``{node: (node sum + share) mod 2^bits}``."""
+        that complete with it: ``{node: node sum + share}``, integers (the
+        channel carries them mod ``2^bits``: in process
+        :meth:`SecAggTreeAggregate.add` reduces the sum; Flower's SecAgg+
+        carries them exactly, :mod:`skfedpriv.flower._secagg`)."""
         rounded = self.encode(u)
         messages = {}
         for node in self.members[self.step]:
             total = self._open.pop(node, 0) + rounded
             if self.ends[node] == self.step:
                 share = discrete_gaussian(self.rng, self.sigma, self.dim)
-                messages[int(node)] = np.mod(total + share, 2**self.bits)
+                messages[int(node)] = total + share
             else:
                 self._open[node] = total
         self.step += 1
@@ -151,10 +161,6 @@ class SecAggTreeAggregate:
     ----------
     factorization : BinaryTreeFactorization
     gamma : float
-    node_bound : callable
-        ``node_bound(node) -> float``: the public bound on a node's summed
-        coordinates (rows in the node, rounding, ``TAIL`` noise std); a lifted
-        coordinate beyond it means the sum wrapped.
     bits : int
     """
 
@@ -172,11 +178,18 @@ class SecAggTreeAggregate:
         (:class:`WrapAroundWarning` when exceeded: the sum wrapped).
         """
         modulus = 2**self.bits
+        summed = {}
         for node in messages_of_sites[0]:
             total = np.zeros_like(messages_of_sites[0][node])
             for messages in messages_of_sites:
-                total = np.mod(total + messages[node], modulus)
-            lifted = np.where(total >= _half(self.bits), total - modulus, total)
+                total = np.mod(total + np.mod(messages[node], modulus), modulus)
+            summed[node] = np.where(total >= _half(self.bits), total - modulus, total)
+        return self.add_sums(summed, node_bound)
+
+    def add_sums(self, summed, node_bound):
+        """:meth:`add` from the lifted sums ``{node: integers}`` of the nodes
+        completing at this step (a channel that sums exactly)."""
+        for node, lifted in summed.items():
             if np.max(np.abs(lifted)) > node_bound:
                 warnings.warn(WrapAroundWarning(
                     "a secure-aggregation node sum is outside its public range: it "
