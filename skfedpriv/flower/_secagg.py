@@ -1,0 +1,220 @@
+"""'secagg-tree' over Flower's SecAgg+: the sites' integers, masked, summed.
+
+A site (:class:`SecAggDWDClient`, a Flower ``NumPyClient`` to run under
+``secaggplus_mod``) sends, per batch, the raw integers of the tree nodes it
+completes (node sum of its rounded summaries plus its discrete Gaussian
+share, :mod:`skfedpriv.linear_model._dwd_secagg`); SecAgg+ masks them and
+the server (:func:`make_secagg_strategy`, the strategy of a
+``SecAggPlusWorkflow``) sees only their sum, from which it estimates the
+prefix sums and solves as in process.
+
+**Carrying integers exactly.** SecAgg+ quantizes each float ``x`` to
+``(clip(x, ±c) + c) Q / (2c)`` with stochastic rounding and sums mod ``M``.
+:func:`secagg_field` takes ``Q = 2c`` (quantizer 1: an integer ``x`` within
+``±c`` is carried unchanged, stochastic rounding of an integer is the
+integer), every site weighs one (``num_examples = max_weight``: no
+rescaling) and ``n_sites Q < M = 2^32`` (the sum never wraps), so the
+server's aggregate is the exact integer sum divided by the number of sites.
+Every site's node values stay within ``±c`` except with the probability
+:attr:`SecAggDWDClient.clip_probability` (public, below 1e-20 in the tests
+here), on which event the site clips its message: the claim is then
+``(ε, δ + (1 + e^ε) p)``-DP with ``p`` that probability.
+
+**Enforced by the site.** The site builds its plan (scale, σ, horizon,
+clip, field) from its own :class:`SecAggSiteConfig`, never from a request;
+the only value it reads from the server is the public model ``θ``, checked
+for shape and finiteness. Past its horizon it refuses. Its generator and
+raw node sums stay in the client object (in memory: a restarted site
+process would start a new noise stream, so a deployment keeps the client
+alive for the stream; a persistent ledger is not written yet).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._losses import count_models
+from ..linear_model._dwd_secagg import SecAggDWDServer, SecAggPlan, site_messages
+from ..linear_model._dwd_settings import SECAGG
+from ..linear_model._dwd_sites import prepare_rows
+from ..privacy import HorizonExceededError, make_factorization
+from ..privacy._secure_aggregation import (
+    MODULUS_BITS,
+    SecAggSiteStream,
+    wrap_probability,
+)
+
+__all__ = ["SecAggDWDClient", "SecAggSiteConfig", "make_secagg_strategy", "secagg_field"]
+
+
+def secagg_field(n_sites, bits=MODULUS_BITS):
+    """The ``SecAggPlusWorkflow`` parameters that carry each site's integers
+    within ``±c`` exactly, and the bits of a site's range.
+
+    Returns
+    -------
+    params : dict
+        ``clipping_range``, ``quantization_range``, ``modulus_range``,
+        ``max_weight`` for ``SecAggPlusWorkflow``.
+    site_bits : int
+        ``c = 2^(site_bits - 1)``: the plan's field (:class:`SecAggPlan`).
+    """
+    if n_sites < 2:
+        raise ValueError("secure aggregation needs at least two sites.")
+    site_bits = bits - int(n_sites).bit_length()  # n_sites 2^site_bits < 2^bits
+    quantization = 2**site_bits
+    return dict(clipping_range=float(quantization // 2), quantization_range=quantization,
+                modulus_range=2**bits, max_weight=1.0), site_bits
+
+
+@dataclass(frozen=True)
+class SecAggSiteConfig:
+    """A 'secagg-tree' stream's public settings, fixed at every site and at
+    the server (never taken from a request).
+
+    ``n_rows`` is the public bound on the stream's rows the scale is sized
+    for; ``classes`` the declared labels.
+    """
+
+    n_sites: int
+    n_features: int
+    classes: tuple
+    n_batches: int
+    n_rows: int
+    clip_norm: float
+    epsilon: float = 1.0
+    delta: float = 1e-5
+    q: float = 1.0
+    alpha: float = 1e-3
+    fit_intercept: bool = True
+    honest_sites: object = None
+
+    @property
+    def layout(self):
+        return self.n_features + int(self.fit_intercept), count_models(np.asarray(self.classes))
+
+    def plan(self):
+        """The stream's :class:`SecAggPlan` in the SecAgg+ field."""
+        _, site_bits = secagg_field(self.n_sites)
+        honest = self.n_sites if self.honest_sites is None else int(self.honest_sites)
+        factorization = make_factorization(SECAGG["secagg-tree"], self.n_batches)
+        return SecAggPlan(factorization, self.n_sites, honest, *self.layout, self.q,
+                          self.clip_norm, self.n_rows, self.epsilon, self.delta, bits=site_bits)
+
+
+class SecAggDWDClient:
+    """One site of a 'secagg-tree' stream (wrap with :meth:`to_client` for a
+    Flower ``ClientApp`` with ``secaggplus_mod``).
+
+    Parameters
+    ----------
+    config : SecAggSiteConfig
+        The site's own settings.
+    load_batch : callable ``step -> (X, y)``
+        This site's rows of batch ``step``.
+    rng : numpy.random.Generator
+        The site's own generator (fresh OS entropy for a real stream).
+    """
+
+    def __init__(self, config, load_batch, rng):
+        self.config = config
+        self.load_batch = load_batch
+        self.plan = config.plan()
+        self.half = secagg_field(config.n_sites)[0]["clipping_range"]
+        self.stream = SecAggSiteStream(np.asarray(self.plan.factorization.C), self.plan.gamma,
+                                       self.plan.sigma, self.plan.dim, rng)
+        # a node value beyond ±c: its own rows' bound plus its share's tail
+        self.clip_probability = wrap_probability(
+            self.plan.gamma * config.n_rows * self.plan.row_bound + 0.5 * config.n_batches,
+            self.plan.sigma, self.plan.factorization.n_noise * self.plan.dim,
+            secagg_field(config.n_sites)[1])
+        self.clipped = 0
+
+    def get_parameters(self, config):
+        return [np.zeros(self.config.layout)]
+
+    def fit(self, parameters, config):
+        """Answer one batch: the masked-to-be integers of the completed
+        nodes, in node order, as floats (exact below 2^53)."""
+        if self.stream.step >= self.config.n_batches:
+            raise HorizonExceededError("this site's stream has reached its horizon.")
+        theta = np.asarray(parameters[0], dtype=float)
+        if theta.shape != self.config.layout or not np.all(np.isfinite(theta)):
+            raise ValueError("the model sent to this site has the wrong shape or values.")
+        X, y = self.load_batch(self.stream.step)
+        classes = np.asarray(self.config.classes)
+        X, Y, _ = prepare_rows(np.asarray(X, float), np.asarray(y), np.ones(len(y)), classes,
+                               fit_intercept=self.config.fit_intercept,
+                               clip_norm=self.config.clip_norm)
+        messages = site_messages(self.stream, (X, Y), theta, self.plan.scales,
+                                 q=self.config.q, fit_intercept=self.config.fit_intercept)
+        vector = np.concatenate([messages[node] for node in sorted(messages)])
+        self.clipped += int(np.sum(np.abs(vector) > self.half))
+        return [np.clip(vector, -self.half, self.half).astype(float)], 1, {}
+
+    def evaluate(self, parameters, config):  # pragma: no cover - not asked
+        return 0.0, 0, {}
+
+    def to_client(self):
+        """This site as a Flower ``Client``."""
+        from flwr.client import NumPyClient
+
+        site = self
+
+        class _Client(NumPyClient):
+            def get_parameters(self, config):
+                return site.get_parameters(config)
+
+            def fit(self, parameters, config):
+                return site.fit(parameters, config)
+
+        return _Client().to_client()
+
+    def client_app(self):
+        """A Flower ``ClientApp`` answering for this site under
+        ``secaggplus_mod`` (the same client object for every message, so its
+        stream state persists)."""
+        from flwr.client import ClientApp
+        from flwr.client.mod import secaggplus_mod
+
+        def client_fn(context):
+            return self.to_client()
+
+        return ClientApp(client_fn=client_fn, mods=[secaggplus_mod])
+
+
+def make_secagg_strategy(config, batch_rows, **fedavg):
+    """A Flower strategy (``FedAvg`` underneath) whose ``aggregate_fit``
+    turns SecAgg+'s aggregate into the next model: the server of a
+    'secagg-tree' stream. ``batch_rows[b]`` is the public row count of batch
+    ``b``."""
+    from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
+    from flwr.server.strategy import FedAvg
+
+    server = SecAggDWDServer(config.plan())
+
+    class SecAggDWDStrategy(FedAvg):
+        """See :func:`make_secagg_strategy`."""
+
+        theta = np.zeros(config.layout)
+        n_seen = 0
+
+        def aggregate_fit(self, server_round, results, failures):
+            if not results:
+                return None, {}
+            mean = parameters_to_ndarrays(results[0][1].parameters)[0]
+            summed = np.rint(mean * len(results)).astype(np.int64)
+            step = server.aggregate.step
+            ending = np.flatnonzero(server.ends == step)
+            sums = dict(zip(ending.tolist(), np.split(summed, len(ending))))
+            n_rows = batch_rows[step]
+            self.n_seen += n_rows
+            self.theta, _ = server.update(n_rows, self.n_seen, alpha=config.alpha,
+                                          fit_intercept=config.fit_intercept, sums=sums)
+            return ndarrays_to_parameters([self.theta]), {}
+
+    strategy = SecAggDWDStrategy(
+        initial_parameters=ndarrays_to_parameters([np.zeros(config.layout)]), **fedavg)
+    strategy.server = server
+    return strategy
+

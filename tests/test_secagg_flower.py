@@ -1,0 +1,176 @@
+"""'secagg-tree' through Flower's SecAgg+ (``SecAggPlusWorkflow`` with
+``secaggplus_mod``), run in this process: an in-memory grid delivers every
+message (serialized copies) to three site ClientApps. The server's view is
+the masked vectors and their sum; the sum is the sites' integers exactly,
+and the models are those of the in-process mechanism on the same shares."""
+
+import copy
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from skfedpriv.datasets import make_federated_gaussians  # noqa: E402
+from skfedpriv.flower._secagg import (  # noqa: E402
+    SecAggDWDClient,
+    SecAggSiteConfig,
+    make_secagg_strategy,
+    secagg_field,
+)
+from skfedpriv.linear_model._dwd_secagg import SecAggDWDServer  # noqa: E402
+from skfedpriv.linear_model._dwd_sites import prepare_rows  # noqa: E402
+from skfedpriv.linear_model._dwd_secagg import site_messages  # noqa: E402
+from skfedpriv.privacy._secure_aggregation import SecAggSiteStream  # noqa: E402
+
+N_SITES, N_BATCHES = 3, 2
+
+
+def _grid(apps):
+    """A Flower ``Grid`` delivering each message to a ClientApp in this
+    process (see :class:`_InProcessGrid`)."""
+    from flwr.serverapp import Grid
+    from flwr.supercore.run import Run
+
+    grid = type("InProcessGrid", (_InProcessGrid, Grid), {})(apps)
+    grid.set_run(Run.create_empty(1))
+    return grid
+
+
+class _InProcessGrid:
+    """A Flower ``Grid`` delivering each message to a ClientApp in this
+    process (deep copies both ways, as serialization would) and recording
+    every reply: the server's whole view."""
+
+    def __init__(self, apps):
+        from flwr.app import Context, RecordDict
+
+        self.apps = apps
+        self.contexts = {nid: Context(run_id=1, node_id=nid, node_config={}, state=RecordDict(),
+                                      run_config={}) for nid in apps}
+        self.replies = []
+        self._run = None
+
+    def set_run(self, run):
+        self._run = run
+
+    @property
+    def run(self):
+        return self._run
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
+        from flwr.app import Message
+
+        return Message(content=content, dst_node_id=dst_node_id, message_type=message_type,
+                       group_id=group_id)
+
+    def get_node_ids(self):
+        return list(self.apps)
+
+    def get_nodes(self):  # pragma: no cover - not used by the workflows
+        raise NotImplementedError
+
+    def push_messages(self, messages):  # pragma: no cover
+        raise NotImplementedError
+
+    def pull_messages(self, message_ids):  # pragma: no cover
+        raise NotImplementedError
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = []
+        for message in messages:
+            node = message.metadata.dst_node_id
+            reply = copy.deepcopy(self.apps[node](copy.deepcopy(message), self.contexts[node]))
+            self.replies.append(reply)
+            replies.append(reply)
+        return replies
+
+
+@pytest.fixture
+def task_identity():
+    """Flower's process-wide task identity, as a SuperLink would set it."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+def _batches():
+    X, y, g, b = make_federated_gaussians(n_sites=N_SITES, n_batches=N_BATCHES, n_per_batch=90,
+                                          n_features=4, mu=0.5, random_state=0)
+    codes = np.unique(g, return_inverse=True)[1]
+    return {(s, k): (X[(codes == s) & (b == k)], y[(codes == s) & (b == k)])
+            for s in range(N_SITES) for k in range(N_BATCHES)}, X, y
+
+
+def test_secagg_plus_carries_the_sites_integers_and_the_server_sees_only_masked_vectors(
+        task_identity):
+    from flwr.server import LegacyContext, ServerConfig
+    from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
+    from flwr.app import Context, RecordDict
+
+    rows, X, y = _batches()
+    batch_rows = [sum(len(rows[s, k][1]) for s in range(N_SITES)) for k in range(N_BATCHES)]
+    config = SecAggSiteConfig(n_sites=N_SITES, n_features=4, classes=(-1, 1),
+                              n_batches=N_BATCHES, n_rows=sum(batch_rows), clip_norm=3.0)
+    seeds = [np.random.default_rng(100 + s) for s in range(N_SITES)]
+    sites = {10 + s: SecAggDWDClient(config, lambda k, s=s: rows[s, k], copy.deepcopy(seeds[s]))
+             for s in range(N_SITES)}
+    apps = {nid: site.client_app() for nid, site in sites.items()}
+    grid = _grid(apps)
+    field, _ = secagg_field(N_SITES)
+    strategy = make_secagg_strategy(config, batch_rows, min_fit_clients=N_SITES,
+                                    min_available_clients=N_SITES, fraction_evaluate=0.0)
+    context = LegacyContext(
+        context=Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}),
+        config=ServerConfig(num_rounds=N_BATCHES), strategy=strategy)
+    workflow = SecAggPlusWorkflow(num_shares=N_SITES, reconstruction_threshold=2, **field)
+    DefaultWorkflow(fit_workflow=workflow)(grid, context)
+
+    # the same sites in process: same generators, the modular sum of 'secagg-tree'
+    plan = config.plan()
+    C = np.asarray(plan.factorization.C)
+    streams = [SecAggSiteStream(C, plan.gamma, plan.sigma, plan.dim, copy.deepcopy(seeds[s]))
+               for s in range(N_SITES)]
+    server = SecAggDWDServer(plan)
+    theta, plain = np.zeros(config.layout), []
+    for k in range(N_BATCHES):
+        messages = []
+        for s, stream in enumerate(streams):
+            Xs, Ys, _ = prepare_rows(*rows[s, k], np.ones(len(rows[s, k][1])), np.array([-1, 1]),
+                                     fit_intercept=True, clip_norm=3.0)
+            messages.append(site_messages(stream, (Xs, Ys), theta, plan.scales, q=1.0,
+                                          fit_intercept=True))
+        plain += [np.concatenate([m[n] for n in sorted(m)]) for m in messages]
+        theta, _ = server.update(batch_rows[k], sum(batch_rows[:k + 1]), alpha=1e-3,
+                                 fit_intercept=True, messages=messages)
+    np.testing.assert_allclose(strategy.theta, theta, rtol=1e-9, atol=1e-12)
+    # SecAgg+'s sum is the modular sum of the sites' integers, exactly, node by node
+    assert strategy.server.aggregate.nodes.keys() == server.aggregate.nodes.keys()
+    for node, value in server.aggregate.nodes.items():
+        np.testing.assert_array_equal(strategy.server.aggregate.nodes[node], value)
+    assert all(site.clipped == 0 for site in sites.values())
+    assert max(site.clip_probability for site in sites.values()) < 1e-20
+    assert max(np.abs(v).max() for v in plain) < field["clipping_range"]
+
+    # the server's view: every array a site sent (the masked vectors and the
+    # key shares, decoded), none equal to a site's integers or their quantization
+    from flwr.common import bytes_to_ndarray
+    from flwr.common.secure_aggregation.secaggplus_constants import Key
+
+    masked = []
+    for reply in grid.replies:
+        for record in reply.content.config_records.values():
+            masked += [bytes_to_ndarray(b) for b in record.get(Key.MASKED_PARAMETERS, [])]
+    assert len(masked) == 2 * N_SITES * N_BATCHES  # (the weight factor, the vector) per site
+    vectors = [m for m in masked if m.size > 1]
+    assert len(vectors) == N_SITES * N_BATCHES
+    for values in plain:
+        for vector in vectors:
+            assert not np.array_equal(vector, values)
+            assert not np.array_equal(vector, values + field["clipping_range"])
+    # the masks cancel only in the sum: the masked vectors look uniform on the field
+    pooled = np.concatenate(vectors).astype(float) / field["modulus_range"]
+    assert 0.4 < pooled.mean() < 0.6 and pooled.std() > 0.25
