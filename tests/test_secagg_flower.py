@@ -174,3 +174,25 @@ def test_secagg_plus_carries_the_sites_integers_and_the_server_sees_only_masked_
     # the masks cancel only in the sum: the masked vectors look uniform on the field
     pooled = np.concatenate(vectors).astype(float) / field["modulus_range"]
     assert 0.4 < pooled.mean() < 0.6 and pooled.std() > 0.25
+
+
+def test_the_site_enforces_its_horizon_and_the_model_shape_from_its_own_config():
+    """Past ``n_batches`` the site refuses; a model of another shape or with
+    NaN is refused before the site's stream moves; the node values it sends
+    are integers within SecAgg+'s range."""
+    rows, _, _ = _batches()
+    config = SecAggSiteConfig(n_sites=N_SITES, n_features=4, classes=(-1, 1),
+                              n_batches=N_BATCHES, n_rows=600, clip_norm=3.0)
+    site = SecAggDWDClient(config, lambda k: rows[0, k], np.random.default_rng(0))
+    for bad in (np.zeros((4, 1)), np.full((5, 1), np.nan)):
+        with pytest.raises(ValueError, match="model"):
+            site.fit([bad], {})
+        assert site.stream.step == 0
+    half = secagg_field(N_SITES)[0]["clipping_range"]
+    for _ in range(N_BATCHES):
+        (vector,), weight, _ = site.fit([np.zeros((5, 1))], {})
+        assert weight == 1 and np.all(vector == np.rint(vector)) and np.abs(vector).max() < half
+    from skfedpriv.privacy import HorizonExceededError
+
+    with pytest.raises(HorizonExceededError):
+        site.fit([np.zeros((5, 1))], {})
