@@ -111,7 +111,7 @@ def test_secagg_plus_carries_the_sites_integers_and_the_server_sees_only_masked_
     from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
     from flwr.app import Context, RecordDict
 
-    rows, X, y = _batches()
+    rows, _, _ = _batches()
     batch_rows = [sum(len(rows[s, k][1]) for s in range(N_SITES)) for k in range(N_BATCHES)]
     config = SecAggSiteConfig(n_sites=N_SITES, n_features=4, classes=(-1, 1),
                               n_batches=N_BATCHES, n_rows=sum(batch_rows), clip_norm=3.0)
