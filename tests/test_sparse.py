@@ -53,6 +53,8 @@ BINARY = [
     DWDClassifier(mechanism="local-gaussian", clip_norm=2.0, classes=[0, 1], random_state=0),
     DWDClassifier(mechanism="local-tree", n_batches=3, clip_norm=2.0, classes=[0, 1],
                   random_state=0),
+    DWDClassifier(mechanism="secagg-tree", n_batches=3, clip_norm=2.0, classes=[0, 1],
+                  random_state=0),
     LogisticRegression(),
     LogisticRegression(solver="local-steps", feature_clip_norm=1.5, n_rounds=3),
     LogisticRegression(mechanism="tree", feature_clip_norm=1.5, epsilon=5.0, n_rounds=3,

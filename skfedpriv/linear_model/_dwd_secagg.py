@@ -231,6 +231,6 @@ class SecAggDWDStream:
         messages = [site_messages(stream, part, theta, self.plan.scales, q=q,
                                   fit_intercept=fit_intercept)
                     for stream, part in zip(self.sites, parts)]
-        n_rows = sum(len(part[0]) for part in site_parts)
+        n_rows = sum(part[0].shape[0] for part in site_parts)
         return self.server.update(n_rows, n_seen, alpha=alpha, fit_intercept=fit_intercept,
                                   messages=messages)
