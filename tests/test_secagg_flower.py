@@ -196,3 +196,22 @@ def test_the_site_enforces_its_horizon_and_the_model_shape_from_its_own_config()
 
     with pytest.raises(HorizonExceededError):
         site.fit([np.zeros((5, 1))], {})
+
+
+def test_every_site_stream_is_charged_to_the_sites_budget(tmp_path):
+    """A restarted site (a new client object on the same file budget) is
+    charged again: two streams at ε = 1 compose (zCDP) to about 1.4, above a
+    budget of 1.2."""
+    from skfedpriv.privacy import PrivacyBudget, PrivacyBudgetError
+
+    rows, _, _ = _batches()
+    config = SecAggSiteConfig(n_sites=N_SITES, n_features=4, classes=(-1, 1),
+                              n_batches=N_BATCHES, n_rows=600, clip_norm=3.0)
+    path = tmp_path / "site.sqlite"
+    site = SecAggDWDClient(config, lambda k: rows[0, k], np.random.default_rng(0),
+                           budget=PrivacyBudget(1.2, 1e-4, path=path))
+    (entry,) = PrivacyBudget.from_file(path).ledger.entries
+    assert entry.mechanism == "zcdp" and entry.rho == pytest.approx(site.plan.rho)
+    with pytest.raises(PrivacyBudgetError):
+        SecAggDWDClient(config, lambda k: rows[0, k], np.random.default_rng(1),
+                        budget=PrivacyBudget.from_file(path))

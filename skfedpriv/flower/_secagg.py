@@ -26,7 +26,8 @@ the only value it reads from the server is the public model ``θ``, checked
 for shape and finiteness. Past its horizon it refuses. Its generator and
 raw node sums stay in the client object (in memory: a restarted site
 process would start a new noise stream, so a deployment keeps the client
-alive for the stream; a persistent ledger is not written yet).
+alive for the stream, and charges a file ``budget`` per stream, so a
+restart that starts a new stream is charged again).
 """
 
 from dataclasses import dataclass
@@ -114,12 +115,20 @@ class SecAggDWDClient:
         This site's rows of batch ``step``.
     rng : numpy.random.Generator
         The site's own generator (fresh OS entropy for a real stream).
+    budget : PrivacyBudget or None, default=None
+        The site's budget (a file budget persists across restarts): every
+        new stream, i.e. every client object, is charged once, as one
+        ρ-zCDP release, before any noise is drawn; a restarted site that
+        starts a new stream on the same rows is charged again.
     """
 
-    def __init__(self, config, load_batch, rng):
+    def __init__(self, config, load_batch, rng, budget=None):
         self.config = config
         self.load_batch = load_batch
         self.plan = config.plan()
+        if budget is not None:
+            budget.spend(self.plan.epsilon, config.delta, mechanism="zcdp", rho=self.plan.rho,
+                         note=f"secagg-tree site stream of {config.n_batches} batches")
         self.half = secagg_field(config.n_sites)[0]["clipping_range"]
         self.stream = SecAggSiteStream(np.asarray(self.plan.factorization.C), self.plan.gamma,
                                        self.plan.sigma, self.plan.dim, rng)
