@@ -30,6 +30,7 @@ from skfedpriv.privacy._discrete_gaussian import (
     distributed_rho,
     distributed_sigma,
 )
+from skfedpriv.linear_model._dwd_secagg import SecAggPlan
 from skfedpriv.privacy._objective_perturbation import clip_augmented_rows
 from skfedpriv.privacy._secure_aggregation import (
     SecAggSiteStream,
@@ -209,7 +210,8 @@ def test_empirical_audit_of_the_summed_shares(noise_factor, should_violate):
     ``θ_0 = 0`` (the linear part's worst case: its coefficient goes from -y
     to y), two sites each adding the calibrated share, summed: the rounded
     node sums (the package's encoding) and the summed discrete Gaussian
-    shares, projected on the likelihood-ratio direction (for integer shifts
+    shares (scale, σ and sensitivity from the package's plan), projected on
+    the likelihood-ratio direction (for integer shifts
     the discrete Gaussian's log-likelihood ratio is linear, as the
     Gaussian's). The Clopper-Pearson lower bound on ε stays below ε; with
     half the noise it exceeds it (the audit has power)."""
@@ -220,11 +222,12 @@ def test_empirical_audit_of_the_summed_shares(noise_factor, should_violate):
     theta = np.zeros((2, 1))
     u = pack_summary(*linearized_summary(row, np.ones((1, 1)), theta, q, False), scales)
     un = pack_summary(*linearized_summary(row, -np.ones((1, 1)), theta, q, False), scales)
-    gamma = 50.0
-    sensitivity = factorization.sensitivity * (gamma + math.sqrt(u.size))
-    n_nodes = factorization.n_noise * u.size
-    sigma = distributed_sigma(epsilon, delta, sensitivity, 2, n_nodes) * noise_factor
-    stream = SecAggSiteStream(np.asarray(factorization.C), gamma, sigma, u.size,
+    # the package's plan of a 2-site stream of 100 rows: scale, σ, sensitivity
+    plan = SecAggPlan(factorization, 2, 2, 2, 1, q, c2, 100, epsilon, delta)
+    sensitivity, sigma = plan.sensitivity, plan.sigma * noise_factor
+    assert sensitivity == pytest.approx(
+        factorization.sensitivity * (plan.gamma + math.sqrt(u.size)))
+    stream = SecAggSiteStream(np.asarray(factorization.C), plan.gamma, sigma, u.size,
                               np.random.default_rng(0))
     r = stream.encode(u) - stream.encode(un)
     shift = np.concatenate([r, r])  # the leaf of step 1 and the root
