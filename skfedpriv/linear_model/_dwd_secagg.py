@@ -40,7 +40,11 @@ row is the sum of the shares of the sites the adversary does not know:
 ``ρ = Δ² / (2 H σ_s²) + τ D`` (``D`` = all node coordinates, ``τ`` of KLS
 Prop. 14, below 1e-30 at the σ used here), converted to ``(ε, δ)`` by
 Canonne, Kamath & Steinke (2020, Prop. 12); the budget is charged once per
-stream as one ``ρ``-zCDP release. Everything the server does after the
+stream as one ``ρ``-zCDP release. The inputs are chosen adaptively (each
+batch's summary is taken at the model released before it): given the
+earlier node sums, a node's sum moves only through the replaced row's own
+step, so the per-node Rényi bounds (KLS Prop. 14 on each node) compose
+adaptively to the same ``ρ``: ``levels`` nodes hold that step. Everything the server does after the
 modular sum (lift, unscale, Honaker estimate, the same solve as
 'local-tree') is post-processing, and so is a wrap-around of the modulus,
 which :func:`~skfedpriv.privacy._secure_aggregation.choose_scale` makes
