@@ -15,7 +15,8 @@ from skfedpriv.datasets import make_federated_gaussians  # noqa: E402
 from skfedpriv.flower._secagg import (  # noqa: E402
     SecAggDWDClient,
     SecAggSiteConfig,
-    make_secagg_strategy,
+    make_secagg_server_app,
+    run_secagg_stream,
     secagg_field,
 )
 from skfedpriv.linear_model._dwd_secagg import SecAggDWDServer  # noqa: E402
@@ -105,29 +106,37 @@ def _batches():
             for s in range(N_SITES) for k in range(N_BATCHES)}, X, y
 
 
-def test_secagg_plus_carries_the_sites_integers_and_the_server_sees_only_masked_vectors(
-        task_identity):
-    from flwr.server import LegacyContext, ServerConfig
-    from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
+def _sites(config, rows, seeds):
+    """The SecAgg+ node id -> site client, each with a copy of its generator."""
+    return {10 + s: SecAggDWDClient(config, lambda k, s=s: rows[s, k], copy.deepcopy(seeds[s]))
+            for s in range(N_SITES)}
+
+
+def _context():
     from flwr.app import Context, RecordDict
 
+    return Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={})
+
+
+def test_secagg_plus_carries_the_sites_integers_and_the_server_sees_only_masked_vectors(
+        task_identity):
     rows, _, _ = _batches()
     batch_rows = [sum(len(rows[s, k][1]) for s in range(N_SITES)) for k in range(N_BATCHES)]
     config = SecAggSiteConfig(n_sites=N_SITES, n_features=4, classes=(-1, 1),
                               n_batches=N_BATCHES, n_rows=sum(batch_rows), clip_norm=3.0)
     seeds = [np.random.default_rng(100 + s) for s in range(N_SITES)]
-    sites = {10 + s: SecAggDWDClient(config, lambda k, s=s: rows[s, k], copy.deepcopy(seeds[s]))
-             for s in range(N_SITES)}
-    apps = {nid: site.client_app() for nid, site in sites.items()}
-    grid = _grid(apps)
+    sites = _sites(config, rows, seeds)
+    grid = _grid({nid: site.client_app() for nid, site in sites.items()})
     field, _ = secagg_field(N_SITES)
-    strategy = make_secagg_strategy(config, batch_rows, min_fit_clients=N_SITES,
-                                    min_available_clients=N_SITES, fraction_evaluate=0.0)
-    context = LegacyContext(
-        context=Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}),
-        config=ServerConfig(num_rounds=N_BATCHES), strategy=strategy)
-    workflow = SecAggPlusWorkflow(num_shares=N_SITES, reconstruction_threshold=2, **field)
-    DefaultWorkflow(fit_workflow=workflow)(grid, context)
+    # the ServerApp, as a SuperLink would run it; then the same stream again
+    # (same generators) through run_secagg_stream, to read the server's state
+    final = []
+    make_secagg_server_app(config, batch_rows, num_shares=N_SITES, reconstruction_threshold=2,
+                           on_model=final.append)(grid, _context())
+    strategy = run_secagg_stream(
+        _grid({nid: site.client_app() for nid, site in _sites(config, rows, seeds).items()}),
+        _context(), config, batch_rows, num_shares=N_SITES, reconstruction_threshold=2)
+    np.testing.assert_array_equal(final[0], strategy.theta)
 
     # the same sites in process: same generators, the modular sum of 'secagg-tree'
     plan = config.plan()

@@ -45,7 +45,8 @@ from ..privacy._secure_aggregation import (
     wrap_probability,
 )
 
-__all__ = ["SecAggDWDClient", "SecAggSiteConfig", "make_secagg_strategy", "secagg_field"]
+__all__ = ["SecAggDWDClient", "SecAggSiteConfig", "make_secagg_server_app",
+           "make_secagg_strategy", "run_secagg_stream", "secagg_field"]
 
 
 def secagg_field(n_sites, bits=MODULUS_BITS):
@@ -227,3 +228,56 @@ def make_secagg_strategy(config, batch_rows, **fedavg):
     strategy.server = server
     return strategy
 
+
+
+def run_secagg_stream(grid, context, config, batch_rows, *, num_shares,
+                      reconstruction_threshold, timeout=None):
+    """Run a whole 'secagg-tree' stream (``config.n_batches`` SecAgg+ rounds,
+    every site in each) on ``grid``; returns the strategy (``.theta`` is the
+    last model, ``.server`` the server's state).
+
+    Parameters
+    ----------
+    grid : flwr Grid
+    context : flwr Context
+        The ServerApp's context.
+    config : SecAggSiteConfig
+        The stream's public settings, as at the sites.
+    batch_rows : sequence of int
+        Public row count of each batch.
+    num_shares, reconstruction_threshold : int
+        SecAgg+'s secret sharing (see ``SecAggPlusWorkflow``).
+    timeout : float or None
+    """
+    from flwr.server import LegacyContext, ServerConfig
+    from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
+
+    field, _ = secagg_field(config.n_sites)
+    strategy = make_secagg_strategy(config, batch_rows, min_fit_clients=config.n_sites,
+                                    min_available_clients=config.n_sites, fraction_evaluate=0.0)
+    legacy = LegacyContext(context=context, config=ServerConfig(num_rounds=config.n_batches),
+                           strategy=strategy)
+    workflow = SecAggPlusWorkflow(num_shares=num_shares,
+                                  reconstruction_threshold=reconstruction_threshold,
+                                  timeout=timeout, **field)
+    DefaultWorkflow(fit_workflow=workflow)(grid, legacy)
+    return strategy
+
+
+def make_secagg_server_app(config, batch_rows, *, num_shares, reconstruction_threshold,
+                           on_model=None, timeout=None):
+    """A Flower ``ServerApp`` running :func:`run_secagg_stream`;
+    ``on_model(theta)`` receives the final model (e.g. to save it)."""
+    from flwr.serverapp import ServerApp
+
+    app = ServerApp()
+
+    @app.main()
+    def main(grid, context):
+        strategy = run_secagg_stream(grid, context, config, batch_rows, num_shares=num_shares,
+                                     reconstruction_threshold=reconstruction_threshold,
+                                     timeout=timeout)
+        if on_model is not None:
+            on_model(strategy.theta)
+
+    return app
