@@ -95,6 +95,8 @@ def _renewable_step(sites, stream, settings):
         online_steps=settings.online_steps,
         # Algorithm 1 as published (eq. 37)
         first_step=published_step if settings.online_steps == 1 else None,
+        # few rows: the curvature as rows (inference keeps the dense form)
+        factored=not settings.inference,
     )
 
 
