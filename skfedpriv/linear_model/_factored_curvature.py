@@ -154,6 +154,15 @@ def _nbytes(X):
     return X.nbytes
 
 
+def _block_gram(blocks):
+    """``X_all X_allᵀ`` of the blocks' rows stacked (kept by the blocks)."""
+    if len(blocks) == 1:
+        return blocks[0].gram(blocks[0])
+    if not blocks:
+        return np.zeros((0, 0))
+    return np.block([[a.gram(b) for b in blocks] for a in blocks])
+
+
 class WoodburyFactor:
     """Solves ``H x = g`` for a :class:`RowCurvature` through ``m x m``
     systems: Woodbury on the penalized block, whose ridge ``c`` is the same
@@ -172,11 +181,12 @@ class WoodburyFactor:
         self.c = float(penalized[0])
         s = np.concatenate(curvature.scales) if curvature.scales else np.zeros(0)
         self.s = s
-        gram = np.block([[a.gram(b) for b in curvature.blocks] for a in curvature.blocks]
-                        ) if curvature.blocks else np.zeros((0, 0))
-        self.gram = gram
-        M = np.eye(len(s)) + (s[:, None] * gram * s[None, :]) / self.c
-        self.M = cho_factor(M) if len(s) else None
+        self.gram = gram = _block_gram(curvature.blocks)
+        # M = I + diag(s) G diag(s) / c, formed in place
+        M = gram * s[:, None]
+        M *= s[None, :] / self.c
+        M.flat[::len(s) + 1] += 1.0
+        self.M = cho_factor(M, overwrite_a=True, check_finite=False) if len(s) else None
         if curvature.intercept:
             # σ = r_0 + zᵀ M⁻¹ z, z = s the intercept column of Z
             self.Mz = self._m_solve(s)
@@ -186,7 +196,7 @@ class WoodburyFactor:
             self.sigma = sigma
 
     def _m_solve(self, t):
-        return cho_solve(self.M, t) if self.M is not None else t
+        return cho_solve(self.M, t, check_finite=False) if self.M is not None else t
 
     def _split(self, values):
         """Per block pieces of a vector over all rows."""
