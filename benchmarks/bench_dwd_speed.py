@@ -333,6 +333,7 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
     data's, its rounds and numbers sent per site, its relative gap to
     L-BFGS-B on the same objective, and, up to ``dense_max_p`` features, the
     dense ``p1 x p1`` path of before in the same run."""
+    from sklearn.metrics import roc_auc_score
     from sklearn.svm import LinearSVC
 
     rows = []
@@ -341,7 +342,10 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
         X_test, y_test = _few_rows_data(2_000, p, seed=1)
         methods = {"DWD": lambda: DWDClassifier().fit(X, y),
                    "LinearSVC": lambda: LinearSVC().fit(X, y),
-                   "LR": lambda: SkLogisticRegression(max_iter=1000).fit(X, y)}
+                   "LR": lambda: SkLogisticRegression(max_iter=1000).fit(X, y),
+                   # weighted DWD (Qiao et al. 2010): DWD's intercept follows
+                   # the class sizes in high dimension
+                   "DWD balanced": lambda: DWDClassifier(class_weight="balanced").fit(X, y)}
         if p <= dense_max_p:
             def dense():
                 with _dense_form():
@@ -352,18 +356,40 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
             for name, run in methods.items():
                 model, seconds = _time(run)
                 times[name].append(seconds)
-        accuracy = {name: float(np.mean(run().predict(X_test) == y_test))
-                    for name, run in methods.items()}
-        peaks = {name: _peak(methods[name])[1] for name in methods if name != "LR"}
+        fitted = {name: run() for name, run in methods.items()}
+        accuracy = {name: float(np.mean(model.predict(X_test) == y_test))
+                    for name, model in fitted.items()}
+        # the direction alone, whatever the intercept
+        auc = {name: float(roc_auc_score(y_test, model.decision_function(X_test)))
+               for name, model in fitted.items()}
+        peaks = {name: _peak(methods[name])[1] for name in ("DWD", "DWD dense", "LinearSVC")
+                 if name in methods}
         infos = _solver_info(methods["DWD"])
         rows.append(dict(n=n, p=p, seconds={k: float(np.median(v)) for k, v in times.items()},
-                         accuracy=accuracy, peaks=peaks, data=X.nbytes,
+                         accuracy=accuracy, auc=auc, peaks=peaks, data=X.nbytes,
                          rounds=sum(i["rounds"] for i in infos),
                          floats=sum(i["floats_sent"] for i in infos),
                          iters=sum(i["n_iter"] for i in infos),
                          gap=float(_lbfgs_gap(methods["DWD"](), X, y))))
         print(rows[-1], flush=True)
     return rows
+
+
+def few_rows_stream(p, n_batch=100, n_batches=4):
+    """A stream of ``n_batches`` batches of ``n_batch`` rows (``fit`` on the
+    first, ``partial_fit`` on the rest): each call's time and the bytes of
+    the state it leaves, beside the dense ``(p+1)²`` matrix's."""
+    X, y = _few_rows_data(n_batch * n_batches, p, seed=2)
+    clf, calls = DWDClassifier(), []
+    for b in range(n_batches):
+        rows = slice(b * n_batch, (b + 1) * n_batch)
+        call = clf.fit if b == 0 else clf.partial_fit
+        _, seconds = _time(lambda: call(X[rows], y[rows]))
+        state = clf._training_state.curvature
+        calls.append(dict(rows_seen=(b + 1) * n_batch, seconds=seconds,
+                          state=state.nbytes, dense=8 * (p + 1) ** 2,
+                          data=X[:(b + 1) * n_batch].nbytes))
+    return dict(p=p, n_batch=n_batch, calls=calls)
 
 
 def logistic_rows(n, p, reps):
@@ -442,7 +468,7 @@ def main():
     if args.min_p is not None:
         sizes = [size for size in sizes if size[1] >= args.min_p] or sizes[-1:]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    offline = bundled = private = logistic = many_sites = few_rows = []
+    offline = bundled = private = logistic = many_sites = few_rows = streams = []
     through = fixed = memory = {}
     with threadpool_limits(1):
         if "offline" in parts:
@@ -461,6 +487,8 @@ def main():
             few_rows = few_rows_rows([(n, p) for n in (100, 400)
                                       for p in (2_000, 10_000, 20_000)
                                       if p <= (args.max_p or 20_000)], reps)
+            streams = [few_rows_stream(p) for p in (2_000, 10_000)
+                       if p <= (args.max_p or 20_000)]
         if "sites" in parts:
             many_sites = sites_rows(reps, n=20_000 if quick else 100_000,
                                     counts=(10, 1_000) if quick else (10, 1_000, 10_000))
@@ -540,8 +568,9 @@ def main():
                   "| n, p | DWD s | DWD dense s | LinearSVC s | LR s | DWD / LinearSVC | "
                   "DWD peak MB (× data) | dense peak MB | LinearSVC traced MB | "
                   "Newton steps | rounds | numbers sent per site | gap to L-BFGS-B | "
-                  "accuracy DWD / LinearSVC / LR |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "accuracy DWD / DWD balanced / LinearSVC / LR | "
+                  "test AUC DWD / LinearSVC / LR |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in few_rows:
             t, peaks, mb = r["seconds"], r["peaks"], 1e6
             dense = f"{t['DWD dense']:.3f}" if "DWD dense" in t else "not run"
@@ -552,7 +581,18 @@ def main():
                 f"{peaks['DWD'] / mb:.0f} ({peaks['DWD'] / r['data']:.1f}×) | {dense_peak} | "
                 f"{peaks['LinearSVC'] / mb:.0f} | {r['iters']} | {r['rounds']} | "
                 f"{r['floats']:,} | {r['gap']:.1e} | {r['accuracy']['DWD']:.3f} / "
-                f"{r['accuracy']['LinearSVC']:.3f} / {r['accuracy']['LR']:.3f} |")
+                f"{r['accuracy']['DWD balanced']:.3f} / "
+                f"{r['accuracy']['LinearSVC']:.3f} / {r['accuracy']['LR']:.3f} | "
+                f"{r['auc']['DWD']:.3f} / {r['auc']['LinearSVC']:.3f} / {r['auc']['LR']:.3f} |")
+    if streams:
+        lines += ["", "**Few rows, a stream**: `fit` on 100 rows, then `partial_fit` "
+                  "batches of 100; the state (`curvature_`) after each call beside the "
+                  "dense matrix:", "",
+                  "| p | rows seen | call s | state MB | dense (p+1)² MB | rows seen MB |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {r['p']} | {c['rows_seen']} | {c['seconds']:.3f} | "
+                  f"{c['state'] / 1e6:.1f} | {c['dense'] / 1e6:.0f} | {c['data'] / 1e6:.1f} |"
+                  for r in streams for c in r["calls"]]
     text = "\n".join(lines) + "\n"
     every = {"offline", "bundled", "private", "partial", "logistic", "sites"}
     suffix = "_quick" if quick else ("" if parts == every else "_" + "_".join(sorted(parts)))

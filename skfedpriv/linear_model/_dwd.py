@@ -467,9 +467,15 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Defined when X has string feature names. Public by assumption, as
         is the number of features.
-    curvature_ : ndarray of shape (n_models, p1, p1)
+    curvature_ : ndarray or CurvatureStack of shape (n_models, p1, p1)
         Accumulated curvature ``Σ_j J_j`` (eq. 34) of all batches seen, the
         only memory of past batches; ``p1 = n_features + fit_intercept``.
+        While fewer rows than ``p1`` were seen (``inference=False``), a
+        ``CurvatureStack``: the rows ``D^½ X̄`` of every batch (a copy of
+        the rows and one scale per row and model), which behaves as the
+        array (``np.asarray(curvature_)`` forms it, ``8 n_models p1²``
+        bytes; ``curvature_[k]`` is model k's factored matrix, array-like
+        too) and turns into it once the rows seen reach ``p1``.
         Defined **only without a mechanism**: under 'laplace'/'gaussian' it
         is the raw ``Σ_j J_j`` of the rows (not covered by any claim), and
         under every mechanism it lives in the training state, never in a
