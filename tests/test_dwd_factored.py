@@ -173,3 +173,20 @@ def test_inference_and_private_mechanisms_keep_the_dense_state():
                             delta=1e-5, clip_norm=2.0, random_state=0,
                             classes=[0, 1]).fit(X, y)
     assert isinstance(private._training_state.curvature, np.ndarray)
+
+
+def test_remote_sites_keep_the_dense_sums_and_reach_the_same_model():
+    from skfedpriv.federated import DWDSite, LocalTransport, federated_fit
+
+    X, y = _rows(30, 100)
+    sites = np.arange(30) % 3
+    transport = LocalTransport([
+        DWDSite(lambda k, s=s: (X[sites == s], y[sites == s]), None, name=f"s{s}")
+        for s in range(3)])
+    remote = federated_fit(DWDClassifier(alpha=ALPHA, tol=1e-14), transport)
+    local = DWDClassifier(alpha=ALPHA, tol=1e-14).fit(X, y, sample_group=sites)
+    assert isinstance(remote.curvature_, np.ndarray)
+    assert isinstance(local.curvature_, CurvatureStack)
+    np.testing.assert_allclose(remote.coef_, local.coef_, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(local.curvature_), remote.curvature_, rtol=1e-6,
+                               atol=1e-8)
