@@ -560,7 +560,8 @@ class SiteData(DWDSites):
         :class:`~._factored_curvature.CurvatureStack` (no ridge). The same
         request as the curvature of :meth:`summaries` (no extra round), but
         each row's weighted features leave the site: in process only (the
-        remote protocol sends only the ``p1 x p1`` sum)."""
+        remote protocol sends only the ``p1 x p1`` sum). ``floats_sent``
+        counts the average site's rows."""
         loss = as_loss(loss)
         flagged = np.flatnonzero(np.broadcast_to(np.asarray(models, dtype=bool),
                                                  Theta.shape[1:]))
@@ -574,8 +575,13 @@ class SiteData(DWDSites):
         stack = CurvatureStack([
             RowCurvature(blocks, [s[:, j] for s in scales], np.zeros(p1), self.fit_intercept)
             for j in range(len(flagged))])
-        self.floats_sent += len(flagged) * self.n_rows * p1
+        self.floats_sent += len(flagged) * self._rows_per_site() * p1
         return stack
+
+    def _rows_per_site(self):
+        """The rows of the average site (rounded up): what ``floats_sent``
+        counts for a summary of one number per row and parameter."""
+        return -(-self.n_rows // max(self.n_sites, 1))
 
     def majorizer_rows(self, loss):
         """:meth:`majorizer` as rows ``sqrt(c w_i) x̄_i`` (one model; see
@@ -584,7 +590,7 @@ class SiteData(DWDSites):
         blocks = self._blocks()
         scales = [np.sqrt(bound * np.maximum(w, 0.0)) for _, _, w in self.parts]
         self._count(None)
-        self.floats_sent += self.n_rows * (self.n_features + int(self.fit_intercept))
+        self.floats_sent += self._rows_per_site() * (self.n_features + int(self.fit_intercept))
         return CurvatureStack([RowCurvature(blocks, scales, np.zeros(blocks[0].X.shape[1]
                                                                       + self.fit_intercept),
                                             self.fit_intercept)])
