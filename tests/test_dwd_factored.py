@@ -18,6 +18,7 @@ from skfedpriv.linear_model._factored_curvature import (
     RowBlock,
     RowCurvature,
     curvature_form,
+    factored_is_smaller,
 )
 
 ALPHA = 1e-3
@@ -136,15 +137,18 @@ def test_partial_fit_continues_from_the_factored_state_as_the_dense_state():
 
 
 def test_the_state_turns_dense_once_rows_seen_make_dense_smaller():
-    X, y = _rows(120, 100)
+    X, y = _rows(160, 200)
     clf = DWDClassifier(alpha=ALPHA).fit(X[:40], y[:40])
-    clf.partial_fit(X[40:80], y[40:80])
-    state = clf._training_state.curvature
-    assert isinstance(state, CurvatureStack) and state.n_rows == 80
-    # memory independent of p1²: the rows' copies and their scales
-    assert state.nbytes < 101 * 101 * 8
-    clf.partial_fit(X[80:], y[80:])
-    assert isinstance(clf.curvature_, np.ndarray) and clf.curvature_.shape == (1, 101, 101)
+    for end in (80, 120):
+        clf.partial_fit(X[end - 40:end], y[end - 40:end])
+        state = clf._training_state.curvature
+        assert isinstance(state, CurvatureStack) and state.n_rows == end
+        # the rows' copies, their Gram matrices and scales: below the matrix
+        assert state.nbytes < 201 * 201 * 8
+    # 160 rows and their Gram matrix would exceed the 201 x 201 matrix
+    assert not factored_is_smaller(160, 201) and factored_is_smaller(120, 201)
+    clf.partial_fit(X[120:], y[120:])
+    assert isinstance(clf.curvature_, np.ndarray) and clf.curvature_.shape == (1, 201, 201)
 
 
 def test_a_pickled_factored_estimator_continues_alike():

@@ -470,12 +470,13 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
     curvature_ : ndarray or CurvatureStack of shape (n_models, p1, p1)
         Accumulated curvature ``Σ_j J_j`` (eq. 34) of all batches seen, the
         only memory of past batches; ``p1 = n_features + fit_intercept``.
-        While fewer rows than ``p1`` were seen (``inference=False``), a
+        While the rows seen and their Gram matrix take fewer numbers than
+        the matrix (``m p1 + m² < p1²``, ``inference=False``), a
         ``CurvatureStack``: the rows ``D^½ X̄`` of every batch (a copy of
         the rows and one scale per row and model), which behaves as the
         array (``np.asarray(curvature_)`` forms it, ``8 n_models p1²``
         bytes; ``curvature_[k]`` is model k's factored matrix, array-like
-        too) and turns into it once the rows seen reach ``p1``.
+        too) and turns into it once that is the smaller.
         Defined **only without a mechanism**: under 'laplace'/'gaussian' it
         is the raw ``Σ_j J_j`` of the rows (not covered by any claim), and
         under every mechanism it lives in the training state, never in a

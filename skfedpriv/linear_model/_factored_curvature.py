@@ -1,7 +1,8 @@
 """The curvature in factored form, for few rows and many features (issue #23).
 
-While the rows seen are fewer than the augmented dimension ``p1``, a model's
-curvature matrix (plus ridge, plus the prior of earlier batches) is kept as
+While the rows seen and their Gram matrix take fewer numbers than the
+``p1 x p1`` matrix (``m p1 + m² < p1²``, ``m`` below about ``0.62 p1``;
+:func:`factored_is_smaller`), a model's curvature matrix (plus ridge, plus the prior of earlier batches) is kept as
 
 ``H = diag(r) + Σ_b Z_bᵀ Z_b``,  ``Z_b = diag(s_b) X̄_b``,
 
@@ -29,6 +30,13 @@ from scipy.linalg import cho_factor, cho_solve
 __all__ = ["CurvatureStack", "RowBlock", "RowCurvature", "RowSites", "curvature_form"]
 
 
+def factored_is_smaller(n_rows, p1):
+    """Whether ``n_rows`` rows of ``p1`` numbers and their ``n_rows x
+    n_rows`` Gram matrix take fewer numbers than the ``p1 x p1`` matrix
+    (``n_rows`` below about ``0.62 p1``)."""
+    return n_rows * p1 + n_rows * n_rows < p1 * p1
+
+
 class RowBlock:
     """One batch's rows ``X`` (a private copy), with the Gram matrices
     ``X X_otherᵀ`` against other blocks kept once formed."""
@@ -42,6 +50,7 @@ class RowBlock:
         return self.X.shape[0]
 
     def __getstate__(self):
+        # the Gram matrices are formed again when needed (keyed by identity)
         return {"X": self.X, "fit_intercept": self.fit_intercept, "_grams": {}}
 
     def gram(self, other):
@@ -259,10 +268,13 @@ class CurvatureStack:
 
     @property
     def nbytes(self):
-        """Bytes of the factored form (rows shared by models counted once)."""
-        rows = {id(b): _nbytes(b.X) for m in self.models for b in m.blocks}
-        return sum(rows.values()) + sum(m.nbytes - sum(_nbytes(b.X) for b in m.blocks)
-                                        for m in self.models)
+        """Bytes of the factored form: the rows (shared by the models, counted
+        once), their Gram matrices kept and each model's scales."""
+        blocks = {id(b): b for m in self.models for b in m.blocks}.values()
+        rows = sum(_nbytes(b.X) + sum(g.nbytes for _, g in b._grams.values())
+                   for b in blocks)
+        return rows + sum(m.nbytes - sum(_nbytes(b.X) for b in m.blocks)
+                          for m in self.models)
 
     def dense(self):
         """The ``(n_models, p1, p1)`` array (``8 n_models p1²`` bytes)."""
@@ -288,7 +300,7 @@ class CurvatureStack:
                 mine = mine * len(theirs)
             total = CurvatureStack([a + b for a, b in zip(mine, theirs)])
             # the dense form once it is the smaller one
-            return total.dense() if total.n_rows >= total.shape[1] else total
+            return total if factored_is_smaller(total.n_rows, total.shape[1]) else total.dense()
         if np.isscalar(other) and other == 0:
             return self
         return self.dense() + np.asarray(other)
@@ -374,13 +386,14 @@ def zero_curvature(n_models, p1, rows, fit_intercept):
 def curvature_form(sites, prior, p1, *, wanted, alpha, penalty):
     """The form of a batch's curvature: ``(prior, rows)``, ``rows`` True for
     the factored form, chosen while the rows seen (the prior's and this
-    batch's) are fewer than ``p1`` (the dense matrix is then the larger),
+    batch's) and their Gram matrix take fewer numbers than the dense matrix
+    (:func:`factored_is_smaller`),
     on in-process sites that send rows, with a ridge on every coefficient
     (``alpha > 0``, the default penalty). A factored prior that the batch
     takes past ``p1`` rows is formed densely here."""
     stacked = isinstance(prior, CurvatureStack)
     able = (wanted and getattr(sites, "offers_curvature_rows", False) and alpha > 0
             and penalty is None and (prior is None or stacked))
-    if able and sites.n_rows + (prior.n_rows if stacked else 0) < p1:
+    if able and factored_is_smaller(sites.n_rows + (prior.n_rows if stacked else 0), p1):
         return prior, True
     return (prior.dense() if stacked else prior), False

@@ -34,8 +34,8 @@ class RenewableState:
         The current estimate.
     curvature : ndarray of shape (n_models, n_params, n_params), CurvatureStack or None
         ``Σ_j J_j`` of the batches so far (None before the first); a
-        :class:`~._factored_curvature.CurvatureStack` while fewer rows than
-        ``n_params`` were seen by a ``factored`` stream.
+        :class:`~._factored_curvature.CurvatureStack` while that is the
+        smaller form, on a ``factored`` stream.
     started : ndarray of bool of shape (n_models,)
         Models whose first estimate has been fitted.
     seen : float
@@ -91,8 +91,8 @@ def renewable_step(sites, theta, prior, started, seen, *, loss, alpha, fit_inter
         estimate (Luo and Song 2020: ``J̃_b = J̃_{b-1} + J_b(θ̃_b)``); False:
         the curvature at ``θ_{b-1}`` throughout (the DWD paper's eq. 35).
     factored : bool
-        While the rows seen (the prior's and this batch's) are fewer than
-        ``n_params``, keep the curvature as rows ``D^½ X̄`` and solve through
+        While the rows seen (the prior's and this batch's) and their Gram
+        matrix take fewer numbers than the ``n_params²`` matrix, keep the curvature as rows ``D^½ X̄`` and solve through
         ``m x m`` systems (:mod:`._factored_curvature`; in-process sites,
         Newton steps only, not ``first_step``); the returned curvature is
         then a :class:`~._factored_curvature.CurvatureStack`. The same
