@@ -575,8 +575,12 @@ class NewtonSolver:
             searched.append(masked)
             losses = sites.line_losses(Theta, masked, trial, self.message)
             passed = np.zeros(self.n_models, dtype=bool)
+            # the prior's pull is linear along the line: two products a round
+            along = None if self.prior is None else (
+                prior_product(self.prior, Theta - self.center), prior_product(self.prior, masked))
             for t, loss in zip(trial, losses):
-                trial_value = self.objective(Theta + t * masked, loss)
+                trial_value = self.objective(Theta + t * masked, loss,
+                                             None if along is None else along[0] + t * along[1])
                 ok = searching & (trial_value <= value + _ARMIJO_SLOPE * t * slope)
                 if t > 1.0:
                     ok &= expand & (trial_value < new_value)
