@@ -194,3 +194,12 @@ def test_remote_sites_keep_the_dense_sums_and_reach_the_same_model():
     np.testing.assert_allclose(remote.coef_, local.coef_, atol=1e-7)
     np.testing.assert_allclose(np.asarray(local.curvature_), remote.curvature_, rtol=1e-6,
                                atol=1e-8)
+
+
+def test_a_few_row_fit_that_runs_out_reports_its_gap_from_the_factored_system():
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = _rows(30, 300, n_classes=3)
+    with pytest.warns(ConvergenceWarning, match="estimated relative objective gap"):
+        clf = DWDClassifier(alpha=ALPHA, max_iter=3).fit(X, y)
+    assert isinstance(clf.curvature_, CurvatureStack)
