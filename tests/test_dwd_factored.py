@@ -203,3 +203,18 @@ def test_a_few_row_fit_that_runs_out_reports_its_gap_from_the_factored_system():
     with pytest.warns(ConvergenceWarning, match="estimated relative objective gap"):
         clf = DWDClassifier(alpha=ALPHA, max_iter=3).fit(X, y)
     assert isinstance(clf.curvature_, CurvatureStack)
+
+
+def test_the_majorization_fallback_runs_on_rows_and_reaches_the_optimum(monkeypatch):
+    from skfedpriv.linear_model import _dwd_solver
+
+    # rows found (by search) where a Newton step is refused at q = 4
+    rng = np.random.default_rng(0)
+    rng.standard_normal((30, 300)), rng.integers(0, 3, 30)  # advance the generator
+    X, y = rng.standard_normal((40, 100)), rng.integers(0, 2, 40)
+    calls, original = [], _dwd_solver.SiteData.majorizer_rows
+    monkeypatch.setattr(_dwd_solver.SiteData, "majorizer_rows",
+                        lambda self, loss: calls.append(loss) or original(self, loss))
+    clf = DWDClassifier(q=4.0, alpha=ALPHA).fit(X, y)
+    assert calls and isinstance(clf.curvature_, CurvatureStack)
+    assert np.all(_relative_gaps(clf, X, y, 4.0) <= 1e-10)
