@@ -476,7 +476,9 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         the rows and one scale per row and model), which behaves as the
         array (``np.asarray(curvature_)`` forms it, ``8 n_models p1²``
         bytes; ``curvature_[k]`` is model k's factored matrix, array-like
-        too) and turns into it once that is the smaller.
+        too) and turns into it once that is the smaller. It then holds the
+        training rows themselves: so do ``release()`` and a pickle of the
+        estimator (the dense matrix holds only their weighted sum).
         Defined **only without a mechanism**: under 'laplace'/'gaussian' it
         is the raw ``Σ_j J_j`` of the rows (not covered by any claim), and
         under every mechanism it lives in the training state, never in a
