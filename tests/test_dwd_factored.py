@@ -106,14 +106,15 @@ def test_few_rows_fit_equals_the_dense_path(monkeypatch):
 
 
 def test_curvature_is_the_dense_sum_at_the_returned_point():
-    X, y = _rows(20, 150)
+    X, y = _rows(20, 250)
     clf = DWDClassifier(alpha=ALPHA).fit(X, y)
+    assert isinstance(clf.curvature_, CurvatureStack)
     theta = np.r_[clf.intercept_, clf.coef_[0]]
     Xbar = np.hstack([np.ones((len(X), 1)), X])
     u = np.where(y == 1, 1.0, -1.0) * (Xbar @ theta)
     from skfedpriv._loss import GenDWDLoss  # the smoothed curvature of eq. 8
     d = GenDWDLoss(q=1.0).smoothed_curvature(u)
-    ridge = np.r_[0.0, np.full(150, ALPHA * len(X))]
+    ridge = np.r_[0.0, np.full(250, ALPHA * len(X))]
     expected = np.diag(ridge) + (Xbar * d[:, None]).T @ Xbar
     np.testing.assert_allclose(clf.curvature_[0], expected, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(np.asarray(clf.curvature_)[0], expected, rtol=1e-10,
@@ -152,8 +153,9 @@ def test_the_state_turns_dense_once_rows_seen_make_dense_smaller():
 
 
 def test_a_pickled_factored_estimator_continues_alike():
-    X, y = _rows(40, 120)
+    X, y = _rows(40, 250)
     clf = DWDClassifier(alpha=ALPHA).fit(X[:20], y[:20])
+    assert isinstance(clf.curvature_, CurvatureStack)
     restored = pickle.loads(pickle.dumps(clf))
     clf.partial_fit(X[20:], y[20:])
     restored.partial_fit(X[20:], y[20:])
@@ -169,8 +171,14 @@ def test_sparse_rows_take_the_factored_path_to_the_same_optimum():
     np.testing.assert_allclose(sparse_rows.coef_, dense_rows.coef_, rtol=1e-9, atol=1e-9)
 
 
+def test_small_problems_keep_the_dense_path():
+    # scikit-learn's estimator checks (15 rows, 30 features) among them
+    X, y = _rows(15, 30)
+    assert isinstance(DWDClassifier(alpha=ALPHA).fit(X, y).curvature_, np.ndarray)
+
+
 def test_inference_and_private_mechanisms_keep_the_dense_state():
-    X, y = _rows(20, 60)
+    X, y = _rows(20, 300)
     inferred = DWDClassifier(alpha=ALPHA, inference=True).fit(X, y)
     assert isinstance(inferred.curvature_, np.ndarray)
     private = DWDClassifier(alpha=ALPHA, mechanism="local-gaussian", epsilon=1.0,
@@ -182,7 +190,7 @@ def test_inference_and_private_mechanisms_keep_the_dense_state():
 def test_remote_sites_keep_the_dense_sums_and_reach_the_same_model():
     from skfedpriv.federated import DWDSite, LocalTransport, federated_fit
 
-    X, y = _rows(30, 100)
+    X, y = _rows(30, 250)
     sites = np.arange(30) % 3
     transport = LocalTransport([
         DWDSite(lambda k, s=s: (X[sites == s], y[sites == s]), None, name=f"s{s}")
@@ -208,10 +216,9 @@ def test_a_few_row_fit_that_runs_out_reports_its_gap_from_the_factored_system():
 def test_the_majorization_fallback_runs_on_rows_and_reaches_the_optimum(monkeypatch):
     from skfedpriv.linear_model import _dwd_solver
 
-    # rows found (by search) where a Newton step is refused at q = 4
+    # at q = 4 a Newton step on these rows is refused (found by trying)
     rng = np.random.default_rng(0)
-    rng.standard_normal((30, 300)), rng.integers(0, 3, 30)  # advance the generator
-    X, y = rng.standard_normal((40, 100)), rng.integers(0, 2, 40)
+    X, y = rng.standard_normal((60, 250)), rng.integers(0, 2, 60)
     calls, original = [], _dwd_solver.SiteData.majorizer_rows
     monkeypatch.setattr(_dwd_solver.SiteData, "majorizer_rows",
                         lambda self, loss: calls.append(loss) or original(self, loss))

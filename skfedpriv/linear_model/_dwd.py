@@ -470,8 +470,9 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
     curvature_ : ndarray or CurvatureStack of shape (n_models, p1, p1)
         Accumulated curvature ``Σ_j J_j`` (eq. 34) of all batches seen, the
         only memory of past batches; ``p1 = n_features + fit_intercept``.
-        While the rows seen and their Gram matrix take fewer numbers than
-        the matrix (``m p1 + m² < p1²``, ``inference=False``), a
+        Beyond 200 parameters, while the rows seen and their Gram matrix
+        take fewer numbers than the matrix (``m p1 + m² < p1²``,
+        ``inference=False``), a
         ``CurvatureStack``: the rows ``D^½ X̄`` of every batch (a copy of
         the rows and one scale per row and model), which behaves as the
         array (``np.asarray(curvature_)`` forms it, ``8 n_models p1²``
