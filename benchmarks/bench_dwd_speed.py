@@ -22,6 +22,10 @@ alternate the methods (a shared machine slows both alike).
   rows make the path long), converged at the default ``max_iter`` and at
   the old default 100.
 * Many sites (10 to 10 000) on ``n_jobs=None`` against ``n_jobs=2``.
+* Few rows, many features (``--parts fewrows``, not in the default): n in
+  {100, 400}, p in {2 000, 10 000, 20 000}, DWD's factored curvature beside
+  LinearSVC and LogisticRegression (time, peak traced memory, accuracy, the
+  gap to L-BFGS-B on the same objective) and, up to p = 2 000, the dense path.
 * ``LogisticRegression`` and ``DecentralizedLogisticRegression`` beside
   ``SGDClassifier(loss="log_loss")`` on the same rows: time and accuracy.
 
@@ -273,10 +277,63 @@ def _few_rows_data(n, p, seed=0, informative=20):
     return X, y
 
 
-def few_rows_rows(shapes, reps):
-    """Few rows, many features: DWD's fit beside LinearSVC and
-    LogisticRegression on the same rows (time, test accuracy on 2 000 rows
-    of the same simulation) and DWD's peak traced memory over the data's."""
+def _dense_form():
+    """A context in which every batch takes the dense ``p1 x p1`` path (the
+    path before the factored curvature): the form chosen as if rows were
+    never wanted."""
+    import contextlib
+
+    import skfedpriv.linear_model._renewable as renewable
+
+    original = renewable.curvature_form
+
+    @contextlib.contextmanager
+    def patched():
+        renewable.curvature_form = lambda sites, prior, p1, **kw: original(
+            sites, prior, p1, **dict(kw, wanted=False))
+        try:
+            yield
+        finally:
+            renewable.curvature_form = original
+    return patched()
+
+
+def _peak(func):
+    """``func()`` and the peak memory tracemalloc traced while it ran."""
+    tracemalloc.start()
+    try:
+        out = func()
+        return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _lbfgs_gap(clf, X, y, q=1.0, alpha=1e-3):
+    """Relative gap of ``clf``'s point to L-BFGS-B on the same objective
+    (``tests/_reference.py``'s independent genDWD), started there."""
+    import sys
+    from pathlib import Path
+
+    from scipy.optimize import minimize
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from _reference import gendwd_objective
+
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    theta = np.r_[clf.intercept_, clf.coef_[0]]
+    args = (Xbar, np.where(y == clf.classes_[1], 1.0, -1.0), np.ones(len(X)), q, alpha)
+    reference = minimize(gendwd_objective, theta, args=args, jac=True, method="L-BFGS-B",
+                         options=dict(gtol=1e-13, ftol=1e-16, maxiter=5000))
+    return (gendwd_objective(theta, *args)[0] - reference.fun) / reference.fun
+
+
+def few_rows_rows(shapes, reps, dense_max_p=2_000):
+    """Few rows, many features: DWD's fit (the factored curvature) beside
+    LinearSVC and LogisticRegression on the same rows (time, test accuracy
+    on 2 000 rows of the same simulation), DWD's peak traced memory over the
+    data's, its rounds and numbers sent per site, its relative gap to
+    L-BFGS-B on the same objective, and, up to ``dense_max_p`` features, the
+    dense ``p1 x p1`` path of before in the same run."""
+    from sklearn.metrics import roc_auc_score
     from sklearn.svm import LinearSVC
 
     rows = []
@@ -285,22 +342,54 @@ def few_rows_rows(shapes, reps):
         X_test, y_test = _few_rows_data(2_000, p, seed=1)
         methods = {"DWD": lambda: DWDClassifier().fit(X, y),
                    "LinearSVC": lambda: LinearSVC().fit(X, y),
-                   "LR": lambda: SkLogisticRegression(max_iter=1000).fit(X, y)}
+                   "LR": lambda: SkLogisticRegression(max_iter=1000).fit(X, y),
+                   # weighted DWD (Qiao et al. 2010): DWD's intercept follows
+                   # the class sizes in high dimension
+                   "DWD balanced": lambda: DWDClassifier(class_weight="balanced").fit(X, y)}
+        if p <= dense_max_p:
+            def dense():
+                with _dense_form():
+                    return DWDClassifier().fit(X, y)
+            methods["DWD dense"] = dense
         times = {name: [] for name in methods}
         for _ in range(reps):
             for name, run in methods.items():
                 model, seconds = _time(run)
                 times[name].append(seconds)
-        accuracy = {name: float(np.mean(run().predict(X_test) == y_test))
-                    for name, run in methods.items()}
-        tracemalloc.start()
-        methods["DWD"]()
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
+        fitted = {name: run() for name, run in methods.items()}
+        accuracy = {name: float(np.mean(model.predict(X_test) == y_test))
+                    for name, model in fitted.items()}
+        # the direction alone, whatever the intercept
+        auc = {name: float(roc_auc_score(y_test, model.decision_function(X_test)))
+               for name, model in fitted.items()}
+        peaks = {name: _peak(methods[name])[1] for name in ("DWD", "DWD dense", "LinearSVC")
+                 if name in methods}
+        infos = _solver_info(methods["DWD"])
         rows.append(dict(n=n, p=p, seconds={k: float(np.median(v)) for k, v in times.items()},
-                         accuracy=accuracy, peak=peak, data=X.nbytes))
+                         accuracy=accuracy, auc=auc, peaks=peaks, data=X.nbytes,
+                         rounds=sum(i["rounds"] for i in infos),
+                         floats=sum(i["floats_sent"] for i in infos),
+                         iters=sum(i["n_iter"] for i in infos),
+                         gap=float(_lbfgs_gap(methods["DWD"](), X, y))))
         print(rows[-1], flush=True)
     return rows
+
+
+def few_rows_stream(p, n_batch=100, n_batches=4):
+    """A stream of ``n_batches`` batches of ``n_batch`` rows (``fit`` on the
+    first, ``partial_fit`` on the rest): each call's time and the bytes of
+    the state it leaves, beside the dense ``(p+1)²`` matrix's."""
+    X, y = _few_rows_data(n_batch * n_batches, p, seed=2)
+    clf, calls = DWDClassifier(), []
+    for b in range(n_batches):
+        rows = slice(b * n_batch, (b + 1) * n_batch)
+        call = clf.fit if b == 0 else clf.partial_fit
+        _, seconds = _time(lambda: call(X[rows], y[rows]))
+        state = clf._training_state.curvature
+        calls.append(dict(rows_seen=(b + 1) * n_batch, seconds=seconds,
+                          state=state.nbytes, dense=8 * (p + 1) ** 2,
+                          data=X[:(b + 1) * n_batch].nbytes))
+    return dict(p=p, n_batch=n_batch, calls=calls)
 
 
 def logistic_rows(n, p, reps):
@@ -359,8 +448,8 @@ def main():
     parser.add_argument("--repetitions", type=int, default=None)
     parser.add_argument("--parts", default="offline,bundled,private,partial,logistic,sites",
                         help="comma-separated subset of offline,bundled,private,partial,"
-                             "logistic,sites, and fewrows (not in the default: its dense "
-                             "p x p curvature needs GBs beyond p = 2000)")
+                             "logistic,sites, and fewrows (not in the default; the dense "
+                             "path of before only up to p = 2000: it needs GBs beyond)")
     parser.add_argument("--qs", default="0.5,1,4", help="genDWD exponents of the offline table")
     parser.add_argument("--max-p", type=int, default=None,
                         help="offline sizes with at most this many features")
@@ -379,7 +468,7 @@ def main():
     if args.min_p is not None:
         sizes = [size for size in sizes if size[1] >= args.min_p] or sizes[-1:]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    offline = bundled = private = logistic = many_sites = few_rows = []
+    offline = bundled = private = logistic = many_sites = few_rows = streams = []
     through = fixed = memory = {}
     with threadpool_limits(1):
         if "offline" in parts:
@@ -397,7 +486,9 @@ def main():
         if "fewrows" in parts:
             few_rows = few_rows_rows([(n, p) for n in (100, 400)
                                       for p in (2_000, 10_000, 20_000)
-                                      if p <= (args.max_p or 2_000)], reps)
+                                      if p <= (args.max_p or 20_000)], reps)
+            streams = [few_rows_stream(p) for p in (2_000, 10_000)
+                       if p <= (args.max_p or 20_000)]
         if "sites" in parts:
             many_sites = sites_rows(reps, n=20_000 if quick else 100_000,
                                     counts=(10, 1_000) if quick else (10, 1_000, 10_000))
@@ -470,14 +561,38 @@ def main():
                   for r in many_sites]
     if few_rows:
         lines += ["", "**Few rows, many features** (simulation: 20 of p features "
-                  "informative; test accuracy on 2 000 rows), same run:", "",
-                  "| n, p | DWD s | LinearSVC s | LR s | DWD peak MB / data MB | "
-                  "accuracy DWD / LinearSVC / LR |", "|---|---|---|---|---|---|"]
-        lines += [f"| {r['n']}, {r['p']} | {r['seconds']['DWD']:.3f} | "
-                  f"{r['seconds']['LinearSVC']:.3f} | {r['seconds']['LR']:.3f} | "
-                  f"{r['peak'] / 1e6:.0f} / {r['data'] / 1e6:.1f} | "
-                  f"{r['accuracy']['DWD']:.3f} / {r['accuracy']['LinearSVC']:.3f} / "
-                  f"{r['accuracy']['LR']:.3f} |" for r in few_rows]
+                  "informative; test accuracy on 2 000 rows; DWD with the factored "
+                  "curvature, and up to p = 2000 the dense path of before), same run; "
+                  "peak memory traced by tracemalloc (numpy's allocations: liblinear's "
+                  "own copy of the rows is not traced):", "",
+                  "| n, p | DWD s | DWD dense s | LinearSVC s | LR s | DWD / LinearSVC | "
+                  "DWD peak MB (× data) | dense peak MB | LinearSVC traced MB | "
+                  "Newton steps | rounds | numbers sent per site | gap to L-BFGS-B | "
+                  "accuracy DWD / DWD balanced / LinearSVC / LR | "
+                  "test AUC DWD / LinearSVC / LR |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in few_rows:
+            t, peaks, mb = r["seconds"], r["peaks"], 1e6
+            dense = f"{t['DWD dense']:.3f}" if "DWD dense" in t else "not run"
+            dense_peak = f"{peaks['DWD dense'] / mb:.0f}" if "DWD dense" in peaks else "not run"
+            lines.append(
+                f"| {r['n']}, {r['p']} | {t['DWD']:.3f} | {dense} | {t['LinearSVC']:.3f} | "
+                f"{t['LR']:.3f} | {t['DWD'] / t['LinearSVC']:.1f}× | "
+                f"{peaks['DWD'] / mb:.0f} ({peaks['DWD'] / r['data']:.1f}×) | {dense_peak} | "
+                f"{peaks['LinearSVC'] / mb:.0f} | {r['iters']} | {r['rounds']} | "
+                f"{r['floats']:,} | {r['gap']:.1e} | {r['accuracy']['DWD']:.3f} / "
+                f"{r['accuracy']['DWD balanced']:.3f} / "
+                f"{r['accuracy']['LinearSVC']:.3f} / {r['accuracy']['LR']:.3f} | "
+                f"{r['auc']['DWD']:.3f} / {r['auc']['LinearSVC']:.3f} / {r['auc']['LR']:.3f} |")
+    if streams:
+        lines += ["", "**Few rows, a stream**: `fit` on 100 rows, then `partial_fit` "
+                  "batches of 100; the state (`curvature_`) after each call beside the "
+                  "dense matrix:", "",
+                  "| p | rows seen | call s | state MB | dense (p+1)² MB | rows seen MB |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {r['p']} | {c['rows_seen']} | {c['seconds']:.3f} | "
+                  f"{c['state'] / 1e6:.1f} | {c['dense'] / 1e6:.0f} | {c['data'] / 1e6:.1f} |"
+                  for r in streams for c in r["calls"]]
     text = "\n".join(lines) + "\n"
     every = {"offline", "bundled", "private", "partial", "logistic", "sites"}
     suffix = "_quick" if quick else ("" if parts == every else "_" + "_".join(sorted(parts)))

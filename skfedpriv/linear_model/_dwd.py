@@ -96,6 +96,8 @@ def _renewable_step(sites, stream, settings):
         online_steps=settings.online_steps,
         # Algorithm 1 as published (eq. 37)
         first_step=published_step if settings.online_steps == 1 else None,
+        # few rows: the curvature as rows (inference keeps the dense form)
+        factored=not settings.inference,
     )
 
 
@@ -518,9 +520,19 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Defined when X has string feature names. Public by assumption, as
         is the number of features.
-    curvature_ : ndarray of shape (n_models, p1, p1)
+    curvature_ : ndarray or CurvatureStack of shape (n_models, p1, p1)
         Accumulated curvature ``Σ_j J_j`` (eq. 34) of all batches seen, the
         only memory of past batches; ``p1 = n_features + fit_intercept``.
+        Beyond 200 parameters, while the rows seen and their Gram matrix
+        take fewer numbers than the matrix (``m p1 + m² < p1²``,
+        ``inference=False``), a
+        ``CurvatureStack``: the rows ``D^½ X̄`` of every batch (a copy of
+        the rows and one scale per row and model), which behaves as the
+        array (``np.asarray(curvature_)`` forms it, ``8 n_models p1²``
+        bytes; ``curvature_[k]`` is model k's factored matrix, array-like
+        too) and turns into it once that is the smaller. It then holds the
+        training rows themselves: so do ``release()`` and a pickle of the
+        estimator (the dense matrix holds only their weighted sum).
         Defined **only without a mechanism**: under 'laplace'/'gaussian' it
         is the raw ``Σ_j J_j`` of the rows (not covered by any claim), and
         under every mechanism it lives in the training state, never in a

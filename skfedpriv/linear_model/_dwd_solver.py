@@ -40,6 +40,7 @@ from .._sites import (
 )
 from ..privacy._objective_perturbation import site_noise
 from ._dwd_sites import DWDSites, loss_message, prepare_rows, side_flags
+from ._factored_curvature import CurvatureStack, RowBlock, RowCurvature
 from ._newton import (  # noqa: F401 - solve_batch and the solves, where callers look
     _EXPANSIONS,
     _conjugate_gradient,
@@ -548,6 +549,65 @@ class SiteData(DWDSites):
         gram = sum(results)
         self._count(gram)
         return as_loss(loss).curvature_bound * gram
+
+    @property
+    def offers_curvature_rows(self):
+        """True in process (rows not scattered to a cluster): the sites can
+        answer :meth:`curvature_rows`."""
+        return not self.scattered
+
+    @property
+    def n_rows(self):
+        """The number of rows over all sites."""
+        return sum(part[0].shape[0] for part in self.parts)
+
+    def _blocks(self):
+        """The sites' rows as :class:`~._factored_curvature.RowBlock` objects
+        (copied once per batch, their Gram matrices kept)."""
+        if getattr(self, "_row_blocks_", None) is None:
+            self._row_blocks_ = [RowBlock(X, self.fit_intercept) for X, _, _ in self.parts]
+        return self._row_blocks_
+
+    def curvature_rows(self, Theta, loss, models=True):
+        """The curvature summary as rows: ``sqrt(w_i Ṽ_q''(u_ik)) x̄_i`` of
+        every row, for every model or those flagged, as a
+        :class:`~._factored_curvature.CurvatureStack` (no ridge). The same
+        request as the curvature of :meth:`summaries` (no extra round), but
+        each row's weighted features leave the site: in process only (the
+        remote protocol sends only the ``p1 x p1`` sum). ``floats_sent``
+        counts the average site's rows."""
+        loss = as_loss(loss)
+        flagged = np.flatnonzero(np.broadcast_to(np.asarray(models, dtype=bool),
+                                                 Theta.shape[1:]))
+        scales = []
+        for X, Y, w in self.parts:
+            scores = (self._scores(Theta) if self._pooled
+                      else augmented_scores(X, Theta, self.fit_intercept))
+            row = _row_curvature(Y[:, flagged], w, scores[:, flagged], loss)
+            scales.append(np.sqrt(np.maximum(row, 0.0)))
+        blocks, p1 = self._blocks(), Theta.shape[0]
+        stack = CurvatureStack([
+            RowCurvature(blocks, [s[:, j] for s in scales], np.zeros(p1), self.fit_intercept)
+            for j in range(len(flagged))])
+        self.floats_sent += len(flagged) * self._rows_per_site() * p1
+        return stack
+
+    def _rows_per_site(self):
+        """The rows of the average site (rounded up): what ``floats_sent``
+        counts for a summary of one number per row and parameter."""
+        return -(-self.n_rows // max(self.n_sites, 1))
+
+    def majorizer_rows(self, loss):
+        """:meth:`majorizer` as rows ``sqrt(c w_i) x̄_i`` (one model; see
+        :meth:`curvature_rows`)."""
+        bound = as_loss(loss).curvature_bound
+        blocks = self._blocks()
+        scales = [np.sqrt(bound * np.maximum(w, 0.0)) for _, _, w in self.parts]
+        self._count(None)
+        self.floats_sent += self._rows_per_site() * (self.n_features + int(self.fit_intercept))
+        return CurvatureStack([RowCurvature(blocks, scales, np.zeros(blocks[0].X.shape[1]
+                                                                      + self.fit_intercept),
+                                            self.fit_intercept)])
 
     def summaries(self, Theta, loss, with_curvature):
         """Sum of the sites' summaries (the server's aggregation); the

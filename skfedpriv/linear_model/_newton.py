@@ -85,6 +85,14 @@ from sklearn.exceptions import ConvergenceWarning
 from .._loss import as_loss
 from .._losses import penalty_mask
 from ._dwd_sites import loss_message
+from ._factored_curvature import (
+    RowSites,
+    model_systems,
+    prior_product,
+    ridge_matrix,
+    shifted,
+    stack_curvatures,
+)
 
 __all__ = ["NewtonSolver", "solve_batch"]
 
@@ -156,7 +164,10 @@ class _SummaryOnlySites:
 def _factor_psd(matrix):
     """Cholesky factor of a symmetric PSD matrix, with a little jitter if
     needed: ``(c, lower)`` as ``scipy.linalg.cho_factor`` returns it (LAPACK
-    potrf directly, without its input checks)."""
+    potrf directly, without its input checks). A factored curvature
+    (:mod:`._factored_curvature`) gives its Woodbury factor."""
+    if hasattr(matrix, "woodbury"):
+        return matrix.woodbury()
     scale = max(np.trace(matrix) / matrix.shape[0], 1e-12)
     for jitter in (0.0, 1e-12, 1e-9, 1e-6, 1e-3):
         shifted = matrix + jitter * scale * np.eye(matrix.shape[0]) if jitter else matrix
@@ -171,6 +182,8 @@ def _factor_psd(matrix):
 def _cho_solve(factor, rhs):
     """``scipy.linalg.cho_solve`` for one vector, without its input checks
     (LAPACK potrs on the factor of :func:`_factor_psd`)."""
+    if hasattr(factor, "solve"):
+        return factor.solve(rhs)
     solution, info = dpotrs(factor[0], rhs, lower=factor[1])
     if info != 0:  # pragma: no cover - a bad argument, not bad data
         raise LinAlgError(f"potrs failed with info={info}")
@@ -272,9 +285,13 @@ class NewtonSolver:
 
     def __init__(self, sites, loss, *, alpha, fit_intercept, prior=None, center=None,
                  max_iter=100, tol=1e-6, scale=None, refresh_curvature=True, warn=True,
-                 frozen=None, penalty=None, matrices=False):
+                 frozen=None, penalty=None, matrices=False, rows=False):
         self.loss = as_loss(loss)
         self.message = loss_message(sites, self.loss)
+        # few rows: the curvature in factored form, every system solved directly
+        self.rows = rows
+        if rows:
+            sites = RowSites(sites)
         if not hasattr(sites, "line_losses"):
             sites = _SummaryOnlySites(sites)
         self.sites = sites
@@ -284,7 +301,7 @@ class NewtonSolver:
         self.refresh = refresh_curvature
         self.frozen = frozen
         self.penalty = penalty
-        self.always_direct = matrices
+        self.always_direct = matrices or rows
         self.scale = sites.weight_sum if scale is None else scale
 
     # -- setup ------------------------------------------------------------
@@ -298,7 +315,7 @@ class NewtonSolver:
         self.exact_products = getattr(sites, "exact_products", True)
         mask = penalty_mask(p1, self.fit_intercept) if self.penalty is None else self.penalty
         self.ridge = self.alpha * sites.weight_sum * mask
-        self.ridge_matrix = np.diag(self.ridge)[None]
+        self.ridge_matrix = ridge_matrix(self.ridge, self.rows, self.fit_intercept)
         self.scale = max(self.scale, np.finfo(float).tiny)
         self.rounds_before, self.floats_before = sites.rounds, sites.floats_sent
         # the objective the gap is relative to: the batch's, scaled up to the
@@ -345,7 +362,7 @@ class NewtonSolver:
         if self.prior is not None:
             diff = T - self.center
             if pulled is None:
-                pulled = np.einsum("kij,jk->ik", self.prior, diff)
+                pulled = prior_product(self.prior, diff)
             value = value + 0.5 * (diff * pulled).sum(axis=0)
         return value
 
@@ -356,7 +373,7 @@ class NewtonSolver:
         grad = grad + self.ridge[:, None] * T
         pulled = None
         if self.prior is not None:
-            pulled = np.einsum("kij,jk->ik", self.prior, T - self.center)
+            pulled = prior_product(self.prior, T - self.center)
             grad = grad + pulled
         if curvature is not None:
             curvature = curvature + self.ridge_matrix
@@ -384,9 +401,8 @@ class NewtonSolver:
         the loss's curvature bound (formed once)."""
         if self.majorizer is not None:
             return self.majorizer
-        return [_factor_psd(m) for m in np.broadcast_to(
-            self.sites.majorizer(self.message)[None] + self.ridge_matrix,
-            (self.n_models, self.p1, self.p1))
+        return [_factor_psd(m) for m in model_systems(
+            self.sites.majorizer(self.message), self.ridge_matrix, self.n_models)
             + (0.0 if self.prior is None else self.prior)]
 
     # -- the Newton direction -----------------------------------------------
@@ -413,7 +429,7 @@ class NewtonSolver:
                 system = matrices[k] if self.prior is None else matrices[k] + self.prior[k]
                 self.preconditioner[k] = _factor_psd(system)
                 if shift[k] > 0:
-                    damped = _factor_psd(system + shift[k] * np.eye(self.p1))
+                    damped = _factor_psd(shifted(system, shift[k]))
                     newton[:, k] = -_cho_solve(damped, grad[:, k])
                 else:
                     newton[:, k] = -_cho_solve(self.preconditioner[k], grad[:, k])
@@ -436,7 +452,7 @@ class NewtonSolver:
             out = (sites.curvature_product(_T, V, self.message, _exact)
                    + (ridge[:, None] + shift) * V)
             if prior is not None:
-                out = out + np.einsum("kij,jk->ik", prior, V)
+                out = out + prior_product(prior, V)
             return out
 
         # forcing terms: loose after a damped step; in the local phase tight
@@ -559,8 +575,12 @@ class NewtonSolver:
             searched.append(masked)
             losses = sites.line_losses(Theta, masked, trial, self.message)
             passed = np.zeros(self.n_models, dtype=bool)
+            # the prior's pull is linear along the line: two products a round
+            along = None if self.prior is None else (
+                prior_product(self.prior, Theta - self.center), prior_product(self.prior, masked))
             for t, loss in zip(trial, losses):
-                trial_value = self.objective(Theta + t * masked, loss)
+                trial_value = self.objective(Theta + t * masked, loss,
+                                             None if along is None else along[0] + t * along[1])
                 ok = searching & (trial_value <= value + _ARMIJO_SLOPE * t * slope)
                 if t > 1.0:
                     ok &= expand & (trial_value < new_value)
@@ -720,7 +740,8 @@ class NewtonSolver:
         """The returned parameters, the curvature the renewable state keeps
         (at the returned point offline, at the start online) and the info."""
         if self.refresh:
-            curvature = np.stack(self.curvature_matrices(np.ones(self.n_models, dtype=bool)))
+            curvature = stack_curvatures(
+                self.curvature_matrices(np.ones(self.n_models, dtype=bool)))
         else:
             curvature = self.start_curvature
         info = {"n_iter": n_iter, "objective": np.array(self.history),
@@ -747,6 +768,7 @@ def solve_batch(
     frozen=None,
     penalty=None,
     matrices=False,
+    rows=False,
 ):
     """Minimize the renewable objective of one batch (see module doc).
 
@@ -793,11 +815,16 @@ def solve_batch(
         Offline, solve every Newton system on the curvature matrix formed at
         the iterate (one ``O(p1²)`` summary per step: fewer rounds, more
         numbers sent) instead of CG on curvature-vector products.
+    rows : bool
+        Keep every curvature in factored form (in-process sites that answer
+        ``curvature_rows``; :mod:`._factored_curvature`) and solve every
+        Newton system directly through ``m x m`` systems; ``prior`` may be a
+        :class:`~._factored_curvature.CurvatureStack`.
 
     Returns
     -------
     Theta : ndarray of shape (p1, K)
-    curvature : ndarray of shape (K, p1, p1)
+    curvature : ndarray of shape (K, p1, p1) or CurvatureStack
         Data curvature plus ridge at the *starting* point when
         ``refresh_curvature`` is False, at the returned point otherwise.
     info : dict
@@ -809,5 +836,5 @@ def solve_batch(
         sites, q if loss is None else loss, alpha=alpha, fit_intercept=fit_intercept,
         prior=prior, center=center, max_iter=max_iter, tol=tol, scale=scale,
         refresh_curvature=refresh_curvature, warn=warn, frozen=frozen, penalty=penalty,
-        matrices=matrices)
+        matrices=matrices, rows=rows)
     return solver.solve(Theta)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._factored_curvature import curvature_form, select_models, zero_curvature
 from ._newton import solve_batch
 
 
@@ -31,8 +32,10 @@ class RenewableState:
     ----------
     theta : ndarray of shape (n_params, n_models)
         The current estimate.
-    curvature : ndarray of shape (n_models, n_params, n_params) or None
-        ``Σ_j J_j`` of the batches so far (None before the first).
+    curvature : ndarray of shape (n_models, n_params, n_params), CurvatureStack or None
+        ``Σ_j J_j`` of the batches so far (None before the first); a
+        :class:`~._factored_curvature.CurvatureStack` while that is the
+        smaller form, on a ``factored`` stream.
     started : ndarray of bool of shape (n_models,)
         Models whose first estimate has been fitted.
     seen : float
@@ -52,7 +55,7 @@ class RenewableState:
 
 def renewable_step(sites, theta, prior, started, seen, *, loss, alpha, fit_intercept,
                    max_iter, tol, online_steps, penalty=None, first_step=None,
-                   matrices=False, newton_online=False):
+                   matrices=False, newton_online=False, factored=False):
     """Non-private update of one batch: eq. 26 for a model's first batch,
     then the renewable equation (30) with the curvature at ``θ_{b-1}`` (eq. 35).
 
@@ -61,7 +64,7 @@ def renewable_step(sites, theta, prior, started, seen, *, loss, alpha, fit_inter
     sites : DWDSites
         The batch's sites (prepared).
     theta : ndarray of shape (n_params, n_models)
-    prior : ndarray of shape (n_models, n_params, n_params) or None
+    prior : ndarray of shape (n_models, n_params, n_params), CurvatureStack or None
     started : ndarray of bool of shape (n_models,)
     seen : float
         Row weight of the earlier batches.
@@ -87,6 +90,13 @@ def renewable_step(sites, theta, prior, started, seen, *, loss, alpha, fit_inter
         batch's curvature formed at each iterate, ``J_b`` at the batch's
         estimate (Luo and Song 2020: ``J̃_b = J̃_{b-1} + J_b(θ̃_b)``); False:
         the curvature at ``θ_{b-1}`` throughout (the DWD paper's eq. 35).
+    factored : bool
+        While the rows seen (the prior's and this batch's) and their Gram
+        matrix take fewer numbers than the ``n_params²`` matrix, keep the curvature as rows ``D^½ X̄`` and solve through
+        ``m x m`` systems (:mod:`._factored_curvature`; in-process sites,
+        Newton steps only, not ``first_step``); the returned curvature is
+        then a :class:`~._factored_curvature.CurvatureStack`. The same
+        estimates as the dense form up to rounding and the solver's ``tol``.
 
     Returns
     -------
@@ -97,19 +107,22 @@ def renewable_step(sites, theta, prior, started, seen, *, loss, alpha, fit_inter
     common = dict(loss=loss, alpha=alpha, fit_intercept=fit_intercept)
     if penalty is not None:
         common["penalty"] = penalty
+    prior, rows = curvature_form(sites, prior, theta.shape[0],
+                                 wanted=factored and first_step is None, alpha=alpha,
+                                 penalty=penalty)
     # A model whose rows so far all sit on one side has no minimizer (the
     # intercept would run off): it starts once a batch shows both sides.
     starting = ~started & sites.two_sided
-    curvature = np.zeros((theta.shape[1],) + theta.shape[:1] * 2)
+    curvature = zero_curvature(theta.shape[1], theta.shape[0], rows, fit_intercept)
     n_iter = 0
     if starting.any() or not started.any():
         # eq. 26: a model's first estimate solves its batch's equation
         new, curv, info = solve_batch(
             sites, theta, prior=prior, center=theta, max_iter=max_iter,
-            tol=tol, frozen=~starting, matrices=matrices, **common,
+            tol=tol, frozen=~starting, matrices=matrices, rows=rows, **common,
         )
         theta = np.where(starting, new, theta)
-        curvature[~started] = curv[~started]
+        curvature = select_models(~started, curv, curvature)
         n_iter = info["n_iter"]
     if started.any():
         if first_step is not None:
@@ -119,9 +132,10 @@ def renewable_step(sites, theta, prior, started, seen, *, loss, alpha, fit_inter
             new, curv, info = solve_batch(
                 sites, theta, prior=prior, center=theta, max_iter=online_steps, tol=tol,
                 scale=seen + sites.weight_sum, refresh_curvature=newton_online,
-                matrices=matrices and newton_online, warn=False, frozen=~started, **common,
+                matrices=matrices and newton_online, warn=False, frozen=~started, rows=rows,
+                **common,
             )
             n_iter = max(n_iter, info["n_iter"])
         theta = np.where(started, new, theta)
-        curvature[started] = curv[started]
+        curvature = select_models(started, curv, curvature)
     return theta, curvature, n_iter, started | starting

@@ -1,0 +1,406 @@
+"""The curvature in factored form, for few rows and many features (issue #23).
+
+While the rows seen and their Gram matrix take fewer numbers than the
+``p1 x p1`` matrix (``m p1 + m² < p1²``, ``m`` below about ``0.62 p1``;
+:func:`factored_is_smaller`), a model's curvature matrix (plus ridge, plus the prior of earlier batches) is kept as
+
+``H = diag(r) + Σ_b Z_bᵀ Z_b``,  ``Z_b = diag(s_b) X̄_b``,
+
+the rows ``X̄_b`` of each batch (``[1, X_b]`` with an intercept) scaled by
+``s_b = sqrt(w Ṽ''(u))``: ``m p1`` numbers instead of ``p1²``. A Newton
+system is solved through the ``m x m`` matrix ``M = I + Z_pen Z_penᵀ / c``
+(Woodbury; ``c`` the ridge of the penalized block, the same on every
+penalized coordinate), the unpenalized intercept eliminated exactly by its
+Schur complement ``σ = r_0 + zᵀ M⁻¹ z`` (``z = s``, the intercept column of
+``Z``). ``M`` needs only the rows' Gram matrix ``X Xᵀ``, formed once per
+pair of batches and kept, so every Newton step costs ``O(m³ + m p)``.
+
+:class:`RowSites` asks in-process sites for these rows (a summary kind only
+:class:`~skfedpriv.linear_model._dwd_solver.SiteData` answers: the rows'
+weighted features themselves, which the remote protocol never sends, so
+remote sites keep the dense ``p1 x p1`` sums). :func:`curvature_form`
+chooses the form of a batch; :class:`CurvatureStack` is the state (and the
+public ``curvature_``), forming the dense matrices only on request.
+"""
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.linalg import cho_factor, cho_solve
+
+__all__ = ["CurvatureStack", "RowBlock", "RowCurvature", "RowSites", "curvature_form"]
+
+# up to this many parameters the dense matrix (at most 40 000 numbers) costs
+# little and stays the path: the factored one reaches the same optimum to
+# tol, not the same digits (scikit-learn's sample-weight check compares a
+# weighted fit with one on repeated rows, which may take the other form)
+_DENSE_UP_TO = 200
+
+
+def factored_is_smaller(n_rows, p1):
+    """Whether ``n_rows`` rows of ``p1`` numbers and their ``n_rows x
+    n_rows`` Gram matrix take fewer numbers than the ``p1 x p1`` matrix
+    (``n_rows`` below about ``0.62 p1``)."""
+    return n_rows * p1 + n_rows * n_rows < p1 * p1
+
+
+class RowBlock:
+    """One batch's rows ``X`` (a private copy), with the Gram matrices
+    ``X X_otherᵀ`` against other blocks kept once formed."""
+
+    def __init__(self, X, fit_intercept):
+        self.X = X.copy()
+        self.fit_intercept = bool(fit_intercept)
+        self._grams = {}
+
+    def __len__(self):
+        return self.X.shape[0]
+
+    def __getstate__(self):
+        # the Gram matrices are formed again when needed (keyed by identity)
+        return {"X": self.X, "fit_intercept": self.fit_intercept, "_grams": {}}
+
+    def gram(self, other):
+        """``X X_otherᵀ`` of the features (no intercept column)."""
+        key = id(other)
+        if key not in self._grams:
+            if id(self) in other._grams and other is not self:
+                return other._grams[id(self)][1].T
+            product = self.X @ other.X.T
+            self._grams[key] = (other, product.toarray() if sp.issparse(product)
+                                else np.asarray(product))
+        return self._grams[key][1]
+
+    def scores(self, v):
+        """``X̄ v`` for ``v`` of shape (p1,)."""
+        if not self.fit_intercept:
+            return np.asarray(self.X @ v)
+        return np.asarray(self.X @ v[1:]) + v[0]
+
+    def sums(self, t):
+        """``X̄ᵀ t`` for ``t`` of shape (m,)."""
+        out = np.asarray(self.X.T @ t)
+        return np.concatenate(([t.sum()], out)) if self.fit_intercept else out
+
+
+class RowCurvature:
+    """``diag(r) + Σ_b Z_bᵀ Z_b`` of one model (see the module doc).
+
+    Parameters
+    ----------
+    blocks : tuple of RowBlock
+    scales : tuple of ndarray
+        ``s_b``, one per block.
+    diag : ndarray of shape (p1,)
+    intercept : bool
+        Coordinate 0 is the (unpenalized) intercept.
+    """
+
+    # ndarray + RowCurvature defers to RowCurvature.__radd__
+    __array_ufunc__ = None
+
+    def __init__(self, blocks, scales, diag, intercept):
+        self.blocks, self.scales = tuple(blocks), tuple(scales)
+        self.diag, self.intercept = np.asarray(diag, dtype=float), bool(intercept)
+
+    @property
+    def shape(self):
+        return (len(self.diag),) * 2
+
+    ndim = 2
+    dtype = np.dtype(float)
+
+    @property
+    def n_rows(self):
+        return sum(len(b) for b in self.blocks)
+
+    @property
+    def nbytes(self):
+        """Bytes of this factored form (the rows and their scales)."""
+        return self.diag.nbytes + sum(_nbytes(b.X) + s.nbytes
+                                      for b, s in zip(self.blocks, self.scales))
+
+    def dense(self):
+        """The ``p1 x p1`` matrix (``8 p1²`` bytes)."""
+        from ._dwd_solver import augmented_gram  # _dwd_solver imports the solver
+
+        out = np.diag(self.diag)
+        for block, s in zip(self.blocks, self.scales):
+            out += augmented_gram(block.X, s * s, block.fit_intercept)
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        return self.dense() if dtype is None else self.dense().astype(dtype)
+
+    def __getitem__(self, key):
+        return self.dense()[key]
+
+    def copy(self):
+        return RowCurvature(self.blocks, self.scales, self.diag.copy(), self.intercept)
+
+    def __add__(self, other):
+        if isinstance(other, RowCurvature):
+            return RowCurvature(self.blocks + other.blocks, self.scales + other.scales,
+                                self.diag + other.diag, self.intercept or other.intercept)
+        if np.isscalar(other) and other == 0:
+            return self
+        return self.dense() + np.asarray(other)
+
+    __radd__ = __add__
+
+    def shifted(self, shift):
+        """``H + shift I``."""
+        return RowCurvature(self.blocks, self.scales, self.diag + shift, self.intercept)
+
+    def dot(self, v):
+        """``H v`` for ``v`` of shape (p1,): two passes over the rows."""
+        out = self.diag * v
+        for block, s in zip(self.blocks, self.scales):
+            out = out + block.sums(s * s * block.scores(v))
+        return out
+
+    def woodbury(self):
+        """The factor of this system (:class:`WoodburyFactor`)."""
+        return WoodburyFactor(self)
+
+
+def _nbytes(X):
+    if sp.issparse(X):
+        return X.data.nbytes + X.indices.nbytes + X.indptr.nbytes
+    return X.nbytes
+
+
+def _block_gram(blocks):
+    """``X_all X_allᵀ`` of the blocks' rows stacked (kept by the blocks)."""
+    if len(blocks) == 1:
+        return blocks[0].gram(blocks[0])
+    if not blocks:
+        return np.zeros((0, 0))
+    return np.block([[a.gram(b) for b in blocks] for a in blocks])
+
+
+class WoodburyFactor:
+    """Solves ``H x = g`` for a :class:`RowCurvature` through ``m x m``
+    systems: Woodbury on the penalized block, whose ridge ``c`` is the same
+    on every coordinate, and the Schur complement of the intercept. A
+    system without that structure (or no penalty) is solved densely."""
+
+    def __init__(self, curvature):
+        self.curvature = curvature
+        diag, start = curvature.diag, int(curvature.intercept)
+        penalized = diag[start:]
+        self.dense = None
+        if (len(penalized) == 0 or penalized[0] <= 0
+                or not np.all(penalized == penalized[0])):
+            self.dense = cho_factor(curvature.dense())
+            return
+        self.c = float(penalized[0])
+        s = np.concatenate(curvature.scales) if curvature.scales else np.zeros(0)
+        self.s = s
+        self.gram = gram = _block_gram(curvature.blocks)
+        # M = I + diag(s) G diag(s) / c, formed in place
+        M = gram * s[:, None]
+        M *= s[None, :] / self.c
+        M.flat[::len(s) + 1] += 1.0
+        self.M = cho_factor(M, overwrite_a=True, check_finite=False) if len(s) else None
+        if curvature.intercept:
+            # σ = r_0 + zᵀ M⁻¹ z, z = s the intercept column of Z
+            self.Mz = self._m_solve(s)
+            sigma = diag[0] + s @ self.Mz
+            if sigma <= 0:  # no curvature along the intercept: the dense path's jitter
+                sigma = 1e-12 * max(diag.sum() / len(diag), 1e-12)
+            self.sigma = sigma
+
+    def _m_solve(self, t):
+        return cho_solve(self.M, t, check_finite=False) if self.M is not None else t
+
+    def _split(self, values):
+        """Per block pieces of a vector over all rows."""
+        out, start = [], 0
+        for block in self.curvature.blocks:
+            out.append(values[start:start + len(block)])
+            start += len(block)
+        return out
+
+    def solve(self, g):
+        """``H⁻¹ g`` for ``g`` of shape (p1,)."""
+        if self.dense is not None:
+            return cho_solve(self.dense, g)
+        blocks, s, c = self.curvature.blocks, self.s, self.c
+        start = int(self.curvature.intercept)
+        g_pen = g[start:]
+        # t = Z_pen g_pen, one pass over the rows
+        t = s * np.concatenate([np.asarray(b.X @ g_pen) for b in blocks]) if blocks else s
+        if start:
+            x0 = (g[0] - self.Mz @ t / c) / self.sigma
+            # Z_pen h for h = g_pen - Z_penᵀ z x0, with Z_pen Z_penᵀ z = s G s²
+            t = t - x0 * s * (self.gram @ (s * s))
+        else:
+            x0 = None
+        weights = s * (self._m_solve(t) / c)
+        if start:
+            weights = weights + x0 * s * s
+        pulled = sum(np.asarray(b.X.T @ w) for b, w in zip(blocks, self._split(weights)))
+        x_pen = (g_pen - pulled) / c
+        return np.concatenate(([x0], x_pen)) if start else x_pen
+
+
+class CurvatureStack:
+    """The curvature of every one-vs-rest model in factored form: behaves
+    as the ``(n_models, p1, p1)`` array it stands for (``np.asarray`` forms
+    it, ``stack[k]`` is model k's :class:`RowCurvature`, itself array-like),
+    in ``n_rows p1`` numbers per model instead of ``p1²``."""
+
+    __array_ufunc__ = None
+
+    def __init__(self, models):
+        self.models = list(models)
+
+    def __len__(self):
+        return len(self.models)
+
+    def __iter__(self):
+        return iter(self.models)
+
+    @property
+    def shape(self):
+        return (len(self.models),) + self.models[0].shape
+
+    ndim = 3
+    dtype = np.dtype(float)
+
+    @property
+    def n_rows(self):
+        return max(m.n_rows for m in self.models)
+
+    @property
+    def nbytes(self):
+        """Bytes of the factored form: the rows (shared by the models, counted
+        once), their Gram matrices kept and each model's scales."""
+        blocks = {id(b): b for m in self.models for b in m.blocks}.values()
+        rows = sum(_nbytes(b.X) + sum(g.nbytes for _, g in b._grams.values())
+                   for b in blocks)
+        return rows + sum(m.nbytes - sum(_nbytes(b.X) for b in m.blocks)
+                          for m in self.models)
+
+    def dense(self):
+        """The ``(n_models, p1, p1)`` array (``8 n_models p1²`` bytes)."""
+        return np.stack([m.dense() for m in self.models])
+
+    def __array__(self, dtype=None, copy=None):
+        return self.dense() if dtype is None else self.dense().astype(dtype)
+
+    def __getitem__(self, key):
+        if isinstance(key, (int, np.integer)):
+            return self.models[key]
+        return self.dense()[key]
+
+    def copy(self):
+        return CurvatureStack([m.copy() for m in self.models])
+
+    def __add__(self, other):
+        if isinstance(other, CurvatureStack):
+            mine, theirs = self.models, other.models
+            if len(theirs) == 1 and len(mine) > 1:
+                theirs = theirs * len(mine)
+            if len(mine) == 1 and len(theirs) > 1:
+                mine = mine * len(theirs)
+            total = CurvatureStack([a + b for a, b in zip(mine, theirs)])
+            # the dense form once it is the smaller one
+            return total if factored_is_smaller(total.n_rows, total.shape[1]) else total.dense()
+        if np.isscalar(other) and other == 0:
+            return self
+        return self.dense() + np.asarray(other)
+
+    __radd__ = __add__
+
+    def product(self, V):
+        """``H_k v_k`` for every model, ``V`` of shape (p1, K)."""
+        return np.stack([m.dot(V[:, k]) for k, m in enumerate(self.models)], axis=1)
+
+
+class RowSites:
+    """In-process sites, with the curvature summary sent as the rows
+    ``D^½ X̄`` (:meth:`SiteData.curvature_rows
+    <skfedpriv.linear_model._dwd_solver.SiteData.curvature_rows>`) instead
+    of the ``p1 x p1`` sum; every other request as the sites answer it."""
+
+    def __init__(self, sites):
+        self._sites = sites
+
+    def __getattr__(self, name):
+        return getattr(self._sites, name)
+
+    def summaries(self, Theta, loss, with_curvature):
+        total, grad, _ = self._sites.summaries(Theta, loss, False)
+        curvature = (self._sites.curvature_rows(Theta, loss, with_curvature)
+                     if np.any(with_curvature) else None)
+        return total, grad, curvature
+
+    def majorizer(self, loss):
+        return self._sites.majorizer_rows(loss)
+
+
+def ridge_matrix(ridge, rows, fit_intercept):
+    """The ridge as a ``(1, p1, p1)`` matrix: dense, or factored (no rows)."""
+    if rows:
+        return CurvatureStack([RowCurvature((), (), ridge, fit_intercept)])
+    return np.diag(ridge)[None]
+
+
+def model_systems(base, ridge, n_models):
+    """``base + ridge`` for each of ``n_models`` models (one shared ``base``)."""
+    if isinstance(base, CurvatureStack):
+        return CurvatureStack([(base + ridge)[0]] * n_models)
+    return np.broadcast_to(base[None] + ridge, (n_models,) + base.shape)
+
+
+def prior_product(prior, V):
+    """``P_k v_k`` for every model."""
+    if isinstance(prior, CurvatureStack):
+        return prior.product(V)
+    return np.einsum("kij,jk->ik", prior, V)
+
+
+def shifted(system, shift):
+    """``system + shift I`` of one model."""
+    if isinstance(system, RowCurvature):
+        return system.shifted(shift)
+    return system + shift * np.eye(system.shape[0])
+
+
+def stack_curvatures(matrices):
+    """One ``(K, p1, p1)`` curvature from the models' matrices."""
+    if all(isinstance(m, RowCurvature) for m in matrices):
+        return CurvatureStack(matrices)
+    return np.stack([np.asarray(m) for m in matrices])
+
+
+def select_models(mask, chosen, other):
+    """Per model, ``chosen[k]`` where ``mask[k]`` else ``other[k]``."""
+    if isinstance(chosen, CurvatureStack) or isinstance(other, CurvatureStack):
+        return CurvatureStack([chosen[k] if m else other[k] for k, m in enumerate(mask)])
+    return np.where(np.asarray(mask)[:, None, None], chosen, other)
+
+
+def zero_curvature(n_models, p1, rows, fit_intercept):
+    """The curvature of no rows, in the form of the batch."""
+    if rows:
+        return CurvatureStack([RowCurvature((), (), np.zeros(p1), fit_intercept)] * n_models)
+    return np.zeros((n_models, p1, p1))
+
+
+def curvature_form(sites, prior, p1, *, wanted, alpha, penalty):
+    """The form of a batch's curvature: ``(prior, rows)``, ``rows`` True for
+    the factored form, chosen with more than ``_DENSE_UP_TO`` parameters
+    while the rows seen (the prior's and this batch's) and their Gram matrix
+    take fewer numbers than the dense matrix (:func:`factored_is_smaller`),
+    on in-process sites that send rows, with a ridge on every coefficient
+    (``alpha > 0``, the default penalty). A factored prior that the batch
+    takes past that size is formed densely here."""
+    stacked = isinstance(prior, CurvatureStack)
+    able = (wanted and p1 > _DENSE_UP_TO and alpha > 0 and penalty is None
+            and getattr(sites, "offers_curvature_rows", False)
+            and (prior is None or stacked))
+    if able and factored_is_smaller(sites.n_rows + (prior.n_rows if stacked else 0), p1):
+        return prior, True
+    return (prior.dense() if stacked else prior), False

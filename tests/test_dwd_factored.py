@@ -1,0 +1,227 @@
+"""Few rows, many features (issue #23): the curvature kept as rows ``D^½ X̄``
+and Newton systems solved through ``m x m`` systems give the dense path's
+optimum, state and continuation."""
+
+import copy
+import pickle
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from _reference import gendwd_objective
+from scipy.optimize import minimize
+
+import skfedpriv.linear_model._renewable as renewable
+from skfedpriv import DWDClassifier
+from skfedpriv.linear_model._factored_curvature import (
+    CurvatureStack,
+    RowBlock,
+    RowCurvature,
+    curvature_form,
+    factored_is_smaller,
+)
+
+ALPHA = 1e-3
+
+
+def _rows(n, p, seed=0, n_classes=2):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, n_classes, n)
+    X = rng.standard_normal((n, p))
+    X[:, :5] += 0.8 * (y[:, None] - (n_classes - 1) / 2)
+    return X, y
+
+
+def _dense_form(sites, prior, p1, **kwargs):
+    """The dense ``p1 x p1`` path for every batch (rows never wanted)."""
+    return curvature_form(sites, prior, p1, **dict(kwargs, wanted=False))
+
+
+def _brute_force(blocks, scales, diag, intercept):
+    """``diag(r) + Σ s_i² x̄_i x̄_iᵀ`` row by row."""
+    H = np.diag(diag).astype(float)
+    for X, s in zip(blocks, scales):
+        X = X.toarray() if sp.issparse(X) else X
+        for x, si in zip(X, s):
+            xbar = np.r_[1.0, x] if intercept else x
+            H += si**2 * np.outer(xbar, xbar)
+    return H
+
+
+@pytest.mark.parametrize("intercept", [True, False])
+@pytest.mark.parametrize("shift", [0.0, 0.05])
+def test_woodbury_solve_and_products_match_the_dense_matrix(intercept, shift):
+    rng = np.random.default_rng(1)
+    X1, X2 = rng.standard_normal((6, 40)), sp.random(4, 40, density=0.3, format="csr",
+                                                        random_state=2)
+    s1, s2 = rng.random(6), rng.random(4)
+    p1 = 40 + intercept
+    diag = np.full(p1, 0.2)
+    if intercept:
+        diag[0] = 0.0  # the unpenalized intercept: the Schur complement
+    H = RowCurvature([RowBlock(X1, intercept), RowBlock(X2, intercept)], [s1, s2], diag,
+                     intercept).shifted(shift)
+    reference = _brute_force([X1, X2], [s1, s2], diag + shift, intercept)
+    np.testing.assert_allclose(H.dense(), reference, rtol=1e-12, atol=1e-12)
+    g = rng.standard_normal(p1)
+    np.testing.assert_allclose(H.dot(g), reference @ g, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(H.woodbury().solve(g), np.linalg.solve(reference, g),
+                               rtol=1e-9, atol=1e-10)
+
+
+def _relative_gaps(clf, X, y, q):
+    """``(F(θ) - min F) / min F`` per model, ``min F`` by L-BFGS-B from θ."""
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    Theta = np.column_stack([clf.intercept_, clf.coef_]).T
+    labels = ([np.where(y == clf.classes_[1], 1.0, -1.0)] if len(clf.classes_) == 2
+              else [np.where(y == c, 1.0, -1.0) for c in clf.classes_])
+    gaps = []
+    for theta, y_pm in zip(Theta.T, labels):
+        args = (Xbar, y_pm, np.ones(len(X)), q, ALPHA)
+        reference = minimize(gendwd_objective, theta, args=args, jac=True, method="L-BFGS-B",
+                             options=dict(gtol=1e-13, ftol=1e-16, maxiter=5000))
+        gaps.append((gendwd_objective(theta, *args)[0] - reference.fun) / reference.fun)
+    return np.array(gaps)
+
+
+@pytest.mark.parametrize("q, n_classes", [(0.5, 2), (1.0, 2), (4.0, 2), (1.0, 3)])
+def test_few_rows_fit_is_the_optimum_and_keeps_the_factored_state(q, n_classes):
+    X, y = _rows(30, 300, n_classes=n_classes)
+    clf = DWDClassifier(q=q, alpha=ALPHA).fit(X, y)
+    assert isinstance(clf.curvature_, CurvatureStack)
+    assert clf.curvature_.shape == (1 if n_classes == 2 else n_classes, 301, 301)
+    assert np.all(_relative_gaps(clf, X, y, q) <= 1e-10)
+
+
+def test_few_rows_fit_equals_the_dense_path(monkeypatch):
+    X, y = _rows(30, 300)
+    factored = DWDClassifier(alpha=ALPHA, tol=1e-14).fit(X, y)
+    with monkeypatch.context() as patch:
+        patch.setattr(renewable, "curvature_form", _dense_form)
+        dense = DWDClassifier(alpha=ALPHA, tol=1e-14).fit(X, y)
+    assert isinstance(dense.curvature_, np.ndarray)
+    np.testing.assert_allclose(factored.coef_, dense.coef_, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(factored.curvature_), dense.curvature_,
+                               rtol=1e-6, atol=1e-8)
+
+
+def test_curvature_is_the_dense_sum_at_the_returned_point():
+    X, y = _rows(20, 250)
+    clf = DWDClassifier(alpha=ALPHA).fit(X, y)
+    assert isinstance(clf.curvature_, CurvatureStack)
+    theta = np.r_[clf.intercept_, clf.coef_[0]]
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    u = np.where(y == 1, 1.0, -1.0) * (Xbar @ theta)
+    from skfedpriv._loss import GenDWDLoss  # the smoothed curvature of eq. 8
+    d = GenDWDLoss(q=1.0).smoothed_curvature(u)
+    ridge = np.r_[0.0, np.full(250, ALPHA * len(X))]
+    expected = np.diag(ridge) + (Xbar * d[:, None]).T @ Xbar
+    np.testing.assert_allclose(clf.curvature_[0], expected, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(clf.curvature_)[0], expected, rtol=1e-10,
+                               atol=1e-10)
+
+
+def test_partial_fit_continues_from_the_factored_state_as_the_dense_state():
+    X, y = _rows(45, 200)
+    clf = DWDClassifier(alpha=ALPHA).fit(X[:15], y[:15])
+    twin = copy.deepcopy(clf)
+    twin._training_state.curvature = twin._training_state.curvature.dense()
+    for batch in (slice(15, 30), slice(30, 45)):
+        clf.partial_fit(X[batch], y[batch])
+        twin.partial_fit(X[batch], y[batch])
+        assert isinstance(clf.curvature_, CurvatureStack)
+        assert isinstance(twin.curvature_, np.ndarray)
+        np.testing.assert_allclose(clf.coef_, twin.coef_, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(clf.intercept_, twin.intercept_, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(np.asarray(clf.curvature_), twin.curvature_, rtol=1e-10,
+                                   atol=1e-10)
+
+
+def test_the_state_turns_dense_once_rows_seen_make_dense_smaller():
+    X, y = _rows(160, 200)
+    clf = DWDClassifier(alpha=ALPHA).fit(X[:40], y[:40])
+    for end in (80, 120):
+        clf.partial_fit(X[end - 40:end], y[end - 40:end])
+        state = clf._training_state.curvature
+        assert isinstance(state, CurvatureStack) and state.n_rows == end
+        # the rows' copies, their Gram matrices and scales: below the matrix
+        assert state.nbytes < 201 * 201 * 8
+    # 160 rows and their Gram matrix would exceed the 201 x 201 matrix
+    assert not factored_is_smaller(160, 201) and factored_is_smaller(120, 201)
+    clf.partial_fit(X[120:], y[120:])
+    assert isinstance(clf.curvature_, np.ndarray) and clf.curvature_.shape == (1, 201, 201)
+
+
+def test_a_pickled_factored_estimator_continues_alike():
+    X, y = _rows(40, 250)
+    clf = DWDClassifier(alpha=ALPHA).fit(X[:20], y[:20])
+    assert isinstance(clf.curvature_, CurvatureStack)
+    restored = pickle.loads(pickle.dumps(clf))
+    clf.partial_fit(X[20:], y[20:])
+    restored.partial_fit(X[20:], y[20:])
+    np.testing.assert_array_equal(restored.coef_, clf.coef_)
+
+
+def test_sparse_rows_take_the_factored_path_to_the_same_optimum():
+    X, y = _rows(25, 200)
+    X[np.abs(X) < 1.0] = 0.0
+    dense_rows = DWDClassifier(alpha=ALPHA, tol=1e-14).fit(X, y)
+    sparse_rows = DWDClassifier(alpha=ALPHA, tol=1e-14).fit(sp.csr_matrix(X), y)
+    assert isinstance(sparse_rows.curvature_, CurvatureStack)
+    np.testing.assert_allclose(sparse_rows.coef_, dense_rows.coef_, rtol=1e-9, atol=1e-9)
+
+
+def test_small_problems_keep_the_dense_path():
+    # scikit-learn's estimator checks (15 rows, 30 features) among them
+    X, y = _rows(15, 30)
+    assert isinstance(DWDClassifier(alpha=ALPHA).fit(X, y).curvature_, np.ndarray)
+
+
+def test_inference_and_private_mechanisms_keep_the_dense_state():
+    X, y = _rows(20, 300)
+    inferred = DWDClassifier(alpha=ALPHA, inference=True).fit(X, y)
+    assert isinstance(inferred.curvature_, np.ndarray)
+    private = DWDClassifier(alpha=ALPHA, mechanism="local-gaussian", epsilon=1.0,
+                            delta=1e-5, clip_norm=2.0, random_state=0,
+                            classes=[0, 1]).fit(X, y)
+    assert isinstance(private._training_state.curvature, np.ndarray)
+
+
+def test_remote_sites_keep_the_dense_sums_and_reach_the_same_model():
+    from skfedpriv.federated import DWDSite, LocalTransport, federated_fit
+
+    X, y = _rows(30, 250)
+    sites = np.arange(30) % 3
+    transport = LocalTransport([
+        DWDSite(lambda k, s=s: (X[sites == s], y[sites == s]), None, name=f"s{s}")
+        for s in range(3)])
+    remote = federated_fit(DWDClassifier(alpha=ALPHA, tol=1e-14), transport)
+    local = DWDClassifier(alpha=ALPHA, tol=1e-14).fit(X, y, sample_group=sites)
+    assert isinstance(remote.curvature_, np.ndarray)
+    assert isinstance(local.curvature_, CurvatureStack)
+    np.testing.assert_allclose(remote.coef_, local.coef_, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(local.curvature_), remote.curvature_, rtol=1e-6,
+                               atol=1e-8)
+
+
+def test_a_few_row_fit_that_runs_out_reports_its_gap_from_the_factored_system():
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = _rows(30, 300, n_classes=3)
+    with pytest.warns(ConvergenceWarning, match="estimated relative objective gap"):
+        clf = DWDClassifier(alpha=ALPHA, max_iter=3).fit(X, y)
+    assert isinstance(clf.curvature_, CurvatureStack)
+
+
+def test_the_majorization_fallback_runs_on_rows_and_reaches_the_optimum(monkeypatch):
+    from skfedpriv.linear_model import _dwd_solver
+
+    # at q = 4 a Newton step on these rows is refused (found by trying)
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((60, 250)), rng.integers(0, 2, 60)
+    calls, original = [], _dwd_solver.SiteData.majorizer_rows
+    monkeypatch.setattr(_dwd_solver.SiteData, "majorizer_rows",
+                        lambda self, loss: calls.append(loss) or original(self, loss))
+    clf = DWDClassifier(q=4.0, alpha=ALPHA).fit(X, y)
+    assert calls and isinstance(clf.curvature_, CurvatureStack)
+    assert np.all(_relative_gaps(clf, X, y, 4.0) <= 1e-10)
