@@ -8,8 +8,8 @@ import warnings
 import numpy as np
 import pytest
 
-from _reference import audit_epsilon
-from skfedpriv import DWDClassifier, StreamReplayError
+from _streams import audit_summary_pair, stream_resumed_from_a_pickle
+from skfedpriv import DWDClassifier
 from skfedpriv._losses import gendwd_derivative, gendwd_smoothed_curvature
 from skfedpriv.datasets import make_federated_gaussians
 from skfedpriv.linear_model import DWDSites
@@ -147,31 +147,10 @@ def test_empirical_audit_of_a_site_stream(noise_factor, should_violate):
     rows = np.array([[c2, 0.0], [0.0, c2]])
     a, J = linearized_summary(rows[:1], np.ones((1, 1)), theta, q, False)
     an, Jn = linearized_summary(rows[1:], np.ones((1, 1)), theta, q, False)
-    factorization = make_factorization("honaker", 2)
-    sigma = continual_sigma(epsilon, delta, factorization) * noise_factor
-    noise = SiteNoiseStreams(factorization, 1, 2, 1, sigma, continual_sensitivities(q, c2),
-                             np.random.default_rng(0))
-    upper = np.triu_indices(2)
-    # the change in units of each entry's noise std
-    shift = np.concatenate([(a - an).ravel() / noise.std[0], (J - Jn)[0][upper] / noise.std[1]])
-    distance = np.linalg.norm(shift)
-    B = np.asarray(factorization.B)
-    covariance = B @ B.T
-    weights = np.linalg.solve(covariance, np.ones(2))  # likelihood-ratio direction
-    # the pair's Gaussian distinguishability μ against the claim's: the pair is
-    # close enough to the worst case that half the noise exceeds the claim
-    mu_pair = distance * math.sqrt(weights.sum())
-    mu_claim = factorization.sensitivity / continual_sigma(epsilon, delta, factorization)
-    assert 0.6 < mu_pair / (mu_claim / noise_factor) < 1.0
-    rng = np.random.default_rng(5)
-    n = 400_000
-    noise_d = rng.standard_normal((n, B.shape[1])) @ B.T
-    noise_n = rng.standard_normal((n, B.shape[1])) @ B.T
-    released_d = (distance + noise_d) @ weights
-    released_n = noise_n @ weights
-    spread = math.sqrt(weights @ covariance @ weights)
-    grid = np.linspace(0, distance * weights.sum() + 5 * spread, 200)
-    lower = audit_epsilon(released_d, released_n, delta, grid)
+    # the pair is close enough to the worst case that half the noise exceeds the claim
+    ratio, lower = audit_summary_pair((a, J), (an, Jn), continual_sensitivities(q, c2), epsilon, delta,
+                                      noise_factor)
+    assert 0.6 < ratio < 1.0
     assert (lower > epsilon) if should_violate else (lower <= epsilon)
 
 
@@ -191,15 +170,7 @@ def test_stream_charges_once_resumes_after_pickle_and_stops_at_its_horizon(mecha
                   classes=[-1, 1], random_state=0)
     reference = DWDClassifier(**params)  # the same seed, never pickled
     clf = DWDClassifier(**params, budget=budget)
-    for k in range(4):
-        m = b == k
-        if k == 2:  # resume from a pickle; the original may not continue too
-            original, clf = clf, pickle.loads(pickle.dumps(clf))
-        clf.partial_fit(X[m], y[m], sample_group=g[m])
-        reference.partial_fit(X[m], y[m], sample_group=g[m])
-        np.testing.assert_array_equal(clf.coef_, reference.coef_)
-    with pytest.raises(StreamReplayError):
-        original.partial_fit(X[b == 2], y[b == 2], sample_group=g[b == 2])
+    clf = stream_resumed_from_a_pickle(clf, reference, X, y, g, b)
     (entry,) = budget.ledger.entries
     factorization = make_factorization(CONTINUAL[mechanism], 4)
     assert entry.mechanism == "gaussian"

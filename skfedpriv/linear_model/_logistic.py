@@ -30,6 +30,7 @@ from ._base import FederatedClassifierMixin, StreamSettings, TrainingState
 from ._dwd_sites import DWDSites
 from ._inference import CoefficientInferenceMixin
 from ._local_steps import BatchLearners, RoundRequest
+from ._logistic_private import quadratic_update
 from ._logistic_newton import newton_sites, newton_update
 
 #: ``learning_rate='auto'``: this step size, lowered under a mechanism to the
@@ -70,7 +71,7 @@ class LogisticSettings(StreamSettings):
         ``'auto'`` picks the solver only once the sites are known."""
         if self.alpha is not None:
             return self.alpha
-        return DEFAULT_NEWTON_ALPHA if solver == "newton" else 0.0
+        return DEFAULT_NEWTON_ALPHA if solver in ("newton", "quadratic") else 0.0
 
     def as_dict(self):
         """The settings as a dict (name -> value)."""
@@ -117,12 +118,22 @@ def _resolve_learning_rate(params):
 
 def _check_solver(params):
     """``solver='newton'`` runs no mechanism (its sums would leave the sites
-    in the clear); ``solver='local-steps'`` is the only private one."""
+    in the clear); ``'local-steps'`` and ``'quadratic'`` are the private
+    ones, and ``'quadratic'`` needs the row clip its sensitivity is
+    computed from."""
     if params["solver"] == "newton" and params["mechanism"] is not None:
         raise InvalidParameterError(
             f"solver='newton' runs no privacy mechanism (mechanism="
             f"{params['mechanism']!r}): the sites would send exact gradient and "
-            "curvature sums. Use solver='local-steps' (or 'auto') with a mechanism."
+            "curvature sums. Use solver='local-steps', 'quadratic' (or 'auto') with a "
+            "mechanism."
+        )
+    if params["solver"] == "quadratic" and params["feature_clip_norm"] is None:
+        raise InvalidParameterError(
+            "solver='quadratic' needs feature_clip_norm: every row is clipped to it "
+            "(in training and at prediction) and the sensitivity of the released "
+            "quadratic models is computed from it. Set a data-independent bound, "
+            "e.g. sqrt(n_features) for standardized features."
         )
 
 
@@ -142,10 +153,10 @@ def _check_inference(params):
             f"{params['mechanism']!r}): the covariance would be computed from exact "
             "sums. Use inference=False, or fit without a mechanism."
         )
-    if params["solver"] == "local-steps":
+    if params["solver"] in ("local-steps", "quadratic"):
         raise InvalidParameterError(
             "inference=True needs solver='newton' (or 'auto' without a mechanism): "
-            "the local-steps solver keeps no curvature to build a covariance from."
+            f"the {params['solver']} solver keeps no covariance to build on."
         )
 
 
@@ -559,7 +570,7 @@ default=None
         "random_state": ["random_state"],
         "budget": [None, PrivacyBudget],
         "classes": [None, "array-like"],
-        "solver": [Options("auto", "newton", "local-steps")],
+        "solver": [Options("auto", "newton", "local-steps", "quadratic")],
         "max_iter": [Interval(numbers.Integral, 1, None)],
         "tol": [Interval(numbers.Real, 0, None, closed="neither")],
         "inference": ["boolean"],
@@ -763,6 +774,11 @@ default=None
                 "learners run the local-steps protocol: use solver='local-steps' "
                 "or 'auto'."
             )
+        if solver == "quadratic" and learners:
+            raise ValueError(
+                "solver='quadratic' runs with learners in this process only (fit / "
+                "partial_fit); remote learners do not implement its noise streams."
+            )
         if not first and self.solver_ != solver:
             raise ValueError(
                 f"this stream runs solver {self.solver_!r}, this call {solver!r}; "
@@ -786,9 +802,15 @@ default=None
         """Newton on the rows' sites in this process (:meth:`_newton_update`),
         or the rows' learners in this process, then :meth:`_run_rounds`:
         ``n_rounds`` rounds for ``fit``, one for ``partial_fit``."""
-        if self._stream_solver(settings, first, learners=False) == "newton":
+        solver = self._stream_solver(settings, first, learners=False)
+        if solver == "newton":
             return self._newton_update(newton_sites(batch, classes), classes, settings, first,
                                        batch.site_labels.tolist())
+        if solver == "quadratic":
+            return quadratic_update(
+                batch, classes, settings, None if first else self._training_state,
+                first=first, new_stream=new_stream, random_state=self.random_state,
+                budget=self.budget, rounds_seen=0 if first else self.n_rounds_seen_)
         n_features = batch.X.shape[1]
         calibration = noise_calibration(settings) if first else self._training_state.calibration
         noise = None
@@ -912,7 +934,7 @@ default=None
     def _prediction_rows(self, X):
         # rows are clipped to ``feature_clip_norm`` (if set), as the local
         # steps clip them in training (Newton does not clip)
-        if self.solver_ == "local-steps" and self._settings.feature_clip_norm is not None:
+        if self.solver_ != "newton" and self._settings.feature_clip_norm is not None:
             return clip_rows(X, self._settings.feature_clip_norm)
         return X
 
