@@ -203,7 +203,7 @@ def noise_calibration(settings):
 class LogisticRegression(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEstimator):
     """Online federated logistic regression: Newton, or local steps with local DP.
 
-    Rows live at *learners* (sites) named by ``sample_group``. Two solvers
+    Rows live at *learners* (sites) named by ``sample_group``. Three solvers
     (``solver``):
 
     * ``'newton'`` (the default without a mechanism): the federated Newton
@@ -221,11 +221,30 @@ class LogisticRegression(CoefficientInferenceMixin, FederatedClassifierMixin, Ba
       curvature of the earlier batches, so a stream ends near the offline
       fit without revisiting rows. No mechanism runs on it: the sums leave
       the sites exact.
-    * ``'local-steps'`` (the only private one, the default with a
-      mechanism): Algorithm 1 of Zhang, Zhu, Fay and Johansson [1]_, below.
-      Its privacy analysis needs what Newton does not have: every message a
-      clipped, bounded-sensitivity function of the rows (a curvature matrix
-      or an exact gradient sum would need its own noise per round).
+    * ``'local-steps'`` (private, the default with a mechanism): Algorithm
+      1 of Zhang, Zhu, Fay and Johansson [1]_, below. Its privacy analysis
+      needs what Newton does not have: every message a clipped,
+      bounded-sensitivity function of the rows (a curvature matrix or an
+      exact gradient sum would need its own noise per round).
+    * ``'quadratic'`` (private; in-process learners only): each call to
+      :meth:`partial_fit` is one batch (:meth:`fit`: ``n_rounds`` of them,
+      each learner's rows split as below). Every learner sends, at the
+      public ``θ_{b-1}``, its batch's second-order model of the logistic
+      loss, ``a_b = Σ_i x̄_i c_i`` and ``J_b = Σ_i h_i x̄_i x̄_iᵀ`` per
+      one-vs-rest model (``h_i = σ(s_i) σ(-s_i)``, ``c_i = ℓ'(s_i) - h_i
+      s_i``), as a continual prefix sum through the factorization of
+      ``mechanism`` (the logistic twin of :class:`~skfedpriv.DWDClassifier`'s
+      ``'local-tree'`` / ``'local-blt'``). The server minimizes the summed
+      models plus the ridge ``(alpha n / 2) ‖w‖²`` (``alpha=None``: 1e-4);
+      the curvature is floored at the spectral norm of its noise. A batch's
+      noise is then averaged over the whole stream instead of frozen into
+      the model by local steps: the private solver of choice for many
+      classes or few rows per learner (see :doc:`/guide_logistic`). Rows are
+      clipped to ``feature_clip_norm`` (required with a mechanism); per row
+      the vector ``(c_ik)_k`` is clipped to ``clip_norm`` and ``(h_ik)_k``
+      to 1/4 (joint clipping over the ``K`` models: no split of ε). The
+      learners of the first batch hold the noise streams: a later batch
+      with a learner not among them is refused.
 
     ``solver='auto'`` picks ``'local-steps'`` with a mechanism (and on
     learners of the local-steps protocol, :meth:`fit_sites` with a
@@ -296,7 +315,8 @@ class LogisticRegression(CoefficientInferenceMixin, FederatedClassifierMixin, Ba
         of the R×R prefix-sum matrix (section III-B): independent noise
         (``C = I``), binary tree (eq. 5) with the plain or Honaker estimator,
         Toeplitz square root (eq. 8), optimal (eq. 7), or buffered linear
-        Toeplitz. ``None`` adds no noise (not private).
+        Toeplitz. ``None`` adds no noise (not private). With
+        ``solver='quadratic'`` the same factorizations, over the batches.
     epsilon : float, default=1.0
         ε of the local DP guarantee (validated always, used only with a
         mechanism).
@@ -309,13 +329,17 @@ class LogisticRegression(CoefficientInferenceMixin, FederatedClassifierMixin, Ba
         per-example gradient is clipped to ``clip_norm / sqrt(K)``.
         Applied with and without a mechanism, so ``mechanism=None`` is the
         same algorithm without noise (for the same ``learning_rate_``).
+        ``solver='quadratic'``: the L2 bound ``B_c`` on each row's vector of
+        linear coefficients ``(c_ik)_k`` over the ``K`` models (one model's
+        ``|c|`` is at most 1, so the default binds only for several classes).
     feature_clip_norm : float or None, default=None
         C_x: if set, every row is clipped to L2 norm ``C_x`` (in
         ``fit``, ``partial_fit`` and at prediction) and the local steps are
         kept non-expansive, which allows the smaller sensitivity
         ``2 B_g / τ`` (see Notes). ``None`` leaves rows as they are and, with
-        a mechanism, calibrates for ``2 B_g``. Local steps only: Newton
-        clips no row.
+        a mechanism, calibrates for ``2 B_g``. Newton clips no row;
+        ``solver='quadratic'`` requires it and clips rows likewise (its
+        sensitivities use ``C2 = sqrt(C_x² + fit_intercept)``).
     alpha : float or None, default=None
         ``None`` is ``1e-4`` when the solver is (or ``'auto'`` resolves to)
         Newton without a mechanism (a ridge keeps the fit finite on
@@ -350,8 +374,8 @@ default=None
         outside it are refused with a ``ValueError`` before anything
         changes. ``None`` without a mechanism: ``fit`` takes the labels of
         ``y``, as scikit-learn does.
-    solver : {'auto', 'newton', 'local-steps'}, default='auto'
-        See above.
+    solver : {'auto', 'newton', 'local-steps', 'quadratic'}, default='auto'
+        See above (``'auto'`` never picks ``'quadratic'``).
     max_iter : int, default=100
         Newton steps at most per batch (``solver='newton'``).
     tol : float, default=1e-12
@@ -402,19 +426,24 @@ default=None
     sensitivity_ : float
         L2 sensitivity of ``C G_i``: ``factorization_sensitivity_ *
         gradient_sensitivity_`` (Appendix B, eq. 15); ``nan`` without a
-        mechanism.
+        mechanism. ``solver='quadratic'``: the largest column norm of ``C``
+        (each step's input has unit sensitivity; ``gradient_sensitivity_``,
+        ``factorization_sensitivity_`` and ``learning_rate_`` are not
+        defined there).
     learning_rate_ : float
         The local step size η used (``learning_rate`` with ``'auto'``
         resolved; data-independent).
     noise_scale_ : float
         Standard deviation σ of each entry of ξ_i, from the exact analytic
         Gaussian calibration of (ε, δ) for ``sensitivity_``; 0 without a
-        mechanism.
+        mechanism. ``solver='quadratic'``: σ per unit of sensitivity (the
+        linear part's noise std is ``σ Δ_a / w_a``, the curvature's
+        ``σ Δ_J / w_J``; :mod:`skfedpriv.privacy._logistic_summaries`).
     privacy_spent_ : tuple of float
         ``(epsilon, delta)`` of the guarantee, which covers all
         ``n_rounds`` rounds (so it is the full budget once the first round
         ran); ``(inf, 0.0)`` without a mechanism.
-    solver_ : {'newton', 'local-steps'}
+    solver_ : {'newton', 'local-steps', 'quadratic'}
         The solver of the stream (data-independent).
     n_iter_ : int
         Newton steps of the last call (``'newton'``), or rounds of the last
@@ -500,6 +529,24 @@ default=None
     process always; in another process only with a file ``budget``). A
     Pipeline or meta-estimator holding it: publish
     :func:`skfedpriv.release`.
+
+    **Privacy statement, solver='quadratic'.** With a mechanism, every
+    learner's sequence of messages over all ``n_rounds`` batches is
+    (ε, δ)-differentially private with respect to replacing any one of its
+    rows (in any batch) by any other row, against the server and anyone who
+    sees the messages or the released models (post-processing), under
+    adaptive continual release (Denisov et al. 2022, Thm. 2.1): a row is in
+    one batch of one learner, so it enters one step of that learner's
+    prefix-sum stream, whose input per step, ``(w_a a_b / Δ_a,
+    w_J vech(J_b) / Δ_J)`` with ``w_a² + w_J² = 1``, moves by at most 1 in
+    L2 when one row is replaced (``Δ_a = 2 C2 B_c``, ``Δ_J = sqrt(2) C2²/4``,
+    from the enforced clips; checked by brute force in the tests). σ is the
+    exact analytic Gaussian calibration for the largest column norm of
+    ``C``; one Gaussian charge per stream. Before it, a
+    :class:`~skfedpriv.privacy.NoiseDominatesWarning` says when the noise
+    of the summed linear term is expected to exceed the largest sum the
+    stream's rows could give (public quantities only: the first batch's
+    size times ``n_rounds``, σ, the clips, the learners, ``p``, ``K``).
 
     **Budget.** The learners' noise is independent, so the whole stream,
     all learners and all rounds, is one Gaussian mechanism on the stacked
