@@ -71,13 +71,14 @@ EVAL_EVERY = 25
 TEST_PER_LEARNER = 200
 
 
-def synthetic(n_rounds, seed):
-    """FedProx synthetic(0.1, 0.1), binary with one weight vector per learner."""
+def synthetic(n_rounds, seed, n_learners=N_LEARNERS, per_round=TAU):
+    """FedProx synthetic(0.1, 0.1), binary with one weight vector per learner;
+    ``per_round`` training rows per learner and round."""
     rng = np.random.default_rng(seed)
-    n_train = TAU * n_rounds
+    n_train = per_round * n_rounds
     cov_sd = np.arange(1, D + 1) ** (-1.2 / 2)
     Xtr, ytr, gtr, Xte, yte = [], [], [], [], []
-    for k in range(N_LEARNERS):
+    for k in range(n_learners):
         u = rng.normal(0, np.sqrt(ALPHA_HET))
         Bk = rng.normal(0, np.sqrt(BETA_HET))
         w = rng.normal(u, 1, size=D)

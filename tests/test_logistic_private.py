@@ -278,3 +278,36 @@ def test_refusals_come_before_any_change():
     with pytest.raises(ValueError, match="in this process"):
         clf.fit_sites(Remote(X, y, np.unique(g), codes))
     assert budget.spent == (0.0, 0.0) and not hasattr(clf, "coef_")
+
+
+# -- the local steps' warning -------------------------------------------------------
+
+
+def test_local_steps_warn_before_spending_when_the_noise_would_swamp_the_model():
+    """Landed defaults (rows not clipped: sensitivity 2 B_g) on a small
+    stream: warned before the charge; the ratio is the empirical norm of the
+    mean of the learners' prefix-sum noise at the last round over ``R B_g``.
+    With rows clipped (sensitivity 2 B_g / τ) at ε = 4: no warning (the
+    messages are means, so the row count does not enter)."""
+    X, y, g, b = _stream()
+    budget = PrivacyBudget(epsilon=0.5, delta=1e-4)
+    clf = LogisticRegression(mechanism="blt", n_rounds=8, classes=[-1, 1], budget=budget)
+    with pytest.warns(NoiseDominatesWarning, match="feature_clip_norm"):
+        with pytest.raises(PrivacyBudgetError):  # the charge comes after the warning
+            clf.fit(X, y, sample_group=g)
+    assert not hasattr(clf, "coef_") and budget.spent == (0.0, 0.0)
+    from skfedpriv.linear_model._logistic import noise_calibration
+    from skfedpriv.privacy._gradient_noise import local_steps_noise_to_signal
+
+    calibration = noise_calibration(clf._validate_params())
+    ratio = local_steps_noise_to_signal(calibration, 3, 6, 1.0)
+    assert ratio > 1
+    stream = calibration.factorization.noise_stream(np.random.default_rng(0),
+                                                    calibration.noise_scale, shape=(400, 3, 6))
+    total = sum(stream.next() for _ in range(8)).mean(axis=1)  # 400 replicas of the mean
+    empirical = np.sqrt(np.mean(np.sum(total**2, axis=1))) / (8 * 1.0)
+    assert empirical == pytest.approx(ratio, rel=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoiseDominatesWarning)
+        LogisticRegression(mechanism="blt", n_rounds=8, classes=[-1, 1], feature_clip_norm=3.0,
+                           epsilon=4.0).fit(X, y, sample_group=g)

@@ -10,6 +10,7 @@ private online federated learning with correlated noise"
 """
 
 import numbers
+import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -18,12 +19,20 @@ from sklearn.base import BaseEstimator
 from .._loss import MultinomialLoss
 from .._losses import count_models, logistic_probabilities, split_intercept
 from .._param_validation import InvalidParameterError, Interval, Options
-from ..privacy import PrivacyBudget, PrivacyBudgetError, as_generator, clip_rows, warn_if_seeded
+from ..privacy import (
+    NoiseDominatesWarning,
+    PrivacyBudget,
+    PrivacyBudgetError,
+    as_generator,
+    clip_rows,
+    warn_if_seeded,
+)
 from ..privacy._gradient_noise import (
     MECHANISMS,
     LearnerNoise,
     calibrate_gradient_noise,
     gradient_sensitivity,
+    local_steps_noise_to_signal,
     max_non_expansive_step,
 )
 from ._base import FederatedClassifierMixin, StreamSettings, TrainingState
@@ -861,6 +870,9 @@ default=None
         n_features = batch.X.shape[1]
         calibration = noise_calibration(settings) if first else self._training_state.calibration
         noise = None
+        if settings.mechanism is not None and first:
+            _warn_if_noise_dominates(calibration, settings, batch.n_sites,
+                                     count_models(classes) * (n_features + settings.fit_intercept))
         if settings.mechanism is not None:  # the learners' streams, held here
             noise = self._training_state.noise.copy() if not first else LearnerNoise(
                 calibration.factorization, calibration.noise_scale,
@@ -1011,6 +1023,23 @@ default=None
         with np.errstate(divide="ignore"):
             return np.log(self.predict_proba(X))
 
+
+
+def _warn_if_noise_dominates(calibration, settings, n_learners, n_params):
+    """Warn, before the charge, when the noise the server's model accumulates
+    is expected to exceed the largest move the clipped gradients could make
+    (:func:`~skfedpriv.privacy._gradient_noise.local_steps_noise_to_signal`;
+    the first batch's learners stand for the stream's)."""
+    ratio = local_steps_noise_to_signal(calibration, n_learners, n_params, settings.clip_norm)
+    if ratio > 1.0:
+        clip = (" feature_clip_norm (the sensitivity drops from 2 B_g to 2 B_g / "
+                "local_steps)," if settings.feature_clip_norm is None else "")
+        warnings.warn(NoiseDominatesWarning(
+            f"mechanism={settings.mechanism!r}: the noise the model accumulates over the "
+            f"{settings.n_rounds} rounds is expected to be {ratio:.3g} times the largest "
+            "move the clipped gradients could make; the model will be mostly noise. "
+            f"Remedies:{clip} a larger epsilon, or solver='quadratic' (noise averaged "
+            "over the stream)."), stacklevel=5)
 
 
 def _server_step(theta, present, messages, index, labels, settings):
