@@ -97,7 +97,8 @@ def _resolve_learning_rate(params):
     bound, an explicit value beyond it raises.
     """
     eta = params["learning_rate"]
-    private = params["mechanism"] is not None
+    # the quadratic solver takes no local steps: nothing to bound
+    private = params["mechanism"] is not None and params["solver"] != "quadratic"
     # a private stream runs the local steps: alpha=None is 0 there
     cx, alpha = params["feature_clip_norm"], float(params["alpha"] or 0.0)
     if isinstance(eta, str):  # 'auto'
@@ -309,7 +310,7 @@ class LogisticRegression(CoefficientInferenceMixin, FederatedClassifierMixin, Ba
         with 0.5 inside the bound runs exactly as with ``learning_rate=0.5``.
         An explicit value beyond the bound raises
         a ``ValueError``. The value used is
-        ``learning_rate_``.
+        ``learning_rate_``. Not used (nor bounded) by ``solver='quadratic'``.
     server_learning_rate : float, default=1.0
         Server step size η_g (the server moves by ``η_g η τ`` times the mean
         message).
