@@ -219,6 +219,11 @@ def test_multiclass_is_above_chance_with_joint_clipping():
     clf.fit(X, y, sample_group=g)
     assert clf.coef_.shape == (3, 4)
     assert clf.score(X, y) > 0.6  # chance about 0.4
+    # the linear part's noise is calibrated for coefficients clipped jointly
+    # to clip_norm sqrt(K) / 2 (their norm at θ = 0), with the 4:1 weights
+    noise = clf._training_state.noise
+    expected = clf.noise_scale_ * quadratic_sensitivities(math.sqrt(10.0), math.sqrt(3) / 2)[0]
+    assert noise.std[0] == pytest.approx(expected * math.sqrt(17) / 4, rel=1e-12)
     np.testing.assert_allclose(clf.predict_proba(X).sum(axis=1), 1.0)
 
 
@@ -250,8 +255,9 @@ def test_a_stream_too_small_for_its_epsilon_warns_before_spending():
     factorization = make_factorization("blt", 4)
     sigma = continual_sigma(0.1, 1e-5, factorization)
     c2 = math.sqrt(10.0)
-    ratio = quadratic_noise_to_signal(factorization, sigma, 3, 6, 1, c2, 1.0, 80)
-    noise = SiteNoiseStreams(factorization, 3, 6, 1, sigma, quadratic_sensitivities(c2, 1.0),
+    # clip_norm=1, one model: coefficients clipped to 1/2, their norm at θ = 0
+    ratio = quadratic_noise_to_signal(factorization, sigma, 3, 6, 1, c2, 0.5, 80)
+    noise = SiteNoiseStreams(factorization, 3, 6, 1, sigma, quadratic_sensitivities(c2, 0.5),
                              np.random.default_rng(0))
     total = sum(noise.next()[0] for _ in range(4))
     assert np.linalg.norm(total) / (80 * c2 * 0.5) == pytest.approx(ratio, rel=0.6)

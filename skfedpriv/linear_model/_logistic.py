@@ -251,10 +251,12 @@ class LogisticRegression(CoefficientInferenceMixin, FederatedClassifierMixin, Ba
       the model by local steps: the private solver of choice for many
       classes or few rows per learner (see :doc:`/guide_logistic`). Rows are
       clipped to ``feature_clip_norm`` (required with a mechanism); per row
-      the vector ``(c_ik)_k`` is clipped to ``clip_norm`` and ``(h_ik)_k``
+      the vector ``(c_ik)_k`` is clipped to ``B_c = clip_norm sqrt(K) / 2``
+      and ``(h_ik)_k``
       to 1/4 (joint clipping over the ``K`` models: no split of ε). The
       learners of the first batch hold the noise streams: a later batch
-      with a learner not among them is refused.
+      with a learner not among them is refused, and a learner without rows
+      in a batch sends its noise increment alone.
 
     ``solver='auto'`` picks ``'local-steps'`` with a mechanism (and on
     learners of the local-steps protocol, :meth:`fit_sites` with a
@@ -339,9 +341,11 @@ class LogisticRegression(CoefficientInferenceMixin, FederatedClassifierMixin, Ba
         per-example gradient is clipped to ``clip_norm / sqrt(K)``.
         Applied with and without a mechanism, so ``mechanism=None`` is the
         same algorithm without noise (for the same ``learning_rate_``).
-        ``solver='quadratic'``: the L2 bound ``B_c`` on each row's vector of
-        linear coefficients ``(c_ik)_k`` over the ``K`` models (one model's
-        ``|c|`` is at most 1, so the default binds only for several classes).
+        ``solver='quadratic'``: each row's vector of linear coefficients
+        ``(c_ik)_k`` over the ``K`` models is clipped to L2 norm ``B_c =
+        clip_norm sqrt(K) / 2``, in units of its norm at ``θ = 0`` (each
+        ``c_ik`` is ``∓1/2`` there): the default clips no row at the start
+        and only misclassified rows later (one model's ``|c|`` is below 1).
     feature_clip_norm : float or None, default=None
         C_x: if set, every row is clipped to L2 norm ``C_x`` (in
         ``fit``, ``partial_fit`` and at prediction) and the local steps are
