@@ -53,7 +53,9 @@ from _output import benchmark_parser, output_dir, wrote  # noqa: E402
 D, N_LEARNERS, TAU = 100, 20, 5
 ALPHA_HET, BETA_HET = 0.1, 0.1
 BUDGETS = ((0.5, 1e-3), (2.0, 1e-3))
-# (label, mechanism, learning-rate factor)
+# (label, mechanism, learning-rate factor); "quadratic" labels run
+# solver='quadratic' (each learner's rounds' quadratic models as prefix sums;
+# no step size)
 RUNS = (
     ("none", None, 1.0),
     ("independent", "independent", 1.0),
@@ -62,6 +64,8 @@ RUNS = (
     ("toeplitz", "toeplitz", 1.0),
     ("optimal", "optimal", 1.0),
     ("blt", "blt", 1.0),
+    ("quadratic blt", "blt", 1.0),
+    ("quadratic tree (Honaker)", "honaker", 1.0),
 )
 CX = 10.0       # row clip C_x (rows have norm ~10)
 CLIP = 1.0      # per-example gradient clip B_g
@@ -108,13 +112,13 @@ def evaluate(clf, Xte, yte):
     return float(np.mean((p > 0.5) == yte)), float(loss)
 
 
-def run_one(mechanism, eta, eps, delta, data, n_rounds, seed):
+def run_one(mechanism, eta, eps, delta, data, n_rounds, seed, solver="local-steps"):
     Xtr, ytr, gtr, Xte, yte = data
     clf = LogisticRegression(
         local_steps=TAU, learning_rate=eta, server_learning_rate=ETA_G,
         n_rounds=n_rounds, mechanism=mechanism, epsilon=eps, delta=delta,
         clip_norm=CLIP, feature_clip_norm=CX, random_state=seed,
-        solver="local-steps",  # the paper's algorithm, also without noise
+        solver=solver,  # the paper's algorithm (local steps) also without noise
     )
     curve = []
     for r in range(n_rounds):
@@ -214,7 +218,9 @@ def main():
             for label, mech, factor in RUNS:
                 if mech is None and eps != BUDGETS[0][0]:
                     continue  # no noise: one run serves both budgets
-                _, curve = run_one(mech, ETA * factor, eps, delta, data, R, seed=rep)
+                solver = "quadratic" if label.startswith("quadratic") else "local-steps"
+                _, curve = run_one(mech, ETA * factor, eps, delta, data, R, seed=rep,
+                                   solver=solver)
                 for rnd, acc, loss in curve:
                     budgets = BUDGETS if mech is None else ((eps, delta),)
                     for e, dl in budgets:

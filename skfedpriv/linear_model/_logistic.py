@@ -562,7 +562,8 @@ default=None
     stream's rows could give (public quantities only: the first batch's
     size times ``n_rounds``, σ, the clips, the learners, ``p``, ``K``).
 
-    **Warning.** Before the charge of a local-steps stream, a
+    **Warning.** Before the charge of a local-steps stream on rows in this
+    process (``fit`` / ``partial_fit``), a
     :class:`~skfedpriv.privacy.NoiseDominatesWarning` says when the noise
     the model accumulates over ``n_rounds`` rounds (the mean of the first
     batch's learners' prefix-sum noise) is expected to exceed a quarter of
