@@ -170,7 +170,10 @@ def main():
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=1000)
     parser.add_argument("--tag", default="")
+    parser.add_argument("--only", default=None,
+                        help="run only the methods whose label starts with this (and 'none')")
     args = parser.parse_args()
+    runs = [r for r in RUNS if args.only is None or r[0] == "none" or r[0].startswith(args.only)]
     if args.quick:
         args.reps, args.rounds, args.tag = 2, 100, args.tag or "_quick"
     R = args.rounds
@@ -215,7 +218,7 @@ def main():
     for rep in progress(range(args.reps), label="repetitions"):
         data = synthetic(R, seed=1000 + rep)
         for eps, delta in BUDGETS:
-            for label, mech, factor in RUNS:
+            for label, mech, factor in runs:
                 if mech is None and eps != BUDGETS[0][0]:
                     continue  # no noise: one run serves both budgets
                 solver = "quadratic" if label.startswith("quadratic") else "local-steps"
@@ -240,7 +243,7 @@ def main():
           "mean acc % over last 20% rounds |")
     print("|---|---|---|---|---|")
     for eps, delta in BUDGETS:
-        for label, _, _ in RUNS:
+        for label, _, _ in runs:
             sel = [r for r in rows if r["epsilon"] == eps and r["method"] == label]
             final = [r for r in sel if r["round"] == R]
             late = [r["accuracy"] for r in sel if r["round"] > 0.8 * R]
@@ -268,10 +271,10 @@ def main():
     for k, v in times.items():
         print(f"| {k} | {v:.3f} | {v / ref:.2f} |")
 
-    plot(rows, results / f"logistic{tag}.png")
+    plot(rows, results / f"logistic{tag}.png", runs)
 
 
-def plot(rows, path):
+def plot(rows, path, runs=RUNS):
     try:
         import matplotlib
 
@@ -282,7 +285,7 @@ def plot(rows, path):
         return
     fig, axes = plt.subplots(2, len(BUDGETS), figsize=(11, 7), sharex=True)
     for j, (eps, delta) in enumerate(BUDGETS):
-        for label, _, _ in RUNS:
+        for label, _, _ in runs:
             sel = [r for r in rows if r["epsilon"] == eps and r["method"] == label]
             rounds = sorted({r["round"] for r in sel})
             for i, key in enumerate(("accuracy", "loss")):

@@ -248,8 +248,9 @@ class LogisticRegression(CoefficientInferenceMixin, FederatedClassifierMixin, Ba
       models plus the ridge ``(alpha n / 2) ‖w‖²`` (``alpha=None``: 1e-4);
       the curvature is floored at the spectral norm of its noise. A batch's
       noise is then averaged over the whole stream instead of frozen into
-      the model by local steps: the private solver of choice for many
-      classes or few rows per learner (see :doc:`/guide_logistic`). Rows are
+      the model by local steps: the better private solver on short streams
+      and for many classes; on long streams with a tuned row clip the local
+      steps can do as well (see :doc:`/guide_logistic`). Rows are
       clipped to ``feature_clip_norm`` (required with a mechanism); per row
       the vector ``(c_ik)_k`` is clipped to ``B_c = clip_norm sqrt(K) / 2``
       and ``(h_ik)_k``
