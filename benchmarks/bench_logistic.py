@@ -53,7 +53,9 @@ from _output import benchmark_parser, output_dir, wrote  # noqa: E402
 D, N_LEARNERS, TAU = 100, 20, 5
 ALPHA_HET, BETA_HET = 0.1, 0.1
 BUDGETS = ((0.5, 1e-3), (2.0, 1e-3))
-# (label, mechanism, learning-rate factor)
+# (label, mechanism, learning-rate factor); "quadratic" labels run
+# solver='quadratic' (each learner's rounds' quadratic models as prefix sums;
+# no step size)
 RUNS = (
     ("none", None, 1.0),
     ("independent", "independent", 1.0),
@@ -62,6 +64,8 @@ RUNS = (
     ("toeplitz", "toeplitz", 1.0),
     ("optimal", "optimal", 1.0),
     ("blt", "blt", 1.0),
+    ("quadratic blt", "blt", 1.0),
+    ("quadratic tree (Honaker)", "honaker", 1.0),
 )
 CX = 10.0       # row clip C_x (rows have norm ~10)
 CLIP = 1.0      # per-example gradient clip B_g
@@ -71,13 +75,14 @@ EVAL_EVERY = 25
 TEST_PER_LEARNER = 200
 
 
-def synthetic(n_rounds, seed):
-    """FedProx synthetic(0.1, 0.1), binary with one weight vector per learner."""
+def synthetic(n_rounds, seed, n_learners=N_LEARNERS, per_round=TAU):
+    """FedProx synthetic(0.1, 0.1), binary with one weight vector per learner;
+    ``per_round`` training rows per learner and round."""
     rng = np.random.default_rng(seed)
-    n_train = TAU * n_rounds
+    n_train = per_round * n_rounds
     cov_sd = np.arange(1, D + 1) ** (-1.2 / 2)
     Xtr, ytr, gtr, Xte, yte = [], [], [], [], []
-    for k in range(N_LEARNERS):
+    for k in range(n_learners):
         u = rng.normal(0, np.sqrt(ALPHA_HET))
         Bk = rng.normal(0, np.sqrt(BETA_HET))
         w = rng.normal(u, 1, size=D)
@@ -107,13 +112,13 @@ def evaluate(clf, Xte, yte):
     return float(np.mean((p > 0.5) == yte)), float(loss)
 
 
-def run_one(mechanism, eta, eps, delta, data, n_rounds, seed):
+def run_one(mechanism, eta, eps, delta, data, n_rounds, seed, solver="local-steps"):
     Xtr, ytr, gtr, Xte, yte = data
     clf = LogisticRegression(
         local_steps=TAU, learning_rate=eta, server_learning_rate=ETA_G,
         n_rounds=n_rounds, mechanism=mechanism, epsilon=eps, delta=delta,
         clip_norm=CLIP, feature_clip_norm=CX, random_state=seed,
-        solver="local-steps",  # the paper's algorithm, also without noise
+        solver=solver,  # the paper's algorithm (local steps) also without noise
     )
     curve = []
     for r in range(n_rounds):
@@ -165,7 +170,10 @@ def main():
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=1000)
     parser.add_argument("--tag", default="")
+    parser.add_argument("--only", default=None,
+                        help="run only the methods whose label starts with this (and 'none')")
     args = parser.parse_args()
+    runs = [r for r in RUNS if args.only is None or r[0] == "none" or r[0].startswith(args.only)]
     if args.quick:
         args.reps, args.rounds, args.tag = 2, 100, args.tag or "_quick"
     R = args.rounds
@@ -210,10 +218,12 @@ def main():
     for rep in progress(range(args.reps), label="repetitions"):
         data = synthetic(R, seed=1000 + rep)
         for eps, delta in BUDGETS:
-            for label, mech, factor in RUNS:
+            for label, mech, factor in runs:
                 if mech is None and eps != BUDGETS[0][0]:
                     continue  # no noise: one run serves both budgets
-                _, curve = run_one(mech, ETA * factor, eps, delta, data, R, seed=rep)
+                solver = "quadratic" if label.startswith("quadratic") else "local-steps"
+                _, curve = run_one(mech, ETA * factor, eps, delta, data, R, seed=rep,
+                                   solver=solver)
                 for rnd, acc, loss in curve:
                     budgets = BUDGETS if mech is None else ((eps, delta),)
                     for e, dl in budgets:
@@ -233,7 +243,7 @@ def main():
           "mean acc % over last 20% rounds |")
     print("|---|---|---|---|---|")
     for eps, delta in BUDGETS:
-        for label, _, _ in RUNS:
+        for label, _, _ in runs:
             sel = [r for r in rows if r["epsilon"] == eps and r["method"] == label]
             final = [r for r in sel if r["round"] == R]
             late = [r["accuracy"] for r in sel if r["round"] > 0.8 * R]
@@ -261,10 +271,10 @@ def main():
     for k, v in times.items():
         print(f"| {k} | {v:.3f} | {v / ref:.2f} |")
 
-    plot(rows, results / f"logistic{tag}.png")
+    plot(rows, results / f"logistic{tag}.png", runs)
 
 
-def plot(rows, path):
+def plot(rows, path, runs=RUNS):
     try:
         import matplotlib
 
@@ -275,7 +285,7 @@ def plot(rows, path):
         return
     fig, axes = plt.subplots(2, len(BUDGETS), figsize=(11, 7), sharex=True)
     for j, (eps, delta) in enumerate(BUDGETS):
-        for label, _, _ in RUNS:
+        for label, _, _ in runs:
             sel = [r for r in rows if r["epsilon"] == eps and r["method"] == label]
             rounds = sorted({r["round"] for r in sel})
             for i, key in enumerate(("accuracy", "loss")):

@@ -9,8 +9,15 @@ clip in the same run:
   100 rows: 10 per site), ε = 1;
 * digits, 10 classes, 5 sites, one fit, ε = 4.
 
+A fourth task, LogisticRegression's own (issue #22): the correlated-noise
+paper's synthetic stream (``bench_logistic.synthetic``, d = 100) at 1e5
+rows, 10 learners x 100 rounds of 100 rows each, rows clipped to the
+paper benchmark's C_x = 10 (not standardized), ε = 1.
+
 Methods: the non-private DWD stream, DWD's private mechanisms (each listed
-in ``METHODS``) and, as the peer, diffprivlib's central ε-DP
+in ``METHODS``), LogisticRegression's (``LR_METHODS``: the non-private
+Newton stream, the quadratic solver, the local steps as landed and with
+rows clipped), the decentralized estimator on digits and, as the peer, diffprivlib's central ε-DP
 LogisticRegression on the pooled rows (a trusted curator: a weaker trust
 model than the site-local mechanisms), its ``data_norm`` the same
 data-independent bound as our clip. diffprivlib 0.6.6 does not import with
@@ -39,10 +46,14 @@ import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-from skfedpriv import DWDClassifier
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _output import benchmark_parser, output_dir, wrote
-from bench_dwd_epsilon import cancer_task, gaussian_task, stream
+from skfedpriv import DecentralizedLogisticRegression, DWDClassifier  # noqa: E402
+from skfedpriv.linear_model._logistic import LogisticRegression  # noqa: E402
+
+from _output import benchmark_parser, output_dir, wrote  # noqa: E402
+from bench_dwd_epsilon import cancer_task, gaussian_task, stream  # noqa: E402
+from bench_logistic import synthetic  # noqa: E402
 
 
 def _standardize(X, Xt):
@@ -59,11 +70,21 @@ def digits(seed):
     return X, y, g, np.zeros(len(y), dtype=int), Xt, yt, float(np.sqrt(1 + 64))
 
 
+def logistic_stream(seed):
+    """The correlated-noise paper's synthetic data at 1e5 rows: 10 learners,
+    100 rounds of 100 rows each; 200 test rows per learner; C_x = 10."""
+    Xtr, ytr, gtr, Xt, yt = synthetic(100, seed=1000 + seed, n_learners=10, per_round=100)
+    n_learners, n_train, d = Xtr.shape
+    b = np.tile(np.arange(n_train) // 100, n_learners)
+    return (Xtr.reshape(-1, d), ytr.ravel(), gtr.ravel(), b, Xt, yt, float(np.sqrt(1 + 10.0**2)))
+
+
 #: task name -> (data of a seed, ε)
 TASKS = {
     "breast cancer, 4 sites x 8 batches": (cancer_task, 1.0),
     "Table 1, 10 sites x 100 batches of 100": (gaussian_task, 1.0),
     "digits, 10 classes, 5 sites, one fit": (digits, 4.0),
+    "LR stream, 1e5 rows, 10 learners x 100 rounds": (logistic_stream, 1.0),
 }
 
 #: method name -> DWDClassifier parameters (None: the non-private stream;
@@ -92,6 +113,51 @@ def run_dwd(params, data, eps, seed):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return stream(clf, X, y, g, b).score(Xt, yt)
+
+
+#: method name -> LogisticRegression parameters (None: the non-private Newton
+#: stream). ``feature_clip_norm`` is the task's row clip; ``n_rounds`` its
+#: number of batches, or the default 100 rounds of ``fit`` on one batch for
+#: the local steps.
+LR_METHODS = {
+    "LogisticRegression non-private (Newton stream)": None,
+    "LogisticRegression quadratic blt": dict(solver="quadratic", mechanism="blt"),
+    "LogisticRegression quadratic tree (Honaker)": dict(solver="quadratic", mechanism="honaker"),
+    "LogisticRegression local-steps blt (landed defaults)": dict(mechanism="blt", clip_rows=False),
+    "LogisticRegression local-steps blt, rows clipped": dict(mechanism="blt"),
+}
+
+
+def run_lr(params, data, eps, seed):
+    X, y, g, b, Xt, yt, clip = data
+    classes = np.unique(y)
+    n_batches = len(np.unique(b))
+    if params is None:
+        return stream(LogisticRegression(), X, y, g, b).score(Xt, yt)
+    params = dict(params)
+    if params.pop("clip_rows", True):
+        params["feature_clip_norm"] = float(np.sqrt(clip**2 - 1))
+    quadratic = params.get("solver") == "quadratic"
+    if quadratic or n_batches > 1:
+        params["n_rounds"] = n_batches
+    clf = LogisticRegression(epsilon=eps, delta=1e-5, classes=classes, random_state=seed,
+                             **params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if n_batches == 1:
+            return clf.fit(X, y, sample_group=g).score(Xt, yt)
+        return stream(clf, X, y, g, b).score(Xt, yt)
+
+
+def run_decentralized(data, eps, seed):
+    """The decentralized estimator's private default (Laplace tree, PD-FTGL)
+    on a one-fit task (it warns before spending when the noise dominates)."""
+    X, y, g, b, Xt, yt, clip = data
+    clf = DecentralizedLogisticRegression(mechanism="laplace", epsilon=eps,
+                                          classes=np.unique(y), random_state=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return clf.fit(X, y, sample_group=g).score(Xt, yt)
 
 
 _DIFFPRIVLIB = """
@@ -147,6 +213,14 @@ def main():
                 acc = run_dwd(params, data, eps, seed)
                 rows.append(dict(task=task, method=method, epsilon=eps if params else "inf",
                                  seed=seed, accuracy=acc, majority=majority))
+            for method, params in LR_METHODS.items():
+                acc = run_lr(params, data, eps, seed)
+                rows.append(dict(task=task, method=method, epsilon=eps if params else "inf",
+                                 seed=seed, accuracy=acc, majority=majority))
+            if len(np.unique(data[3])) == 1:
+                rows.append(dict(task=task, method="DecentralizedLogisticRegression laplace "
+                                 "(ftgl)", epsilon=eps, seed=seed,
+                                 accuracy=run_decentralized(data, eps, seed), majority=majority))
             peer_cases.append((task, data, eps, seed, majority))
         print("done", task, flush=True)
     if args.diffprivlib_python:

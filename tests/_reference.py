@@ -34,3 +34,30 @@ def audit_epsilon(sample_d, sample_d_prime, delta, threshold_grid, confidence=0.
         if p1_low - delta > 0 and p2_high > 0:
             best = max(best, math.log((p1_low - delta) / p2_high))
     return best
+
+
+def audit_first_step_change(shift, B, delta, n=400_000, seed=5):
+    """Audit a prefix-sum stream ``A X + B z`` (``z`` iid standard normal)
+    whose first step's input moves by ``shift`` (in units of the noise std)
+    between two neighbouring datasets.
+
+    Every prefix sum sees the change; both outputs are projected on the
+    likelihood-ratio direction (the noise covariance is ``BBᵀ`` per entry).
+
+    Returns
+    -------
+    mu : float
+        The pair's Gaussian distinguishability.
+    lower : float
+        ε lower bound at ``delta`` (Clopper-Pearson, 95%) from ``n`` draws.
+    """
+    distance = float(np.linalg.norm(shift))
+    B = np.asarray(B)
+    covariance = B @ B.T
+    weights = np.linalg.solve(covariance, np.ones(len(B)))
+    rng = np.random.default_rng(seed)
+    released_d = (distance + rng.standard_normal((n, B.shape[1])) @ B.T) @ weights
+    released_n = (rng.standard_normal((n, B.shape[1])) @ B.T) @ weights
+    spread = math.sqrt(weights @ covariance @ weights)
+    grid = np.linspace(0, distance * weights.sum() + 5 * spread, 200)
+    return distance * math.sqrt(weights.sum()), audit_epsilon(released_d, released_n, delta, grid)

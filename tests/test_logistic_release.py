@@ -13,6 +13,7 @@ from skfedpriv.linear_model._base import ReleasedModelError, TrainingState
 from skfedpriv.linear_model._logistic import LogisticRegression
 from skfedpriv.linear_model._stream_position import StreamReplayError
 from skfedpriv.privacy import (
+    NoiseDominatesWarning,
     PrivacyBudget,
     PrivacyBudgetError,
     SeededNoiseWarning,
@@ -324,6 +325,8 @@ def test_seeded_private_stream_warns_once_at_its_start():
         stream.partial_fit(X[:20], y[:20], sample_group=groups[:20])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        # these small streams warn that noise dominates (a different warning)
+        warnings.simplefilter("ignore", NoiseDominatesWarning)
         stream.partial_fit(X[20:40], y[20:40], sample_group=groups[20:40])  # not again
         private(classes=[0, 1], random_state=None).fit(X, y, sample_group=groups)
         LogisticRegression(n_rounds=3, random_state=4).fit(X, y)  # no mechanism

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from _private_streams import resumed_stream
+from _streams import resumed_stream
 from _reference import audit_epsilon
 from skfedpriv import DWDClassifier
 from skfedpriv.datasets import make_federated_gaussians

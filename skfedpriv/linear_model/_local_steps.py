@@ -77,6 +77,27 @@ def chunk_layout(codes, local_steps):
     return order, learners, slot, step, chunk_size
 
 
+def round_rows(codes, n_rounds):
+    """The rows of each round when a batch is streamed over ``n_rounds`` rounds.
+
+    Each learner's rows, in order, are split into ``n_rounds`` consecutive
+    blocks (as :func:`numpy.array_split`); block ``r`` of every learner is
+    round ``r``.
+
+    Returns
+    -------
+    rounds : list of ndarray
+        ``n_rounds`` arrays of row indices.
+    """
+    if n_rounds == 1:
+        return [np.arange(len(codes))]
+    order, _, _, block, _ = chunk_layout(codes, n_rounds)
+    perm = np.argsort(block, kind="stable")
+    bounds = np.searchsorted(block[perm], np.arange(n_rounds + 1))
+    by_round = order[perm]
+    return [by_round[bounds[r]:bounds[r + 1]] for r in range(n_rounds)]
+
+
 def local_round(theta, X, targets, codes, *, local_steps, learning_rate,
                 clip_norm, alpha=0.0, penalize=None, loss=None):
     """Run τ local steps for every learner present; return their ``g_i^r``.
@@ -314,14 +335,7 @@ class BatchLearners(LogisticLearners):
         self.site_labels = site_labels
         self.site_codes = site_codes
         self.noise = noise
-        if n_rounds == 1:
-            self._rounds = [np.arange(len(y))]
-        else:
-            order, _, _, block, _ = chunk_layout(site_codes, n_rounds)
-            perm = np.argsort(block, kind="stable")
-            bounds = np.searchsorted(block[perm], np.arange(n_rounds + 1))
-            by_round = order[perm]
-            self._rounds = [by_round[bounds[r]:bounds[r + 1]] for r in range(n_rounds)]
+        self._rounds = round_rows(site_codes, n_rounds)
 
     def describe(self, n_rounds):
         return self.X.shape[1], np.unique(self.y)

@@ -10,6 +10,7 @@ private online federated learning with correlated noise"
 """
 
 import numbers
+import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -18,18 +19,27 @@ from sklearn.base import BaseEstimator
 from .._loss import MultinomialLoss
 from .._losses import count_models, logistic_probabilities, split_intercept
 from .._param_validation import InvalidParameterError, Interval, Options
-from ..privacy import PrivacyBudget, PrivacyBudgetError, as_generator, clip_rows, warn_if_seeded
+from ..privacy import (
+    NoiseDominatesWarning,
+    PrivacyBudget,
+    PrivacyBudgetError,
+    as_generator,
+    clip_rows,
+    warn_if_seeded,
+)
 from ..privacy._gradient_noise import (
     MECHANISMS,
     LearnerNoise,
     calibrate_gradient_noise,
     gradient_sensitivity,
+    local_steps_noise_to_signal,
     max_non_expansive_step,
 )
 from ._base import FederatedClassifierMixin, StreamSettings, TrainingState
 from ._dwd_sites import DWDSites
 from ._inference import CoefficientInferenceMixin
 from ._local_steps import BatchLearners, RoundRequest
+from ._logistic_private import quadratic_update
 from ._logistic_newton import newton_sites, newton_update
 
 #: ``learning_rate='auto'``: this step size, lowered under a mechanism to the
@@ -70,7 +80,7 @@ class LogisticSettings(StreamSettings):
         ``'auto'`` picks the solver only once the sites are known."""
         if self.alpha is not None:
             return self.alpha
-        return DEFAULT_NEWTON_ALPHA if solver == "newton" else 0.0
+        return DEFAULT_NEWTON_ALPHA if solver in ("newton", "quadratic") else 0.0
 
     def as_dict(self):
         """The settings as a dict (name -> value)."""
@@ -87,7 +97,8 @@ def _resolve_learning_rate(params):
     bound, an explicit value beyond it raises.
     """
     eta = params["learning_rate"]
-    private = params["mechanism"] is not None
+    # the quadratic solver takes no local steps: nothing to bound
+    private = params["mechanism"] is not None and params["solver"] != "quadratic"
     # a private stream runs the local steps: alpha=None is 0 there
     cx, alpha = params["feature_clip_norm"], float(params["alpha"] or 0.0)
     if isinstance(eta, str):  # 'auto'
@@ -117,12 +128,22 @@ def _resolve_learning_rate(params):
 
 def _check_solver(params):
     """``solver='newton'`` runs no mechanism (its sums would leave the sites
-    in the clear); ``solver='local-steps'`` is the only private one."""
+    in the clear); ``'local-steps'`` and ``'quadratic'`` are the private
+    ones, and ``'quadratic'`` needs the row clip its sensitivity is
+    computed from."""
     if params["solver"] == "newton" and params["mechanism"] is not None:
         raise InvalidParameterError(
             f"solver='newton' runs no privacy mechanism (mechanism="
             f"{params['mechanism']!r}): the sites would send exact gradient and "
-            "curvature sums. Use solver='local-steps' (or 'auto') with a mechanism."
+            "curvature sums. Use solver='local-steps', 'quadratic' (or 'auto') with a "
+            "mechanism."
+        )
+    if params["solver"] == "quadratic" and params["feature_clip_norm"] is None:
+        raise InvalidParameterError(
+            "solver='quadratic' needs feature_clip_norm: every row is clipped to it "
+            "(in training and at prediction) and the sensitivity of the released "
+            "quadratic models is computed from it. Set a data-independent bound, "
+            "e.g. sqrt(n_features) for standardized features."
         )
 
 
@@ -142,10 +163,10 @@ def _check_inference(params):
             f"{params['mechanism']!r}): the covariance would be computed from exact "
             "sums. Use inference=False, or fit without a mechanism."
         )
-    if params["solver"] == "local-steps":
+    if params["solver"] in ("local-steps", "quadratic"):
         raise InvalidParameterError(
             "inference=True needs solver='newton' (or 'auto' without a mechanism): "
-            "the local-steps solver keeps no curvature to build a covariance from."
+            f"the {params['solver']} solver keeps no covariance to build on."
         )
 
 
@@ -192,7 +213,7 @@ def noise_calibration(settings):
 class LogisticRegression(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEstimator):
     """Online federated logistic regression: Newton, or local steps with local DP.
 
-    Rows live at *learners* (sites) named by ``sample_group``. Two solvers
+    Rows live at *learners* (sites) named by ``sample_group``. Three solvers
     (``solver``):
 
     * ``'newton'`` (the default without a mechanism): the federated Newton
@@ -210,11 +231,33 @@ class LogisticRegression(CoefficientInferenceMixin, FederatedClassifierMixin, Ba
       curvature of the earlier batches, so a stream ends near the offline
       fit without revisiting rows. No mechanism runs on it: the sums leave
       the sites exact.
-    * ``'local-steps'`` (the only private one, the default with a
-      mechanism): Algorithm 1 of Zhang, Zhu, Fay and Johansson [1]_, below.
-      Its privacy analysis needs what Newton does not have: every message a
-      clipped, bounded-sensitivity function of the rows (a curvature matrix
-      or an exact gradient sum would need its own noise per round).
+    * ``'local-steps'`` (private, the default with a mechanism): Algorithm
+      1 of Zhang, Zhu, Fay and Johansson [1]_, below. Its privacy analysis
+      needs what Newton does not have: every message a clipped,
+      bounded-sensitivity function of the rows (a curvature matrix or an
+      exact gradient sum would need its own noise per round).
+    * ``'quadratic'`` (private; in-process learners only): each call to
+      :meth:`partial_fit` is one batch (:meth:`fit`: ``n_rounds`` of them,
+      each learner's rows split as below). Every learner sends, at the
+      public ``θ_{b-1}``, its batch's second-order model of the logistic
+      loss, ``a_b = Σ_i x̄_i c_i`` and ``J_b = Σ_i h_i x̄_i x̄_iᵀ`` per
+      one-vs-rest model (``h_i = σ(s_i) σ(-s_i)``, ``c_i = ℓ'(s_i) - h_i
+      s_i``), as a continual prefix sum through the factorization of
+      ``mechanism`` (the logistic twin of :class:`~skfedpriv.DWDClassifier`'s
+      ``'local-tree'`` / ``'local-blt'``). The server minimizes the summed
+      models plus the ridge ``(alpha n / 2) ‖w‖²`` (``alpha=None``: 1e-4);
+      the curvature is floored at the spectral norm of its noise. A batch's
+      noise is then averaged over the whole stream instead of frozen into
+      the model by local steps: the better private solver on short streams
+      and for many classes; on long streams with a tuned row clip the local
+      steps can do as well (see :doc:`/guide_logistic`). Rows are
+      clipped to ``feature_clip_norm`` (required with a mechanism); per row
+      the vector ``(c_ik)_k`` is clipped to ``B_c = clip_norm sqrt(K) / 2``
+      and ``(h_ik)_k``
+      to 1/4 (joint clipping over the ``K`` models: no split of ε). The
+      learners of the first batch hold the noise streams: a later batch
+      with a learner not among them is refused, and a learner without rows
+      in a batch sends its noise increment alone.
 
     ``solver='auto'`` picks ``'local-steps'`` with a mechanism (and on
     learners of the local-steps protocol, :meth:`fit_sites` with a
@@ -270,7 +313,7 @@ class LogisticRegression(CoefficientInferenceMixin, FederatedClassifierMixin, Ba
         with 0.5 inside the bound runs exactly as with ``learning_rate=0.5``.
         An explicit value beyond the bound raises
         a ``ValueError``. The value used is
-        ``learning_rate_``.
+        ``learning_rate_``. Not used (nor bounded) by ``solver='quadratic'``.
     server_learning_rate : float, default=1.0
         Server step size η_g (the server moves by ``η_g η τ`` times the mean
         message).
@@ -285,7 +328,8 @@ class LogisticRegression(CoefficientInferenceMixin, FederatedClassifierMixin, Ba
         of the R×R prefix-sum matrix (section III-B): independent noise
         (``C = I``), binary tree (eq. 5) with the plain or Honaker estimator,
         Toeplitz square root (eq. 8), optimal (eq. 7), or buffered linear
-        Toeplitz. ``None`` adds no noise (not private).
+        Toeplitz. ``None`` adds no noise (not private). With
+        ``solver='quadratic'`` the same factorizations, over the batches.
     epsilon : float, default=1.0
         ε of the local DP guarantee (validated always, used only with a
         mechanism).
@@ -298,13 +342,19 @@ class LogisticRegression(CoefficientInferenceMixin, FederatedClassifierMixin, Ba
         per-example gradient is clipped to ``clip_norm / sqrt(K)``.
         Applied with and without a mechanism, so ``mechanism=None`` is the
         same algorithm without noise (for the same ``learning_rate_``).
+        ``solver='quadratic'``: each row's vector of linear coefficients
+        ``(c_ik)_k`` over the ``K`` models is clipped to L2 norm ``B_c =
+        clip_norm sqrt(K) / 2``, in units of its norm at ``θ = 0`` (each
+        ``c_ik`` is ``∓1/2`` there): the default clips no row at the start
+        and only misclassified rows later (one model's ``|c|`` is below 1).
     feature_clip_norm : float or None, default=None
         C_x: if set, every row is clipped to L2 norm ``C_x`` (in
         ``fit``, ``partial_fit`` and at prediction) and the local steps are
         kept non-expansive, which allows the smaller sensitivity
         ``2 B_g / τ`` (see Notes). ``None`` leaves rows as they are and, with
-        a mechanism, calibrates for ``2 B_g``. Local steps only: Newton
-        clips no row.
+        a mechanism, calibrates for ``2 B_g``. Newton clips no row;
+        ``solver='quadratic'`` requires it and clips rows likewise (its
+        sensitivities use ``C2 = sqrt(C_x² + fit_intercept)``).
     alpha : float or None, default=None
         ``None`` is ``1e-4`` when the solver is (or ``'auto'`` resolves to)
         Newton without a mechanism (a ridge keeps the fit finite on
@@ -339,8 +389,8 @@ default=None
         outside it are refused with a ``ValueError`` before anything
         changes. ``None`` without a mechanism: ``fit`` takes the labels of
         ``y``, as scikit-learn does.
-    solver : {'auto', 'newton', 'local-steps'}, default='auto'
-        See above.
+    solver : {'auto', 'newton', 'local-steps', 'quadratic'}, default='auto'
+        See above (``'auto'`` never picks ``'quadratic'``).
     max_iter : int, default=100
         Newton steps at most per batch (``solver='newton'``).
     tol : float, default=1e-12
@@ -391,19 +441,24 @@ default=None
     sensitivity_ : float
         L2 sensitivity of ``C G_i``: ``factorization_sensitivity_ *
         gradient_sensitivity_`` (Appendix B, eq. 15); ``nan`` without a
-        mechanism.
+        mechanism. ``solver='quadratic'``: the largest column norm of ``C``
+        (each step's input has unit sensitivity; ``gradient_sensitivity_``,
+        ``factorization_sensitivity_`` and ``learning_rate_`` are not
+        defined there).
     learning_rate_ : float
         The local step size η used (``learning_rate`` with ``'auto'``
         resolved; data-independent).
     noise_scale_ : float
         Standard deviation σ of each entry of ξ_i, from the exact analytic
         Gaussian calibration of (ε, δ) for ``sensitivity_``; 0 without a
-        mechanism.
+        mechanism. ``solver='quadratic'``: σ per unit of sensitivity (the
+        linear part's noise std is ``σ Δ_a / w_a``, the curvature's
+        ``σ Δ_J / w_J``; :mod:`skfedpriv.privacy._logistic_summaries`).
     privacy_spent_ : tuple of float
         ``(epsilon, delta)`` of the guarantee, which covers all
         ``n_rounds`` rounds (so it is the full budget once the first round
         ran); ``(inf, 0.0)`` without a mechanism.
-    solver_ : {'newton', 'local-steps'}
+    solver_ : {'newton', 'local-steps', 'quadratic'}
         The solver of the stream (data-independent).
     n_iter_ : int
         Newton steps of the last call (``'newton'``), or rounds of the last
@@ -490,6 +545,33 @@ default=None
     Pipeline or meta-estimator holding it: publish
     :func:`skfedpriv.release`.
 
+    **Privacy statement, solver='quadratic'.** With a mechanism, every
+    learner's sequence of messages over all ``n_rounds`` batches is
+    (ε, δ)-differentially private with respect to replacing any one of its
+    rows (in any batch) by any other row, against the server and anyone who
+    sees the messages or the released models (post-processing), under
+    adaptive continual release (Denisov et al. 2022, Thm. 2.1): a row is in
+    one batch of one learner, so it enters one step of that learner's
+    prefix-sum stream, whose input per step, ``(w_a a_b / Δ_a,
+    w_J vech(J_b) / Δ_J)`` with ``w_a² + w_J² = 1``, moves by at most 1 in
+    L2 when one row is replaced (``Δ_a = 2 C2 B_c``, ``Δ_J = sqrt(2) C2²/4``,
+    from the enforced clips; checked by brute force in the tests). σ is the
+    exact analytic Gaussian calibration for the largest column norm of
+    ``C``; one Gaussian charge per stream. Before it, a
+    :class:`~skfedpriv.privacy.NoiseDominatesWarning` says when the noise
+    of the summed linear term is expected to exceed the largest sum the
+    stream's rows could give (public quantities only: the first batch's
+    size times ``n_rounds``, σ, the clips, the learners, ``p``, ``K``).
+
+    **Warning.** Before the charge of a local-steps stream on rows in this
+    process (``fit`` / ``partial_fit``), a
+    :class:`~skfedpriv.privacy.NoiseDominatesWarning` says when the noise
+    the model accumulates over ``n_rounds`` rounds (the mean of the first
+    batch's learners' prefix-sum noise) is expected to exceed a quarter of
+    ``n_rounds B_g``, the largest move the clipped gradients could make
+    (the mean clipped gradient is far below its bound; the threshold is
+    measured, benchmarks/README.md); public quantities only.
+
     **Budget.** The learners' noise is independent, so the whole stream,
     all learners and all rounds, is one Gaussian mechanism on the stacked
     ``C G_i`` with L2 sensitivity ``sensitivity_`` (one row is at one
@@ -559,7 +641,7 @@ default=None
         "random_state": ["random_state"],
         "budget": [None, PrivacyBudget],
         "classes": [None, "array-like"],
-        "solver": [Options("auto", "newton", "local-steps")],
+        "solver": [Options("auto", "newton", "local-steps", "quadratic")],
         "max_iter": [Interval(numbers.Integral, 1, None)],
         "tol": [Interval(numbers.Real, 0, None, closed="neither")],
         "inference": ["boolean"],
@@ -763,6 +845,11 @@ default=None
                 "learners run the local-steps protocol: use solver='local-steps' "
                 "or 'auto'."
             )
+        if solver == "quadratic" and learners:
+            raise ValueError(
+                "solver='quadratic' runs with learners in this process only (fit / "
+                "partial_fit); remote learners do not implement its noise streams."
+            )
         if not first and self.solver_ != solver:
             raise ValueError(
                 f"this stream runs solver {self.solver_!r}, this call {solver!r}; "
@@ -786,12 +873,21 @@ default=None
         """Newton on the rows' sites in this process (:meth:`_newton_update`),
         or the rows' learners in this process, then :meth:`_run_rounds`:
         ``n_rounds`` rounds for ``fit``, one for ``partial_fit``."""
-        if self._stream_solver(settings, first, learners=False) == "newton":
+        solver = self._stream_solver(settings, first, learners=False)
+        if solver == "newton":
             return self._newton_update(newton_sites(batch, classes), classes, settings, first,
                                        batch.site_labels.tolist())
+        if solver == "quadratic":
+            return quadratic_update(
+                batch, classes, settings, None if first else self._training_state,
+                first=first, new_stream=new_stream, random_state=self.random_state,
+                budget=self.budget, rounds_seen=0 if first else self.n_rounds_seen_)
         n_features = batch.X.shape[1]
         calibration = noise_calibration(settings) if first else self._training_state.calibration
         noise = None
+        if settings.mechanism is not None and first:
+            _warn_if_noise_dominates(calibration, settings, batch.n_sites,
+                                     count_models(classes) * (n_features + settings.fit_intercept))
         if settings.mechanism is not None:  # the learners' streams, held here
             noise = self._training_state.noise.copy() if not first else LearnerNoise(
                 calibration.factorization, calibration.noise_scale,
@@ -912,7 +1008,7 @@ default=None
     def _prediction_rows(self, X):
         # rows are clipped to ``feature_clip_norm`` (if set), as the local
         # steps clip them in training (Newton does not clip)
-        if self.solver_ == "local-steps" and self._settings.feature_clip_norm is not None:
+        if self.solver_ != "newton" and self._settings.feature_clip_norm is not None:
             return clip_rows(X, self._settings.feature_clip_norm)
         return X
 
@@ -942,6 +1038,35 @@ default=None
         with np.errstate(divide="ignore"):
             return np.log(self.predict_proba(X))
 
+
+
+#: The local steps warn when the accumulated noise is expected to exceed this
+#: fraction of the largest move the clipped gradients could make: the mean
+#: clipped gradient is far below its bound B_g, and every stream of
+#: benchmarks/bench_private_utility.py above 1/4 (0.44-4.6) ended within 12
+#: points of the majority rate or below it, every one under 0.13 at least 30
+#: points above it (10 seeds; benchmarks/README.md).
+LOCAL_STEPS_WARNING_RATIO = 0.25
+
+
+def _warn_if_noise_dominates(calibration, settings, n_learners, n_params):
+    """Warn, before the charge, when the noise the server's model accumulates
+    is expected to exceed :data:`LOCAL_STEPS_WARNING_RATIO` times the largest
+    move the clipped gradients could make
+    (:func:`~skfedpriv.privacy._gradient_noise.local_steps_noise_to_signal`;
+    the first batch's learners stand for the stream's)."""
+    ratio = local_steps_noise_to_signal(calibration, n_learners, n_params, settings.clip_norm)
+    if ratio > LOCAL_STEPS_WARNING_RATIO:
+        clip = (" feature_clip_norm (the sensitivity drops from 2 B_g to 2 B_g / "
+                "local_steps)," if settings.feature_clip_norm is None else "")
+        warnings.warn(NoiseDominatesWarning(
+            f"mechanism={settings.mechanism!r}: the noise the model accumulates over the "
+            f"{settings.n_rounds} rounds is expected to be {ratio:.3g} times the largest "
+            "move the clipped gradients could make (above "
+            f"{LOCAL_STEPS_WARNING_RATIO:g}, measured streams ended near the majority "
+            "rate); the model will be mostly noise. "
+            f"Remedies:{clip} a larger epsilon, or solver='quadratic' (noise averaged "
+            "over the stream)."), stacklevel=5)
 
 
 def _server_step(theta, present, messages, index, labels, settings):

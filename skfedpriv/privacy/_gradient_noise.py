@@ -223,3 +223,35 @@ class LearnerNoise:
 
 __all__ = ["MECHANISMS", "GradientNoiseCalibration", "LearnerNoise", "calibrate_gradient_noise",
            "gradient_sensitivity", "max_non_expansive_step"]
+
+
+def local_steps_noise_to_signal(calibration, n_learners, n_params, clip_norm):
+    """Expected norm of the noise the server's model accumulates over the
+    stream, over the largest distance the learners' messages could move it.
+
+    After ``R`` rounds the server has moved by ``η_g η τ`` times the sum over
+    rounds of the mean message. Its noise part is the mean over learners of
+    their prefix-sum noise ``(B ξ_i)_R`` (per entry variance
+    ``σ² ‖B_R‖² / M`` for ``M`` learners present every round); the clipped
+    gradient part of each message has norm at most ``B_g`` (a mean of
+    per-example gradients clipped to ``B_g``; the ridge's data-independent
+    part aside), so its sum at most ``R B_g``. Public quantities only.
+
+    Parameters
+    ----------
+    calibration : GradientNoiseCalibration
+        Of a mechanism (not None).
+    n_learners : int
+        Learners of the stream (``M``).
+    n_params : int
+        Entries of one message (models times parameters).
+    clip_norm : float
+        ``B_g``.
+
+    Returns
+    -------
+    ratio : float
+    """
+    B = np.asarray(calibration.factorization.B)
+    noise = calibration.noise_scale * math.sqrt(float(B[-1] @ B[-1]) * n_params / n_learners)
+    return noise / (B.shape[0] * clip_norm)
