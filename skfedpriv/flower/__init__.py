@@ -51,6 +51,7 @@ Everything but :func:`make_client_app`, :func:`make_server_app` and
 
 from ..federated import (
     REFUSAL_TEXTS,
+    ContinualSitePrivacy,
     DWDSite,
     LearnerPrivacy,
     LocalTransport,
@@ -66,6 +67,7 @@ from ..federated import (
 from ._apps import GridTransport, make_client_app, make_server_app
 
 __all__ = [
+    "ContinualSitePrivacy",
     "DWDSite",
     "GridTransport",
     "LearnerPrivacy",

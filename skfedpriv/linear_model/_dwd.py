@@ -177,11 +177,14 @@ def _published(sites, stream, settings, *, first):
 def _continual(sites, stream, settings, *, first):
     """Correlated noise across a site's batches (:mod:`skfedpriv.privacy.
     _continual_summaries`): one Gaussian mechanism per stream, charged once
-    before any noise is drawn; in-process sites only."""
-    if not isinstance(sites, SiteData):
+    before any noise is drawn; in-process sites, or sites that hold their
+    own noise streams (``holds_noise_streams``: the server draws nothing)."""
+    remote = sites.holds_noise_streams
+    if not (remote or isinstance(sites, SiteData)):
         raise NotImplementedError(
-            f"mechanism={settings.mechanism!r} runs with sites in this process only "
-            "(fit / partial_fit); remote sites do not implement its noise streams yet."
+            f"mechanism={settings.mechanism!r} runs with sites in this process "
+            "(fit / partial_fit) or sites that hold their own noise streams "
+            "(skfedpriv.federated.ContinualSitePrivacy)."
         )
     horizon = settings.n_batches
     if stream.n_batches >= horizon:
@@ -203,13 +206,18 @@ def _continual(sites, stream, settings, *, first):
         # the sites' streams own a child generator: no draw shares a state
         noise = SiteNoiseStreams(
             factorization, sites.n_sites, p1, n_models, sigma,
-            continual_sensitivities(settings.q, settings.clip_norm), stream.rng.spawn(1)[0])
+            continual_sensitivities(settings.q, settings.clip_norm),
+            None if remote else stream.rng.spawn(1)[0])
         linear = None
     else:
         noise, linear, spent = stream.extra["noise"], stream.extra["linear"], stream.privacy_spent
-        if sites.n_sites > len(noise.streams):
+        if remote == bool(noise.streams):
             raise ValueError(
-                f"the stream's noise was set up for {len(noise.streams)} sites; this batch "
+                "a 'local-tree' / 'local-blt' stream's sites either all run in this process "
+                "or all hold their own noise streams; start a new stream (fit).")
+        if sites.n_sites > noise.n_sites:
+            raise ValueError(
+                f"the stream's noise was set up for {noise.n_sites} sites; this batch "
                 f"has {sites.n_sites}."
             )
     theta, linear, curvature = continual_update(

@@ -179,7 +179,8 @@ def continual_update(sites, theta, noise, linear, curvature, step, n_seen, *, q,
     clipping of :func:`~skfedpriv.privacy._continual_summaries.linearized_summary`
     works on dense rows: ``(a, J)`` are sums over rows);
     ``noise`` is the sites' :class:`~skfedpriv.privacy._continual_summaries.
-    SiteNoiseStreams`; ``linear`` and ``curvature`` are the noisy prefix sums
+    SiteNoiseStreams` (sites that ``holds_noise_streams`` add their own
+    increments: ``noise`` then describes their streams, it draws nothing); ``linear`` and ``curvature`` are the noisy prefix sums
     up to the previous batch (None on the first); ``step`` is the batch's
     index in the stream and ``n_seen`` the rows seen including it (public).
 
@@ -187,15 +188,18 @@ def continual_update(sites, theta, noise, linear, curvature, step, n_seen, *, q,
     ``J_b`` (its increment of the curvature prefix sum).
     """
     p1, n_models = theta.shape
-    a, J = np.zeros_like(theta), np.zeros((n_models, p1, p1))
-    for X, Y, _ in sites.parts:
-        for rows in _dense_blocks(X):
-            Xb = X[rows].toarray() if sp.issparse(X) else X
-            part_a, part_J = linearized_summary(Xb, Y[rows], theta, q, fit_intercept)
-            a, J = a + part_a, J + part_J
-    noise_a, noise_J = noise.next()
-    linear = (0.0 if linear is None else linear) + a + noise_a
-    increment = J + noise_J
+    if sites.holds_noise_streams:  # each site adds its own stream's increment
+        a, increment = sites.continual_summary(theta, q, noise, step)
+    else:
+        a, J = np.zeros_like(theta), np.zeros((n_models, p1, p1))
+        for X, Y, _ in sites.parts:
+            for rows in _dense_blocks(X):
+                Xb = X[rows].toarray() if sp.issparse(X) else X
+                part_a, part_J = linearized_summary(Xb, Y[rows], theta, q, fit_intercept)
+                a, J = a + part_a, J + part_J
+        noise_a, noise_J = noise.next()
+        a, increment = a + noise_a, J + noise_J
+    linear = (0.0 if linear is None else linear) + a
     summed = (0.0 if curvature is None else curvature) + increment
     ridge = alpha * n_seen * penalty_mask(p1, fit_intercept)
     # curvature below the prefix noise's spectral norm is taken at that level

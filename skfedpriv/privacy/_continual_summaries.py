@@ -53,11 +53,14 @@ __all__ = [
     "KAPPA",
     "NoiseDominatesWarning",
     "SiteNoiseStreams",
+    "continual_noise_size",
+    "continual_noise_std",
     "continual_sensitivities",
     "continual_sigma",
     "linearized_summary",
     "model_curvature",
     "noise_to_signal",
+    "shape_continual_noise",
 ]
 
 #: Curvature floor of the model on the band, as a fraction of ``(q+1)²/q``.
@@ -130,6 +133,30 @@ def continual_sigma(epsilon, delta, factorization, calibration="analytic"):
     return gaussian_sigma(epsilon, delta, factorization.sensitivity, method=calibration)
 
 
+def continual_noise_std(sigma, sensitivities):
+    """``(std of a, std of J)`` per entry of one site's noise: ``σ Δ_a / w_a``
+    and ``σ Δ_J / w_J`` (unit-sensitivity input, see the module notes)."""
+    w_a, w_J = _weights()
+    return sigma * sensitivities[0] / w_a, sigma * sensitivities[1] / w_J
+
+
+def continual_noise_size(p1, n_models):
+    """Entries of one step's unit draw: ``a`` and the upper triangles of ``J``."""
+    return p1 * n_models + n_models * p1 * (p1 + 1) // 2
+
+
+def shape_continual_noise(z, shape, std):
+    """A step's unit draw ``z`` (one site's, or a sum over sites) as
+    ``(noise of a, noise of J)``: ``a``'s entries times ``std[0]``, the upper
+    triangles of ``J`` mirrored, times ``std[1]``."""
+    p1, n_models = shape
+    rows, cols = np.triu_indices(p1)
+    upper = np.zeros((n_models, p1, p1))
+    upper[:, rows, cols] = z[p1 * n_models:].reshape(n_models, -1)
+    sym = upper + np.triu(upper, 1).transpose(0, 2, 1)
+    return std[0] * z[:p1 * n_models].reshape(p1, n_models), std[1] * sym
+
+
 class SiteNoiseStreams:
     """The correlated noise of ``n_sites`` sites, one stream each.
 
@@ -147,35 +174,35 @@ class SiteNoiseStreams:
         Noise multiplier (:func:`continual_sigma`).
     sensitivities : (float, float)
         ``(Δ_a, Δ_J)`` (:func:`continual_sensitivities`).
-    rng : numpy.random.Generator
+    rng : numpy.random.Generator, list of Generator, or None
+        One generator all streams draw from, one per site, or None: no
+        streams, the public description only (remote sites each draw their
+        own stream, :class:`~skfedpriv.federated.ContinualSitePrivacy`).
     """
 
     def __init__(self, factorization, n_sites, p1, n_models, sigma, sensitivities, rng):
         self.factorization = factorization
         self.sigma = float(sigma)
         self.shape = (p1, n_models)
-        w_a, w_J = _weights()
-        self.std = (sigma * sensitivities[0] / w_a, sigma * sensitivities[1] / w_J)
-        size = p1 * n_models + n_models * p1 * (p1 + 1) // 2
-        self.streams = [self.factorization.noise_stream(rng, 1.0, shape=(size,))
-                        for _ in range(n_sites)]
+        self.n_sites = int(n_sites)
+        self.std = continual_noise_std(sigma, sensitivities)
+        size = continual_noise_size(p1, n_models)
+        # None: the sites draw their own noise (remote sites); a list: one
+        # generator per site
+        rngs = [] if rng is None else rng if isinstance(rng, (list, tuple)) else [rng] * n_sites
+        self.streams = [self.factorization.noise_stream(r, 1.0, shape=(size,)) for r in rngs]
 
     def next(self):
         """The summed noise increments of all sites for the next step:
         ``(noise of a, noise of J)``."""
-        p1, n_models = self.shape
-        z = sum(stream.next() for stream in self.streams)
-        rows, cols = np.triu_indices(p1)
-        upper = np.zeros((n_models, p1, p1))
-        upper[:, rows, cols] = z[p1 * n_models:].reshape(n_models, -1)
-        sym = upper + np.triu(upper, 1).transpose(0, 2, 1)
-        return self.std[0] * z[:p1 * n_models].reshape(p1, n_models), self.std[1] * sym
+        return shape_continual_noise(sum(stream.next() for stream in self.streams),
+                                     self.shape, self.std)
 
     def prefix_variance(self, step):
         """Variance per entry of the summed curvature noise in the prefix sum
         of steps ``0..step`` (``n_sites Σ_k B[step, k]²`` times std²)."""
         row = np.asarray(self.factorization.B)[step]
-        return len(self.streams) * float(row @ row) * self.std[1] ** 2
+        return self.n_sites * float(row @ row) * self.std[1] ** 2
 
 
 class NoiseDominatesWarning(UserWarning):
@@ -201,8 +228,7 @@ def noise_to_signal(factorization, sigma, n_sites, p1, n_models, q, clip_norm, n
     -------
     ratio : float
     """
-    w_a, _ = _weights()
-    std = sigma * continual_sensitivities(q, clip_norm)[0] / w_a
+    std = continual_noise_std(sigma, continual_sensitivities(q, clip_norm))[0]
     B = np.asarray(factorization.B)
     last = float(B[-1] @ B[-1])
     return std * math.sqrt(n_sites * last * p1 * n_models) / (n_rows * clip_norm)
