@@ -457,8 +457,8 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         (see :doc:`/guide_inference`). The target is the population
         minimizer of the objective at the same ``alpha``. Without a
         mechanism only (a mechanism with ``inference=True`` raises), and
-        only with sites in this process (:meth:`fit_sites` refuses sites
-        that do not send the summary).
+        only with sites that send the summary (in this process, or remote
+        non-private sites; :meth:`fit_sites` refuses others).
 
     Attributes
     ----------
@@ -613,8 +613,10 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
       :class:`~skfedpriv.privacy.NoiseDominatesWarning` says when the noise
       of the summed linear term is expected to exceed the largest sum
       those rows could give (the model would be mostly noise). In this
-      process only (``fit``/``partial_fit``): :meth:`fit_sites` with remote
-      sites raises ``NotImplementedError``. At small sizes (hundreds to
+      process (``fit``/``partial_fit``) or with remote sites that each
+      hold their own stream
+      (:class:`~skfedpriv.federated.ContinualSitePrivacy`); :meth:`fit_sites`
+      with other sites raises ``NotImplementedError``. At small sizes (hundreds to
       tens of thousands of rows at ε = 1) the curvature is below the noise
       floor and the coefficients sit at their clip: the release is then a
       shrunk private class-mean-difference direction, whose accuracy is
@@ -890,7 +892,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         if settings.inference and not getattr(sites, "offers_inference", False):
             raise NotImplementedError(
                 f"inference=True needs sites that send the inference summary; "
-                f"{type(sites).__name__} does not offer it (remote sites: not yet). "
+                f"{type(sites).__name__} does not offer it (private remote sites do not). "
                 "Fit with inference=False."
             )
         if class_weight is None:
