@@ -253,3 +253,22 @@ def test_a_continual_site_is_configured_by_its_own_parameters_only(ledger_dir):
         DWDSite(lambda k: (np.zeros((0, 2)), np.zeros(0)), ContinualSitePrivacy(
             "local-tree", 1.0, 1e-5, 3.0, n_batches=4, classes=[0, 1], ledger_path=path),
             name="s").handle({"op": "continual"})
+
+
+def test_a_stream_does_not_mix_in_process_and_site_held_noise(ledger_dir):
+    """A stream started in process cannot continue on sites holding their
+    own streams, nor the reverse: refused before anything changes."""
+    data = _stream(n_batches=2)
+    X, y, g, b = data
+    local = _estimator("local-tree", n_batches=2, random_state=0)
+    local.fit(X[b == 0], y[b == 0], sample_group=g[b == 0])
+    before = local.coef_.copy()
+    with pytest.raises(ValueError, match="either all run in this process"):
+        federated_partial_fit(local, LocalTransport(_sites(data, local, ledger_dir)), 1)
+    np.testing.assert_array_equal(local.coef_, before)
+    assert local.n_batches_ == 1
+    remote = _estimator("local-tree", n_batches=2)
+    federated_fit(remote, LocalTransport(_sites(data, remote, ledger_dir, tag="r")), 0)
+    with pytest.raises(ValueError, match="either all run in this process"):
+        remote.partial_fit(X[b == 1], y[b == 1], sample_group=g[b == 1])
+    assert remote.n_batches_ == 1
