@@ -24,7 +24,12 @@ import pytest
 pytest.importorskip("flwr")
 
 from skfedpriv import DWDClassifier, LogisticRegression  # noqa: E402
-from skfedpriv.flower import LocalTransport, federated_fit, federated_partial_fit  # noqa: E402
+from skfedpriv.flower import (  # noqa: E402
+    ContinualSitePrivacy,
+    LocalTransport,
+    federated_fit,
+    federated_partial_fit,
+)
 from skfedpriv.flower._apps import decode, encode  # noqa: E402
 from _ledgers import new_ledger  # noqa: E402
 from test_flower import (  # noqa: E402
@@ -104,8 +109,8 @@ def test_client_app_sends_a_private_sites_refusals_as_fixed_texts(ledger_dir):
 
 APP_MODULE = '''
 import numpy as np
-from skfedpriv import DWDClassifier
-from skfedpriv.flower import SitePrivacy, make_client_app, make_server_app
+from skfedpriv import DWDClassifier, LogisticRegression
+from skfedpriv.flower import ContinualSitePrivacy, SitePrivacy, make_client_app, make_server_app
 
 
 def load_batch(context, batch):
@@ -116,9 +121,14 @@ def load_batch(context, batch):
 def site_privacy(context):
     # Test convenience: the run chooses the mode; the parameters and the
     # noise seed are the site's own (node config). A real site fixes both.
-    if context.run_config["mechanism"] != "local-gaussian":
+    mechanism, node = context.run_config["mechanism"], context.node_config
+    if mechanism in ("local-tree", "local-blt"):
+        return ContinualSitePrivacy(mechanism, float(node["epsilon"]), 1e-5,
+                                    float(node["clip-norm"]), n_batches=2,
+                                    random_state=int(node["noise-seed"]), classes=[0, 1],
+                                    ledger_path=node[f"{mechanism}-ledger"])
+    if mechanism != "local-gaussian":
         return None
-    node = context.node_config
     return SitePrivacy(float(node["epsilon"]), 1e-5, float(node["clip-norm"]),
                        online_steps=2, random_state=int(node["noise-seed"]), classes=[0, 1],
                        ledger_path=node["dwd-ledger"])
@@ -126,10 +136,17 @@ def site_privacy(context):
 
 def make_estimator(context):
     config = context.run_config
-    if config["mechanism"] == "local-gaussian":
+    mechanism = config["mechanism"]
+    if mechanism == "local-gaussian":
         return DWDClassifier(mechanism="local-gaussian", epsilon=2.0, clip_norm=3.0,
                              online_steps=2, random_state=0, classes=[0, 1])
-    return DWDClassifier(alpha=0.1, online_steps=2, max_iter=int(config["max-iter"]))
+    if mechanism in ("local-tree", "local-blt"):
+        return DWDClassifier(mechanism=mechanism, epsilon=2.0, clip_norm=3.0, n_batches=2,
+                             classes=[0, 1])
+    if mechanism == "inference-logistic":
+        return LogisticRegression(solver="newton", inference=True)
+    return DWDClassifier(alpha=0.1, online_steps=2, max_iter=int(config["max-iter"]),
+                         inference=mechanism == "inference-dwd")
 
 
 client_app = make_client_app(load_batch, site_privacy)
@@ -268,11 +285,11 @@ def flower_deployment(tmp_path):
             rows.update({f"{k}{r}": v[(Lg == s) & (Lr == r)]
                          for r in range(R_LOG) for k, v in (("LX", LX), ("Ly", Ly))})
             np.savez(path, **rows)
-            new_ledger(tmp_path / f"dwd{s}.sqlite")
-            new_ledger(tmp_path / f"logistic{s}.sqlite")
+            ledgers = {kind: new_ledger(tmp_path / f"{kind}{s}.sqlite")
+                       for kind in ("dwd", "logistic", "local-tree", "local-blt")}
             node_config = (f'site-id="s{s}" data-path="{path}" epsilon=2.0 clip-norm=3.0 '
-                           f'noise-seed={10 + s} dwd-ledger="{tmp_path / f"dwd{s}.sqlite"}" '
-                           f'logistic-ledger="{tmp_path / f"logistic{s}.sqlite"}"')
+                           f'noise-seed={10 + s} '
+                           + " ".join(f'{kind}-ledger="{ledger}"' for kind, ledger in ledgers.items()))
             start([_bin("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link_port}",
                    "--host", "127.0.0.1", "--port", str(_free_port()), "--max-retries", "20",
                    "--max-wait-time", "60", "--node-config", node_config], f"supernode{s}.log")
@@ -375,3 +392,40 @@ def test_flower_deployment_logistic_matches_in_process(flower_deployment):
     np.testing.assert_allclose(private.coef_, est.coef_, atol=1e-10, rtol=0)
     np.testing.assert_allclose(private.intercept_, est.intercept_, atol=1e-10, rtol=0)
     assert np.abs(private.coef_ - remote.coef_).max() > 1e-3  # the noise is there
+
+
+@pytest.mark.flower_e2e
+def test_flower_deployment_continual_and_inference_match_in_process(flower_deployment):
+    """'local-tree' / 'local-blt' with each site's stream in its ClientApp
+    processes (one per message; the stream lives in the site's ledger file):
+    equal to the same protocol in one process with the same site seeds.
+    inference=True (non-private): the covariance of the in-process fit."""
+    X, y, g, b = flower_deployment["data"]
+    for mechanism in ("local-tree", "local-blt"):
+        remote, _ = _flwr_run(flower_deployment, mechanism)
+        est = DWDClassifier(mechanism=mechanism, epsilon=2.0, clip_norm=3.0, n_batches=2,
+                            classes=[0, 1])
+        ledgers = flower_deployment["tmp"] / f"in-process-{mechanism}"
+        ledgers.mkdir()
+        transport = LocalTransport(local_sites(X, y, g, b, lambda s: ContinualSitePrivacy.from_estimator(
+            est, random_state=10 + s, ledger_path=new_ledger(ledgers / f"s{s}.sqlite"))))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the noise dominates these few rows
+            federated_fit(est, transport)
+            federated_partial_fit(est, transport, 1)
+        assert remote.noise_scale_ == est.noise_scale_ > 0
+        np.testing.assert_allclose(remote.coef_, est.coef_, atol=1e-8, rtol=0)
+        np.testing.assert_allclose(remote.intercept_, est.intercept_, atol=1e-8, rtol=0)
+
+    for mechanism, local in (
+            ("inference-dwd", DWDClassifier(alpha=0.1, online_steps=2, max_iter=4,
+                                            inference=True)),
+            ("inference-logistic", LogisticRegression(solver="newton", inference=True))):
+        remote, _ = _flwr_run(flower_deployment, mechanism)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # max_iter=4 stops early, on both sides alike
+            local.fit(X[b == 0], y[b == 0], sample_group=g[b == 0])
+        local.partial_fit(X[b == 1], y[b == 1], sample_group=g[b == 1])
+        np.testing.assert_allclose(remote.coef_, local.coef_, atol=1e-8, rtol=0)
+        np.testing.assert_allclose(remote.coef_se_, local.coef_se_, rtol=1e-7, atol=1e-12)
+        np.testing.assert_allclose(remote.coef_cov_, local.coef_cov_, rtol=1e-7, atol=1e-12)

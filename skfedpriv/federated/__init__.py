@@ -9,8 +9,8 @@ this process; :mod:`skfedpriv.flower` carries the same requests as Flower
 messages. :func:`federated_fit` and :func:`federated_partial_fit` drive a
 ``DWDClassifier`` or ``LogisticRegression`` over a transport.
 
-A private site (:class:`SitePrivacy`, :class:`LearnerPrivacy`) is the trust
-boundary: K, σ, the clip, the release caps, its batches and rounds come
+A private site (:class:`SitePrivacy`, :class:`ContinualSitePrivacy`,
+:class:`LearnerPrivacy`) is the trust boundary: K, σ, the clip, the release caps, its batches and rounds come
 from its own configuration (declared ``classes``) and its own ledger file
 (:class:`SiteLedgerFile`, required), never from a request, and each of its
 refusals reaches the server as a :class:`SiteRefusal` with a fixed text
@@ -31,6 +31,7 @@ Examples
 True
 """
 
+from ._continual_site import ContinualSitePrivacy
 from ._learner import LearnerPrivacy, LogisticSite
 from ._ledger_file import SiteLedgerFile
 from ._refusal import REFUSAL_TEXTS, SiteRefusal
@@ -44,6 +45,7 @@ from ._server import (
 from ._site import PROTOCOL_VERSION, DWDSite, SitePrivacy
 
 __all__ = [
+    "ContinualSitePrivacy",
     "DWDSite",
     "LearnerPrivacy",
     "LocalTransport",

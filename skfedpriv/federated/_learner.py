@@ -22,10 +22,10 @@ from ..linear_model._local_steps import learner_messages
 from ..linear_model._logistic import logistic_settings, noise_calibration
 from ..privacy._gradient_noise import LearnerNoise
 from ._refusal import EXHAUSTED, MISMATCH, NOT_IN_ORDER, Refused
-from ._site import (
+from ._site import _Site
+from ._site_config import (
     _PROCESS_SAFE_CONSTRAINTS,
-    _checked_theta,
-    _Site,
+    checked_theta as _checked_theta,
     declared_classes,
     labels_differ,
     refuse_mismatch,

@@ -30,6 +30,7 @@ import numpy as np
 from .._loss import as_loss
 from .._losses import count_models
 from ..linear_model._dwd_sites import DWDSites
+from ..linear_model._inference_sites import InferenceSummary
 from ..linear_model._local_steps import LogisticLearners
 from ..linear_model._logistic import LogisticRegression
 from ._learner import logistic_request_params
@@ -115,6 +116,10 @@ class RemoteSites(DWDSites):
         self.site_names = [r["site"] for r in replies]
         self.n_sites = len(replies)
         self.rounds = self.floats_sent = 0
+        # every site holds its own 'local-tree' / 'local-blt' stream
+        self.holds_noise_streams = all(r.get("holds_noise_stream") for r in replies)
+        # the inference summary is a raw sum: non-private sites only
+        self.offers_inference = not any(r.get("private") for r in replies)
 
     def labels(self):
         """The sites' labels, or None when a site is private (it does not
@@ -250,6 +255,59 @@ class RemoteSites(DWDSites):
                     f"the server expects {std:.6g}: site and server privacy parameters differ."
                 )
         return sum(np.asarray(r["value"]) for r in replies)
+
+
+    def continual_summary(self, Theta, q, noise, step):
+        """Sum of the sites' releases of step ``step`` (batch ``step`` of every
+        site): each site's ``(a_b, J_b)`` at ``Theta`` plus its own stream's
+        increment (:class:`~skfedpriv.federated.ContinualSitePrivacy`).
+
+        The request names the stream the server's post-processing assumes
+        (factorization, horizon, σ); a site whose own differ refuses, and a
+        reply naming another σ is refused here.
+        """
+        if int(step) != self.batch:
+            raise ValueError(
+                f"step {step} of a 'local-tree' / 'local-blt' stream reads batch {step} of "
+                f"every site (its own schedule), not batch {self.batch}.")
+        replies = self._ask(op="continual", theta=np.asarray(Theta, dtype=float),
+                            n_batches=int(noise.factorization.n_rounds),
+                            factorization=repr(noise.factorization), sigma=float(noise.sigma),
+                            **loss_entries(q))
+        for r in replies:
+            if not np.isclose(float(r["sigma"]), noise.sigma, rtol=1e-9, atol=0.0):
+                raise RuntimeError(
+                    f"site {r['site']} draws its stream with sigma {float(r['sigma']):.6g}, the "
+                    f"server expects {noise.sigma:.6g}: site and server privacy parameters differ.")
+        return (sum(np.asarray(r["linear"], dtype=float) for r in replies),
+                sum(np.asarray(r["curvature"], dtype=float) for r in replies))
+
+    def inference_summary(self, Theta, derivative, curvature):
+        """Summed :class:`~skfedpriv.linear_model._inference_sites.InferenceSummary`
+        of the sites at ``Theta`` (non-private sites only: raw sums).
+
+        ``derivative`` and ``curvature`` are the bound methods of a loss of
+        the registry (the request names the loss, the sites rebuild it).
+        """
+        loss = getattr(derivative, "__self__", None)
+        if loss is None or getattr(curvature, "__self__", None) is not loss or (
+                derivative != loss.derivative or curvature != loss.curvature):
+            raise ValueError("remote sites compute the inference summary of a registry loss: "
+                             "pass its derivative and curvature methods.")
+        if not self.offers_inference:
+            raise NotImplementedError(
+                "private remote sites send no inference summary (it is a raw sum).")
+        replies = self._ask(op="inference_summary", theta=np.asarray(Theta, dtype=float),
+                            **loss_entries(loss))
+        total = None
+        for r in replies:
+            part = InferenceSummary(*(np.asarray(r[k], dtype=float) for k in _INFERENCE_FIELDS))
+            total = part if total is None else total + part
+        return total
+
+
+#: The reply entries of ``inference_summary``, in :class:`InferenceSummary`'s order.
+_INFERENCE_FIELDS = ("curvature", "score_outer", "score_sum", "weight_sq_sum")
 
 
 def runs_on_summary_sites(estimator):

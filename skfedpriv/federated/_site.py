@@ -12,15 +12,15 @@ fixed text (:mod:`skfedpriv.federated._refusal`).
 """
 
 import numbers
-import os
 
 import numpy as np
 
 from .._loss import GenDWDLoss
 from .._losses import count_models
-from .._param_validation import InvalidParameterError, Interval, validate_parameters
+from .._param_validation import Interval, validate_parameters
 from ..linear_model._dwd import PARAMETER_CONSTRAINTS as DWD_CONSTRAINTS
 from ..linear_model._dwd_sites import prepare_rows, side_flags
+from ..linear_model._inference_sites import site_inference_summary
 from ..linear_model._dwd_solver import (
     augmented_scores,
     site_curvature_matrices,
@@ -37,9 +37,17 @@ from ..privacy._objective_perturbation import (
     site_noise,
     summary_sensitivity,
 )
-from ._ledger_file import SiteLedgerFile
+from ._continual_site import ContinualSitePrivacy
 from ._loss_message import request_loss
 from ._refusal import EXHAUSTED, MISMATCH, RAW_SUMS, Refused, answer_or_refuse
+from ._site_config import (
+    _PROCESS_SAFE_CONSTRAINTS,
+    checked_theta as _checked_theta,
+    declared_classes,
+    labels_differ,
+    refuse_mismatch,
+    required_ledger,
+)
 
 #: Version 2: DWD sites answer ``curvature_product`` and ``line_losses``, so a
 #: remote fit takes the rounds of an in-process one. Version 3: a
@@ -55,14 +63,12 @@ from ._refusal import EXHAUSTED, MISMATCH, RAW_SUMS, Refused, answer_or_refuse
 #: ``loss-<param>``: :mod:`~skfedpriv.federated._loss_message`), not by
 #: genDWD's ``q``; a non-private site serves every margin loss of the
 #: registry, a private one only the genDWD loss of its own configuration.
-PROTOCOL_VERSION = 5
+#: Version 6: a private site may hold a 'local-tree' / 'local-blt' noise
+#: stream (``continual``), and non-private sites answer ``inference_summary``.
+PROTOCOL_VERSION = 6
 
-#: What a site's privacy settings need to survive processes: an integer seed
-#: (or None) and a ledger file path.
-_PROCESS_SAFE_CONSTRAINTS = {
-    "random_state": [Interval(numbers.Integral, 0, None), None],
-    "ledger_path": [str, os.PathLike, None],
-}
+#: The requests a private site answers with releases (each privacy one of them).
+_RELEASE_OPS = frozenset({"noised", "continual"})
 
 #: The checks of :class:`SitePrivacy`: those of the estimator's parameters of
 #: the same names, with ``delta > 0`` and ``clip_norm`` required.
@@ -74,48 +80,6 @@ _SITE_PRIVACY_CONSTRAINTS = {
     "classes": ["array-like", None],
     **_PROCESS_SAFE_CONSTRAINTS,
 }
-
-
-def declared_classes(classes, owner):
-    """The sorted label set a private site declares (at least two labels)."""
-    if classes is None:
-        raise InvalidParameterError(
-            f"a private site declares its label set: pass classes to {owner} (the labels "
-            "its rows may carry; the server's requests must name the same).")
-    classes = np.unique(np.asarray(list(classes)))
-    if classes.ndim != 1 or classes.size < 2:
-        raise InvalidParameterError(f"classes of {owner} must name at least two labels.")
-    return classes
-
-
-def required_ledger(ledger_path, owner):
-    """The private site's ledger file: required and existing, so no run starts from zero."""
-    if ledger_path is None:
-        raise InvalidParameterError(
-            f"a private site keeps its releases in a ledger file of its own: pass ledger_path "
-            f"to {owner} (a path at the site, the same for every run and process of the site).")
-    if not os.path.isfile(ledger_path):
-        raise InvalidParameterError(
-            f"no site ledger file at {os.fspath(ledger_path)!r} ({owner}): create it once with "
-            "SiteLedgerFile.create(path) when the site is set up; a missing ledger is never "
-            "recreated.")
-    return SiteLedgerFile(ledger_path)
-
-
-def labels_differ(request, classes):
-    """Whether the request's class list is other than ``classes`` (the site's own)."""
-    theirs = request.get("classes")
-    try:
-        return len(theirs) != len(classes) or np.asarray(theirs).tolist() != classes.tolist()
-    except TypeError:
-        return True
-
-
-def refuse_mismatch(checks, site):
-    """Refuse (:data:`MISMATCH`) when any ``name: request value differs`` check is True."""
-    differ = sorted(name for name, bad in checks.items() if bad)
-    if differ:
-        raise Refused(MISMATCH, f"site {site}: the request differs on {differ}.")
 
 
 class SitePrivacy:
@@ -176,6 +140,9 @@ class SitePrivacy:
         ``{first_batch: value}``: the releases a batch may make and the
         unit noise multiplier σ covering them.
     """
+
+    #: The request this privacy answers with releases.
+    release_op = "noised"
 
     def __init__(self, epsilon, delta, clip_norm, *, classes=None, ledger_path=None, q=1.0,
                  online_steps=10, fit_intercept=True, calibration="analytic",
@@ -250,7 +217,10 @@ class _Site:
 
     def __init__(self, load_batch, privacy=None, name="site"):
         if privacy is not None and not isinstance(privacy, self.privacy_type):
-            raise TypeError(f"privacy must be a {self.privacy_type.__name__} or None.")
+            types = self.privacy_type if isinstance(self.privacy_type, tuple) else (
+                self.privacy_type,)
+            names = " or ".join(t.__name__ for t in types)
+            raise TypeError(f"privacy must be a {names} or None.")
         self.load_batch = load_batch
         self.privacy = privacy
         self.name = str(name)
@@ -307,14 +277,6 @@ class _Site:
             raise ValueError(f"site {self.name}: labels {unseen!r} are not in classes {classes!r}.")
 
 
-def _checked_theta(request, shape):
-    """The request's parameters as an array of ``shape`` with finite entries, or refused."""
-    theta = np.asarray(request.get("theta"), dtype=float)
-    if theta.shape != shape or not np.all(np.isfinite(theta)):
-        raise Refused(MISMATCH, f"parameters of shape {theta.shape}, expected {shape}.")
-    return theta
-
-
 def _margin_loss(request):
     """The margin loss a request names (the site's summaries are one-vs-rest)."""
     loss = request_loss(request)
@@ -333,14 +295,17 @@ class DWDSite(_Site):
         The site's rows of batch ``batch`` (0 for ``fit``, 0, 1, ... for a
         stream). Called on every request (a Flower client process lives for
         one message), so it should be cheap (e.g. ``numpy.load``).
-    privacy : SitePrivacy or None
-        None: the site trusts the server with raw sums.
+    privacy : SitePrivacy, ContinualSitePrivacy or None
+        None: the site trusts the server with raw sums. A
+        :class:`SitePrivacy` ('local-gaussian') answers ``noised`` requests,
+        a :class:`ContinualSitePrivacy` ('local-tree', 'local-blt')
+        ``continual`` requests, each from the site's own stream.
     name : str
         The site's name (replies are summed in order of names; with a
         :class:`SitePrivacy`, the site's name in its ledger file).
     """
 
-    privacy_type = SitePrivacy
+    privacy_type = (SitePrivacy, ContinualSitePrivacy)
 
     # -- a site that trusts the server ---------------------------------------
 
@@ -389,6 +354,14 @@ class DWDSite(_Site):
         if op == "gram":
             reply["gram"] = augmented_gram(X, w, fit_intercept)
             return reply
+        if op == "inference_summary":
+            loss = _margin_loss(request)
+            summary = site_inference_summary(X, Y, w, _checked_theta(request, (
+                X.shape[1] + int(fit_intercept), Y.shape[1])), fit_intercept,
+                loss.derivative, loss.curvature)
+            reply.update(curvature=summary.curvature, score_outer=summary.score_outer,
+                         score_sum=summary.score_sum, weight_sq_sum=summary.weight_sq_sum)
+            return reply
         theta, loss = np.asarray(request["theta"], dtype=float), _margin_loss(request)
         if op == "curvature_product":
             exact = request.get("exact")
@@ -406,17 +379,21 @@ class DWDSite(_Site):
     # -- a private site ------------------------------------------------------
 
     def _answer_private(self, request):
-        """``describe``, ``prepare`` and ``noised`` only; every value the
-        guarantee needs comes from the site's :class:`SitePrivacy` and ledger."""
+        """``describe``, ``prepare`` and the privacy's ``release_op``
+        (``noised`` or ``continual``) only; every value the guarantee needs
+        comes from the site's privacy and ledger."""
         privacy = self.privacy
         self._check_protocol(request)
         op = request.get("op")
-        if op not in ("describe", "prepare", "noised"):
+        if op in _RELEASE_OPS - {privacy.release_op}:
+            raise Refused(MISMATCH, f"site {self.name} answers {privacy.release_op!r}, not {op!r}.")
+        if op not in ("describe", "prepare", privacy.release_op):
             raise Refused(RAW_SUMS, f"site {self.name} sends noised summaries only, not {op!r}.")
         reply = {"site": self.name}
         if op == "describe":  # row and feature counts: the same on neighbouring data sets
             X, y, _ = self._private_rows(request.get("batch"))
-            reply.update(n_rows=int(len(y)), n_features=int(X.shape[1]), private=True)
+            reply.update(n_rows=int(len(y)), n_features=int(X.shape[1]), private=True,
+                         holds_noise_stream=privacy.release_op == "continual")
             return reply
         privacy.check_request(request, self.name)
         X, y, w = self._private_rows(request["batch"])
@@ -424,6 +401,12 @@ class DWDSite(_Site):
                                clip_norm=privacy.clip_norm)
         if op == "prepare":  # a row count (rows weigh one); no sides, no labels
             reply.update(weight_sum=float(w.sum()))
+            return reply
+        if op == "continual":
+            theta = _checked_theta(request, (X.shape[1] + int(privacy.fit_intercept),
+                                             privacy.n_models))
+            linear, curvature = privacy.release(self.name, int(request["batch"]), X, Y, theta)
+            reply.update(linear=linear, curvature=curvature, sigma=privacy.sigma)
             return reply
         return self._noised(request, X, Y, w, reply)
 

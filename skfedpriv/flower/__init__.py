@@ -17,16 +17,22 @@ trust boundary: K, σ, the clip, the release caps and its batches come from
 its own configuration (declared ``classes``) and its own ledger file
 (``ledger_path``, required), never from a request, and each of its
 refusals reaches the server as a :class:`SiteRefusal` with a fixed text
-(:data:`REFUSAL_TEXTS`), whatever the server asks.
+(:data:`REFUSAL_TEXTS`), whatever the server asks. With a
+:class:`ContinualSitePrivacy` (``mechanism='local-tree'`` or
+``'local-blt'``) the site also holds its own prefix-sum noise stream in
+that file and answers each batch of its horizon once, in order (request
+``continual``).
 
 Requests (``op``): ``describe`` (row count, feature count; labels unless
 private), ``prepare`` (weight sum; unless private, which sides of each
 one-vs-rest model are present),
-``summary``, ``gram``, ``curvature_product`` and ``line_losses`` (raw sums,
-refused by private sites) and ``noised`` (gradient, curvature or Gram
-matrix plus the site's own Gaussian noise). A request for sums names its
-loss by the loss's registry spec (entries ``loss`` and ``loss-<param>``,
-e.g. ``loss='gendwd', loss-q=1.0``; protocol version 5): a non-private
+``summary``, ``gram``, ``curvature_product``, ``line_losses`` and
+``inference_summary`` (raw sums, refused by private sites), ``noised``
+(gradient, curvature or Gram matrix plus the site's own Gaussian noise)
+and ``continual`` (the batch's linearized summaries plus the next
+increment of the site's own stream). A request for sums names its loss by
+the loss's registry spec (entries ``loss`` and ``loss-<param>``, e.g.
+``loss='gendwd', loss-q=1.0``; since protocol version 5): a non-private
 site computes the sums of any margin loss of the registry, so a
 ``LogisticRegression(solver='newton')`` fits on the same sites; a private
 site only the genDWD loss of its own :class:`SitePrivacy`.
@@ -51,6 +57,7 @@ Everything but :func:`make_client_app`, :func:`make_server_app` and
 
 from ..federated import (
     REFUSAL_TEXTS,
+    ContinualSitePrivacy,
     DWDSite,
     LearnerPrivacy,
     LocalTransport,
@@ -66,6 +73,7 @@ from ..federated import (
 from ._apps import GridTransport, make_client_app, make_server_app
 
 __all__ = [
+    "ContinualSitePrivacy",
     "DWDSite",
     "GridTransport",
     "LearnerPrivacy",

@@ -60,11 +60,12 @@ def make_client_app(load_batch, privacy=None, *, protocol="dwd"):
         ``context.node_config`` (set with ``flower-supernode --node-config``).
         It runs in the ClientApp process, which Flower starts for every
         message: keep it cheap.
-    privacy : SitePrivacy, LearnerPrivacy, callable ``context -> ... or None``, or None
-        The site's own privacy parameters (``SitePrivacy`` for ``'dwd'``,
-        ``LearnerPrivacy`` for ``'logistic'``). With them, the site only
-        ever sends noised summaries (DWD) or noised messages ``ĝ_i^r``
-        (logistic); its release counts and its noise stream live in its
+    privacy : SitePrivacy, ContinualSitePrivacy, LearnerPrivacy, callable ``context -> ... or None``, or None
+        The site's own privacy parameters (``SitePrivacy`` or
+        ``ContinualSitePrivacy`` for ``'dwd'``, ``LearnerPrivacy`` for
+        ``'logistic'``). With them, the site only ever sends noised
+        summaries (DWD) or noised messages ``ĝ_i^r`` (logistic); its
+        release counts and its noise stream live in its
         ledger file (``ledger_path``, held across runs and processes), and
         every refusal is sent as a fixed text
         (:class:`~skfedpriv.flower.SiteRefusal`; the reason goes to the

@@ -177,13 +177,17 @@ def _published(sites, stream, settings, *, first):
 
 
 
-def _check_stream_step(sites, stream, settings):
-    """The prefix-sum mechanisms run with sites in this process, up to
+def _check_stream_step(sites, stream, settings, *, remote_ok=False):
+    """The prefix-sum mechanisms run with sites in this process (with
+    ``remote_ok``, also with sites that hold their own noise streams), up to
     their horizon (raises before any change); returns the horizon."""
-    if not isinstance(sites, SiteData):
+    if not (isinstance(sites, SiteData) or (remote_ok and sites.holds_noise_streams)):
+        where = ("or sites that hold their own noise streams "
+                 "(skfedpriv.federated.ContinualSitePrivacy)" if remote_ok
+                 else "only; remote sites do not run it through fit_sites yet")
         raise NotImplementedError(
-            f"mechanism={settings.mechanism!r} runs with sites in this process only "
-            "(fit / partial_fit); remote sites do not implement its noise streams yet."
+            f"mechanism={settings.mechanism!r} runs with sites in this process "
+            f"(fit / partial_fit) {where}."
         )
     horizon = settings.n_batches
     if stream.n_batches >= horizon:
@@ -232,8 +236,10 @@ def _secagg(sites, stream, settings, *, first):
 def _continual(sites, stream, settings, *, first):
     """Correlated noise across a site's batches (:mod:`skfedpriv.privacy.
     _continual_summaries`): one Gaussian mechanism per stream, charged once
-    before any noise is drawn; in-process sites only."""
-    horizon = _check_stream_step(sites, stream, settings)
+    before any noise is drawn; in-process sites, or sites that hold their
+    own noise streams (``holds_noise_streams``: the server draws nothing)."""
+    remote = sites.holds_noise_streams
+    horizon = _check_stream_step(sites, stream, settings, remote_ok=True)
     p1, n_models = stream.theta.shape
     if first:
         factorization = make_factorization(CONTINUAL[settings.mechanism], horizon)
@@ -248,13 +254,18 @@ def _continual(sites, stream, settings, *, first):
         # the sites' streams own a child generator: no draw shares a state
         noise = SiteNoiseStreams(
             factorization, sites.n_sites, p1, n_models, sigma,
-            continual_sensitivities(settings.q, settings.clip_norm), stream.rng.spawn(1)[0])
+            continual_sensitivities(settings.q, settings.clip_norm),
+            None if remote else stream.rng.spawn(1)[0])
         linear = None
     else:
         noise, linear, spent = stream.extra["noise"], stream.extra["linear"], stream.privacy_spent
-        if sites.n_sites > len(noise.streams):
+        if remote == bool(noise.streams):
             raise ValueError(
-                f"the stream's noise was set up for {len(noise.streams)} sites; this batch "
+                "a 'local-tree' / 'local-blt' stream's sites either all run in this process "
+                "or all hold their own noise streams; start a new stream (fit).")
+        if sites.n_sites > noise.n_sites:
+            raise ValueError(
+                f"the stream's noise was set up for {noise.n_sites} sites; this batch "
                 f"has {sites.n_sites}."
             )
     theta, linear, curvature = continual_update(
@@ -497,8 +508,8 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         (see :doc:`/guide_inference`). The target is the population
         minimizer of the objective at the same ``alpha``. Without a
         mechanism only (a mechanism with ``inference=True`` raises), and
-        only with sites in this process (:meth:`fit_sites` refuses sites
-        that do not send the summary).
+        only with sites that send the summary (in this process, or remote
+        non-private sites; :meth:`fit_sites` refuses others).
     honest_sites : int or None, default=None
         'secagg-tree' only: the number of sites assumed honest (not
         colluding with the server, not dropping out). Each site adds the
@@ -672,8 +683,10 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
       :class:`~skfedpriv.privacy.NoiseDominatesWarning` says when the noise
       of the summed linear term is expected to exceed the largest sum
       those rows could give (the model would be mostly noise). In this
-      process only (``fit``/``partial_fit``): :meth:`fit_sites` with remote
-      sites raises ``NotImplementedError``. At small sizes (hundreds to
+      process (``fit``/``partial_fit``) or with remote sites that each
+      hold their own stream
+      (:class:`~skfedpriv.federated.ContinualSitePrivacy`); :meth:`fit_sites`
+      with other sites raises ``NotImplementedError``. At small sizes (hundreds to
       tens of thousands of rows at ε = 1) the curvature is below the noise
       floor and the coefficients sit at their clip: the release is then a
       shrunk private class-mean-difference direction, whose accuracy is
@@ -969,7 +982,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         if settings.inference and not getattr(sites, "offers_inference", False):
             raise NotImplementedError(
                 f"inference=True needs sites that send the inference summary; "
-                f"{type(sites).__name__} does not offer it (remote sites: not yet). "
+                f"{type(sites).__name__} does not offer it (private remote sites do not). "
                 "Fit with inference=False."
             )
         if class_weight is None:

@@ -179,17 +179,21 @@ def continual_update(sites, theta, noise, linear, curvature, step, n_seen, *, q,
     clipping of :func:`~skfedpriv.privacy._continual_summaries.linearized_summary`
     works on dense rows: ``(a, J)`` are sums over rows);
     ``noise`` is the sites' :class:`~skfedpriv.privacy._continual_summaries.
-    SiteNoiseStreams`; ``linear`` and ``curvature`` are the noisy prefix sums
+    SiteNoiseStreams` (sites that ``holds_noise_streams`` add their own
+    increments: ``noise`` then describes their streams, it draws nothing); ``linear`` and ``curvature`` are the noisy prefix sums
     up to the previous batch (None on the first); ``step`` is the batch's
     index in the stream and ``n_seen`` the rows seen including it (public).
 
     Returns the new parameters, the noisy prefix sum of ``a`` and the noisy
     ``J_b`` (its increment of the curvature prefix sum).
     """
-    a, J = rows_summary(sites.parts, theta, q, fit_intercept)
-    noise_a, noise_J = noise.next()
-    linear = (0.0 if linear is None else linear) + a + noise_a
-    increment = J + noise_J
+    if sites.holds_noise_streams:  # each site adds its own stream's increment
+        a, increment = sites.continual_summary(theta, q, noise, step)
+    else:
+        a, J = rows_summary(sites.parts, theta, q, fit_intercept)
+        noise_a, noise_J = noise.next()
+        a, increment = a + noise_a, J + noise_J
+    linear = (0.0 if linear is None else linear) + a
     summed = (0.0 if curvature is None else curvature) + increment
     theta = summed_model_minimizer(linear, summed, noise.prefix_variance(step), n_seen,
                                    alpha=alpha, fit_intercept=fit_intercept)

@@ -235,6 +235,20 @@ class DWDSites(abc.ABC):
             f"{type(self).__name__} does not offer the inference summary; fit with "
             "inference=False.")
 
+    #: Whether each site holds its own noise stream of 'local-tree' /
+    #: 'local-blt' and answers :meth:`continual_summary` (remote sites).
+    holds_noise_streams = False
+
+    def continual_summary(self, Theta, q, noise, step):
+        """Summed ``(a_b, J_b)`` at ``Theta`` (:mod:`skfedpriv.privacy.
+        _continual_summaries`), each site's plus its own stream's increment
+        of step ``step``; ``noise`` (:class:`~skfedpriv.privacy.
+        _continual_summaries.SiteNoiseStreams`, no streams) is what the
+        server expects of them.
+        Sites that do not hold streams raise NotImplementedError."""
+        raise NotImplementedError(
+            f"{type(self).__name__} holds no noise streams of its own.")
+
     rounds = 0
     floats_sent = 0
     #: whether the requests may name the loss by a loss object

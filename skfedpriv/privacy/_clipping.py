@@ -20,7 +20,7 @@ __all__ = ["clip_rows", "clip_vectors", "sparse_row_norms"]
 
 def _norms(V, ord):
     """Norm of each leading-axis slice of ``V`` over all trailing axes."""
-    flat = V.reshape(V.shape[0], -1)
+    flat = V.reshape(V.shape[0], int(np.prod(V.shape[1:])))  # no rows: shape (0, d)
     if ord == 1:
         norms = np.abs(flat).sum(axis=1)
     else:

@@ -53,6 +53,8 @@ __all__ = [
     "KAPPA",
     "NoiseDominatesWarning",
     "SiteNoiseStreams",
+    "continual_noise_size",
+    "continual_noise_std",
     "continual_sensitivities",
     "continual_sigma",
     "linearized_summary",
@@ -189,17 +191,23 @@ class SiteNoiseStreams:
         Noise multiplier (:func:`continual_sigma`).
     sensitivities : (float, float)
         ``(Δ_a, Δ_J)`` (:func:`continual_sensitivities`).
-    rng : numpy.random.Generator
+    rng : numpy.random.Generator, list of Generator, or None
+        One generator all streams draw from, one per site, or None: no
+        streams, the public description only (remote sites each draw their
+        own stream, :class:`~skfedpriv.federated.ContinualSitePrivacy`).
     """
 
     def __init__(self, factorization, n_sites, p1, n_models, sigma, sensitivities, rng):
         self.factorization = factorization
         self.sigma = float(sigma)
         self.shape = (p1, n_models)
+        self.n_sites = int(n_sites)
         self.std = tuple(sigma * s for s in unit_scales(sensitivities))
         size = summary_size(p1, n_models)
-        self.streams = [self.factorization.noise_stream(rng, 1.0, shape=(size,))
-                        for _ in range(n_sites)]
+        # None: the sites draw their own noise (remote sites); a list: one
+        # generator per site
+        rngs = [] if rng is None else rng if isinstance(rng, (list, tuple)) else [rng] * n_sites
+        self.streams = [self.factorization.noise_stream(r, 1.0, shape=(size,)) for r in rngs]
 
     def next(self):
         """The summed noise increments of all sites for the next step:
@@ -211,7 +219,7 @@ class SiteNoiseStreams:
         """Variance per entry of the summed curvature noise in the prefix sum
         of steps ``0..step`` (``n_sites Σ_k B[step, k]²`` times std²)."""
         row = np.asarray(self.factorization.B)[step]
-        return len(self.streams) * float(row @ row) * self.std[1] ** 2
+        return self.n_sites * float(row @ row) * self.std[1] ** 2
 
 
 class NoiseDominatesWarning(UserWarning):
@@ -237,8 +245,7 @@ def noise_to_signal(factorization, sigma, n_sites, p1, n_models, q, clip_norm, n
     -------
     ratio : float
     """
-    w_a, _ = _weights()
-    std = sigma * continual_sensitivities(q, clip_norm)[0] / w_a
+    std = continual_noise_std(sigma, continual_sensitivities(q, clip_norm))[0]
     B = np.asarray(factorization.B)
     last = float(B[-1] @ B[-1])
     return std * math.sqrt(n_sites * last * p1 * n_models) / (n_rows * clip_norm)
