@@ -13,7 +13,6 @@ import pytest
 from skfedpriv import DWDClassifier, LogisticRegression
 from skfedpriv._loss import GenDWDLoss, LogisticLoss
 from skfedpriv.federated import (
-    DWDSite,
     RemoteSites,
     SitePrivacy,
     SiteRefusal,
