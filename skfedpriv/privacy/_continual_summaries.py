@@ -53,8 +53,6 @@ __all__ = [
     "KAPPA",
     "NoiseDominatesWarning",
     "SiteNoiseStreams",
-    "continual_noise_size",
-    "continual_noise_std",
     "continual_sensitivities",
     "continual_sigma",
     "linearized_summary",
@@ -245,7 +243,7 @@ def noise_to_signal(factorization, sigma, n_sites, p1, n_models, q, clip_norm, n
     -------
     ratio : float
     """
-    std = continual_noise_std(sigma, continual_sensitivities(q, clip_norm))[0]
+    std = sigma * unit_scales(continual_sensitivities(q, clip_norm))[0]
     B = np.asarray(factorization.B)
     last = float(B[-1] @ B[-1])
     return std * math.sqrt(n_sites * last * p1 * n_models) / (n_rows * clip_norm)
