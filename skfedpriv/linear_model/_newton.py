@@ -85,6 +85,7 @@ from sklearn.exceptions import ConvergenceWarning
 from .._loss import as_loss
 from .._losses import penalty_mask
 from ._dwd_sites import loss_message
+from ._quasi_newton import LBFGSPhase
 
 __all__ = ["NewtonSolver", "solve_batch"]
 
@@ -114,6 +115,10 @@ _SLOW = 0.5
 _SAFETY = 10.0
 # the first Levenberg-Marquardt damping of a model (per unit weight)
 _DAMPING_START = 1e-3
+# offline from a flat start, with at least this many parameters per model and
+# as many rows, L-BFGS rounds first (:mod:`._quasi_newton`): there one
+# curvature matrix costs more gradient rounds than L-BFGS needs
+_QUASI_NEWTON_PARAMS = 256
 
 class _SummaryOnlySites:
     """The requests :func:`solve_batch` makes, for a sites object that only
@@ -335,6 +340,7 @@ class NewtonSolver:
         self.damping = np.zeros(n_models)
         self.steps = np.zeros(n_models)
         self.expected = np.full(n_models, np.inf)  # the predicted gap / |F| here (inf: none)
+        self.quasi_newton = None  # the L-BFGS phase while it runs
         self.last_relative = np.zeros(n_models)  # the last full step's decrement / |F| (0: none)
 
     # -- the objective, gradient and curvature ----------------------------
@@ -631,8 +637,21 @@ class NewtonSolver:
 
     # -- one iteration ---------------------------------------------------------
 
+    def quasi_newton_pays(self):
+        """Whether an L-BFGS phase runs before the Newton steps: offline from
+        a flat start without a prior, at least ``_QUASI_NEWTON_PARAMS``
+        parameters per model and as many rows (sites that do not say how
+        many rows they hold keep the Newton steps throughout)."""
+        return (self.refresh and not self.always_direct and self.prior is None
+                and self.loss.flat_at_zero and self.p1 >= _QUASI_NEWTON_PARAMS
+                and getattr(self.sites, "n_rows", 0) >= self.p1)
+
     def iterate(self, n_iter):
         """One Newton iteration; False when every model has converged."""
+        if self.quasi_newton is not None:
+            if self.quasi_newton.iterate():
+                return True
+            self.quasi_newton = None
         # offline the first step from a flat start is a grid search along the
         # gradient (genDWD at Theta = 0: every margin 0, the curvature 0)
         grid = self.refresh and n_iter == 1 and self.loss.flat_at_zero
@@ -641,6 +660,7 @@ class NewtonSolver:
         recheck = np.zeros(self.n_models, dtype=bool)
         grad_new = None  # the gradient at the new point, when a step formed it
         if grid:
+            start, start_grad = self.Theta, self.grad
             Theta_new, value_new, moved = self.first_step_grid(
                 -self.grad / self.scale, self.active, self.value)
         else:
@@ -653,6 +673,8 @@ class NewtonSolver:
             if self.refresh:
                 self.predict_landing(predicted, moved)
         self.accept(Theta_new, value_new, moved, grad_new, grid, recheck)
+        if grid and moved.any() and self.quasi_newton_pays():
+            self.quasi_newton = LBFGSPhase(self, start, start_grad, max_iter=self.max_iter // 2)
         return True
 
     def accept(self, Theta_new, value_new, moved, grad_new, grid, recheck):
