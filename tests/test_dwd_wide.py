@@ -88,7 +88,7 @@ def test_a_stream_continues_from_the_wide_fit_as_from_the_newton_steps(monkeypat
     np.testing.assert_allclose(quasi.curvature_, newton.curvature_, rtol=1e-4, atol=1e-4 * scale)
 
 
-def test_two_loop_direction_satisfies_the_newest_secant_equation():
+def test_lbfgs_direction_is_the_bfgs_update_of_the_pairs_kept():
     # BFGS: the updated inverse curvature maps the newest y to the newest s
     # (Nocedal & Wright eq. 6.17), whatever the older pairs and H0
     rng = np.random.default_rng(0)
@@ -104,6 +104,18 @@ def test_two_loop_direction_satisfies_the_newest_secant_equation():
         s = rng.standard_normal((6, 2))
         phase.remember(s, A @ s)
     np.testing.assert_allclose(phase.direction(A @ s), -s, rtol=1e-10)
+    # the BFGS inverse updates written out (Nocedal & Wright eq. 6.17) from
+    # H0 = γ I, γ = sᵀy / yᵀy of the newest pair
+    g = rng.standard_normal((6, 2))
+    for k in range(2):
+        pairs = [(s_[:, k], y_[:, k]) for s_, y_ in phase.pairs]
+        gamma = pairs[-1][0] @ pairs[-1][1] / (pairs[-1][1] @ pairs[-1][1])
+        H = gamma * np.eye(6)
+        for s_k, y_k in pairs:
+            rho = 1.0 / (s_k @ y_k)
+            V = np.eye(6) - rho * np.outer(y_k, s_k)
+            H = V.T @ H @ V + rho * np.outer(s_k, s_k)
+        np.testing.assert_allclose(phase.direction(g)[:, k], -H @ g[:, k], rtol=1e-9)
     # a pair breaking the curvature condition is left out of that model's recursion
     bad = rng.standard_normal((6, 2))
     phase.remember(bad, np.column_stack([A @ bad[:, 0], -bad[:, 1]]))

@@ -463,7 +463,6 @@ class SiteData(DWDSites):
         else:
             self.parts = [(X[rows], Y[rows], weights[rows]) for rows in split()]
         self.weight_sum = float(weights.sum())
-        self.n_rows = X.shape[0]
         self.n_sites = n_sites
         self.n_features = X.shape[1]
         has_positive, has_negative = side_flags(Y, weights)

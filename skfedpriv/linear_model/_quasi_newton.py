@@ -10,8 +10,8 @@ site and model). All one-vs-rest models move in lockstep, each with its own
 memory of pairs ``(s, y)``.
 
 A model leaves the phase once the L-BFGS model's own decrement
-``½ gᵀ H̃ g`` (``H̃`` the L-BFGS inverse curvature) and its last decrease
-are both within ``tol |F| / safety``: an estimate only, so the Newton
+``½ gᵀ H̃ g`` (``H̃`` the L-BFGS inverse curvature) is within
+``_HANDOVER tol |F|``: an estimate only, so the Newton
 solver then forms the curvature matrix where the model stands, and its
 stopping rule (half the Newton decrement on that matrix, see
 :mod:`~skfedpriv.linear_model._newton`) decides; on wide non-separable rows
@@ -25,7 +25,8 @@ import numpy as np
 __all__ = ["LBFGSPhase"]
 
 _MEMORY = 20
-# the estimated gap (L-BFGS decrement, last decrease) a model must reach,
+# the estimated gap (the L-BFGS decrement, from gradients only: objective
+# differences are rounding at this level) a model must reach,
 # as a fraction of tol, before the curvature matrix is formed to check it
 _HANDOVER = 1e-2
 # the most L-BFGS iterations before the Newton steps take over. No earlier
@@ -54,42 +55,58 @@ class LBFGSPhase:
         self.solver = solver
         self.max_iter = min(max_iter, _MAX_ITER)
         self.running = solver.active.copy()
-        self.pairs = []  # (s, y, rho) of shapes (p1, K), (p1, K), (K,)
+        self.pairs = []  # (s, y) of shape (p1, K) each, zero where a model left it out
         self.n_iter = 0
         if start is not None:
             self.remember(solver.Theta - start, solver.grad - start_grad)
 
     def remember(self, s, y):
         """Keep the pair ``(s, y)`` for the models where ``sᵀy > 0`` (the
-        curvature condition; the others get ``rho = 0``: the pair does not
-        enter their recursion)."""
+        curvature condition; for the others the pair is zero, which leaves
+        their ``H̃`` as it was)."""
         sy = (s * y).sum(axis=0)
         keep = sy > 1e-12 * np.sqrt((s * s).sum(axis=0) * (y * y).sum(axis=0))
-        rho = np.where(keep, 1.0 / np.where(keep, sy, 1.0), 0.0)
-        self.pairs.append((s, y, rho))
+        self.pairs.append((s * keep, y * keep))
         del self.pairs[:-_MEMORY]
 
     def direction(self, grad):
-        """``-H̃ g`` per model by the two-loop recursion (Nocedal & Wright,
-        Algorithm 7.4), the initial ``H̃₀ = γ I`` with ``γ = sᵀy / yᵀy`` of
-        the newest pair the model kept (``1 / scale`` before any)."""
-        r = grad.copy()
-        coefficients = []
-        for s, y, rho in reversed(self.pairs):
-            a = rho * (s * r).sum(axis=0)
-            r -= a * y
-            coefficients.append(a)
-        gamma = np.full(grad.shape[1], 1.0 / self.solver.scale)
-        found = np.zeros(grad.shape[1], dtype=bool)
-        for s, y, rho in reversed(self.pairs):
-            new = ~found & (rho > 0)
-            gamma[new] = 1.0 / (rho[new] * (y[:, new] * y[:, new]).sum(axis=0))
-            found |= new
-        r *= gamma
-        for (s, y, rho), a in zip(self.pairs, reversed(coefficients)):
-            b = rho * (y * r).sum(axis=0)
-            r += s * (a - b)
-        return -r
+        """``-H̃ g`` per model, ``H̃`` the L-BFGS inverse curvature of the
+        pairs kept, from ``H̃₀ = γ I`` with ``γ = sᵀy / yᵀy`` of the newest
+        pair a model kept (``1 / scale`` before any), in the compact form
+        (Byrd, Nocedal & Schnabel 1994, eq. 3.1; Nocedal & Wright eq. 7.24's
+        inverse): with ``a = Sᵀg``, ``b = γ Yᵀg``, ``R`` the upper triangle
+        of ``SᵀY`` and ``D`` its diagonal,
+
+        ``H̃ g = γ g + S R⁻ᵀ((D + γ YᵀY) R⁻¹ a - b) - γ Y R⁻¹ a``,
+
+        every model's small systems solved as one stack (no loop over the
+        pairs: the same vector as the two-loop recursion)."""
+        n_models = grad.shape[1]
+        if not self.pairs:
+            return -grad / self.solver.scale
+        # per model: rows of S and Y are the pairs, oldest first (K, m, p1)
+        S = np.stack([s.T for s, _ in self.pairs], axis=1)
+        Y = np.stack([y.T for _, y in self.pairs], axis=1)
+        sy = S @ np.swapaxes(Y, 1, 2)  # (K, m, m): s_iᵀ y_j
+        yy = Y @ np.swapaxes(Y, 1, 2)
+        diagonal = np.diagonal(sy, axis1=1, axis2=2)
+        kept = diagonal > 0
+        newest = kept.shape[1] - 1 - np.argmax(kept[:, ::-1], axis=1)
+        models = np.arange(n_models)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            gamma = np.where(kept.any(axis=1), diagonal[models, newest]
+                             / np.diagonal(yy, axis1=1, axis2=2)[models, newest],
+                             1.0 / self.solver.scale)
+        # a pair left out (zero) gets a unit diagonal in R: its components vanish
+        R = np.triu(sy) + (~kept)[:, :, None] * np.eye(sy.shape[1])
+        g = grad.T[:, :, None]  # (K, p1, 1)
+        Rinv_a = np.linalg.solve(R, S @ g)
+        inner = (diagonal[..., None] * Rinv_a + gamma[:, None, None] * (yy @ Rinv_a)
+                 - gamma[:, None, None] * (Y @ g))
+        top = np.linalg.solve(np.swapaxes(R, 1, 2), inner)
+        Hg = (gamma[:, None, None] * g + np.swapaxes(S, 1, 2) @ top
+              - gamma[:, None, None] * (np.swapaxes(Y, 1, 2) @ Rinv_a))
+        return -Hg[:, :, 0].T
 
     def iterate(self):
         """One L-BFGS iteration of the running models: the full step's loss
@@ -101,9 +118,7 @@ class LBFGSPhase:
         direction = np.where(running, 1.0, 0.0) * self.direction(solver.grad)
         decrement = -0.5 * (solver.grad * direction).sum(axis=0)
         target = _HANDOVER * solver.tol * solver.stream_weight * np.abs(solver.value)
-        last_decrease = (solver.history[-2] - solver.history[-1] if len(solver.history) > 1
-                         else np.full(solver.n_models, np.inf))
-        done = running & (decrement <= target) & (last_decrease <= target)
+        done = running & (decrement <= target)
         self.hand_over(done | (running & (self.n_iter >= self.max_iter)))
         running = self.running & solver.active
         if not running.any():
