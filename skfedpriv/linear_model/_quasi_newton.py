@@ -25,6 +25,9 @@ import numpy as np
 __all__ = ["LBFGSPhase"]
 
 _MEMORY = 20
+_ARMIJO_SLOPE = 1e-4
+# halvings after the full step and the interpolated one failed
+_HALVINGS = 30
 # the estimated gap (the L-BFGS decrement, from gradients only: objective
 # differences are rounding at this level) a model must reach,
 # as a fraction of tol, before the curvature matrix is formed to check it
@@ -109,10 +112,8 @@ class LBFGSPhase:
         return -Hg[:, :, 0].T
 
     def iterate(self):
-        """One L-BFGS iteration of the running models: the full step's loss
-        and gradient in one round (Armijo-tested), a backtracking round and
-        a gradient round for a model whose full step failed. Hands over the
-        models within the estimated gap; False once none runs."""
+        """One L-BFGS iteration of the running models (:meth:`step`). Hands
+        over the models within the estimated gap; False once none runs."""
         solver = self.solver
         running = self.running & solver.active
         direction = np.where(running, 1.0, 0.0) * self.direction(solver.grad)
@@ -125,10 +126,7 @@ class LBFGSPhase:
             return False
         self.n_iter += 1
         direction *= np.where(running, 1.0, 0.0)
-        Theta_new, value_new, moved, grad_new = solver.full_step_first(
-            direction, running, solver.value, solver.grad)
-        if grad_new is None:  # some model backtracked: its gradient where it went
-            grad_new = solver.objective_and_gradient(Theta_new, False)[1]
+        Theta_new, value_new, moved, grad_new = self.step(direction, running)
         self.remember(Theta_new - solver.Theta, np.where(moved, grad_new - solver.grad, 0.0))
         decrease = solver.value - value_new
         stuck = running & ~(moved & (decrease > 4 * np.finfo(float).eps * np.abs(solver.value)))
@@ -137,6 +135,45 @@ class LBFGSPhase:
         solver.grad = np.where(moved, grad_new, solver.grad)
         solver.history.append(solver.value.copy())
         return True
+
+    def step(self, direction, running):
+        """Armijo steps along ``direction``: the full step's loss and gradient
+        in one round; a model whose full step fails tries, in one more such
+        round, the minimizer of the quadratic through its value and slope at
+        0 and its value at 1 (within [0.1, 0.5]; Nocedal & Wright eq. 3.57);
+        one still failing backtracks by halvings (one round) and asks its
+        gradient (one more). Returns the new parameters, objective, the
+        models moved and the gradient there."""
+        solver = self.solver
+        Theta, value, grad = solver.Theta, solver.value, solver.grad
+        slope = (grad * direction).sum(axis=0)
+        trying = running & (slope < 0)
+        step = np.where(trying, 1.0, 0.0)
+        Theta_new, value_new, moved = Theta, value.copy(), np.zeros_like(running)
+        grad_new = grad
+        for _ in range(2):
+            trial = Theta + step * direction
+            trial_value, trial_grad, _ = solver.objective_and_gradient(trial, False)
+            passed = trying & (trial_value <= value + _ARMIJO_SLOPE * step * slope)
+            Theta_new = np.where(passed, trial, Theta_new)
+            value_new = np.where(passed, trial_value, value_new)
+            grad_new = np.where(passed, trial_grad, grad_new)
+            moved |= passed
+            trying &= ~passed
+            if not trying.any():
+                return Theta_new, value_new, moved, grad_new
+            with np.errstate(divide="ignore", invalid="ignore"):
+                quadratic = -slope / (2.0 * (trial_value - value - slope))
+            step = np.where(trying, np.clip(np.nan_to_num(quadratic, nan=0.5), 0.1, 0.5),
+                            np.where(moved, step, 0.0))
+        searched, searched_value, searched_moved = solver.line_search(
+            direction, trying, value, grad, _HALVINGS, full_step_known_bad=True)
+        Theta_new = np.where(searched_moved, searched, Theta_new)
+        value_new = np.where(searched_moved, searched_value, value_new)
+        if searched_moved.any():
+            grad_new = np.where(searched_moved,
+                                solver.objective_and_gradient(Theta_new, False)[1], grad_new)
+        return Theta_new, value_new, moved | searched_moved, grad_new
 
     def hand_over(self, models):
         """The Newton steps take ``models`` over: their curvature matrix is
