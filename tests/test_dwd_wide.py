@@ -98,6 +98,7 @@ def test_lbfgs_direction_is_the_bfgs_update_of_the_pairs_kept():
     class Solver:
         active = np.ones(2, dtype=bool)
         scale = 1.0
+        Theta = np.zeros((6, 2))
 
     phase = LBFGSPhase(Solver())
     for _ in range(4):
@@ -108,7 +109,7 @@ def test_lbfgs_direction_is_the_bfgs_update_of_the_pairs_kept():
     # H0 = γ I, γ = sᵀy / yᵀy of the newest pair
     g = rng.standard_normal((6, 2))
     for k in range(2):
-        pairs = [(s_[:, k], y_[:, k]) for s_, y_ in phase.pairs]
+        pairs = list(zip(phase.S[k], phase.Y[k]))
         gamma = pairs[-1][0] @ pairs[-1][1] / (pairs[-1][1] @ pairs[-1][1])
         H = gamma * np.eye(6)
         for s_k, y_k in pairs:

@@ -58,7 +58,12 @@ class LBFGSPhase:
         self.solver = solver
         self.max_iter = min(max_iter, _MAX_ITER)
         self.running = solver.active.copy()
-        self.pairs = []  # (s, y) of shape (p1, K) each, zero where a model left it out
+        # per model, the pairs kept as rows, oldest first, zero where a model
+        # left one out: S and Y of shape (K, m, p1), and their products
+        # S Yᵀ, Y Yᵀ of shape (K, m, m)
+        p1, n_models = solver.Theta.shape
+        self.S = self.Y = np.zeros((n_models, 0, p1))
+        self.sy = self.yy = np.zeros((n_models, 0, 0))
         self.n_iter = 0
         if start is not None:
             self.remember(solver.Theta - start, solver.grad - start_grad)
@@ -69,8 +74,10 @@ class LBFGSPhase:
         their ``H̃`` as it was)."""
         sy = (s * y).sum(axis=0)
         keep = sy > 1e-12 * np.sqrt((s * s).sum(axis=0) * (y * y).sum(axis=0))
-        self.pairs.append((s * keep, y * keep))
-        del self.pairs[:-_MEMORY]
+        self.S = np.concatenate([self.S, (s * keep).T[:, None]], axis=1)[:, -_MEMORY:]
+        self.Y = np.concatenate([self.Y, (y * keep).T[:, None]], axis=1)[:, -_MEMORY:]
+        self.sy = self.S @ np.swapaxes(self.Y, 1, 2)  # s_iᵀ y_j
+        self.yy = self.Y @ np.swapaxes(self.Y, 1, 2)
 
     def direction(self, grad):
         """``-H̃ g`` per model, ``H̃`` the L-BFGS inverse curvature of the
@@ -85,13 +92,9 @@ class LBFGSPhase:
         every model's small systems solved as one stack (no loop over the
         pairs: the same vector as the two-loop recursion)."""
         n_models = grad.shape[1]
-        if not self.pairs:
+        S, Y, sy, yy = self.S, self.Y, self.sy, self.yy
+        if S.shape[1] == 0:
             return -grad / self.solver.scale
-        # per model: rows of S and Y are the pairs, oldest first (K, m, p1)
-        S = np.stack([s.T for s, _ in self.pairs], axis=1)
-        Y = np.stack([y.T for _, y in self.pairs], axis=1)
-        sy = S @ np.swapaxes(Y, 1, 2)  # (K, m, m): s_iᵀ y_j
-        yy = Y @ np.swapaxes(Y, 1, 2)
         diagonal = np.diagonal(sy, axis1=1, axis2=2)
         kept = diagonal > 0
         newest = kept.shape[1] - 1 - np.argmax(kept[:, ::-1], axis=1)
