@@ -1,13 +1,15 @@
-"""A quasi-Newton (L-BFGS) phase of the federated Newton solver, for wide rows.
+"""A quasi-Newton (L-BFGS) phase of the federated Newton solver, for wide
+rows and one-vs-rest models.
 
 When the curvature matrix costs many gradient rounds (``O(n p²)`` against
-``O(n p)``: at n = 2e4, p = 2000 one matrix is ~70 gradient rounds), the
+``O(n p)``: at n = 2e4, p = 2000 one matrix is ~70 gradient rounds), or
+when many one-vs-rest models would wait for each other's Newton steps, the
 offline solve of :class:`~skfedpriv.linear_model._newton.NewtonSolver`
-first runs L-BFGS (Nocedal & Wright 2006, Algorithm 7.4, the two-loop
-recursion, and 7.5) on gradient rounds only: each iteration is one summary
-request, the loss and gradient at the trial point (``p + 2`` numbers per
-site and model). All one-vs-rest models move in lockstep, each with its own
-memory of pairs ``(s, y)``.
+first runs L-BFGS (Nocedal & Wright 2006, Algorithm 7.5; the direction in
+the compact form of Byrd, Nocedal & Schnabel 1994) on gradient rounds
+only: each iteration is one summary request, the loss and gradient at the
+trial point (``p + 2`` numbers per site and model). All one-vs-rest models
+move in lockstep, each with its own memory of pairs ``(s, y)``.
 
 A model leaves the phase once the L-BFGS model's own decrement
 ``½ gᵀ H̃ g`` (``H̃`` the L-BFGS inverse curvature) is within
