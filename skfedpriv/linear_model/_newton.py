@@ -691,7 +691,8 @@ class NewtonSolver:
                 self.predict_landing(predicted, moved)
         self.accept(Theta_new, value_new, moved, grad_new, grid, recheck)
         if grid and moved.any() and self.quasi_newton_pays():
-            self.quasi_newton = LBFGSPhase(self, start, start_grad, max_iter=self.max_iter // 2)
+            self.quasi_newton = LBFGSPhase(self, start, start_grad, max_iter=self.max_iter // 2,
+                                           cheap_matrices=self.p1 < _QUASI_NEWTON_PARAMS)
         return True
 
     def accept(self, Theta_new, value_new, moved, grad_new, grid, recheck):
