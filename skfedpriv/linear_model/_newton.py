@@ -128,7 +128,7 @@ _DAMPING_START = 1e-3
 # curvature matrix costs more gradient rounds than L-BFGS needs; so with at
 # least _QUASI_NEWTON_MODELS one-vs-rest models, which L-BFGS moves in one
 # round each iteration where each Newton round waits for the slowest model's
-# CG (bundled datasets, 3 and 10 classes: 30-50 % fewer rounds, 5x fewer
+# CG (bundled datasets, 3 and 10 classes: 40-80 % fewer rounds, 3-4x fewer
 # matrices on digits). The point returned is within tol of the optimum as
 # on the Newton steps' path, not the same point: parameters agree to about
 # the square root of tol (a binary fit and a class of a 3-class fit)
