@@ -122,3 +122,38 @@ def test_lbfgs_direction_is_the_bfgs_update_of_the_pairs_kept():
     phase.remember(bad, np.column_stack([A @ bad[:, 0], -bad[:, 1]]))
     np.testing.assert_allclose(phase.direction(A @ bad)[:, 0], -bad[:, 0], rtol=1e-10)
     np.testing.assert_allclose(phase.direction(A @ s)[:, 1], -s[:, 1], rtol=1e-10)
+
+
+def test_one_vs_rest_phase_takes_fewer_rounds_and_matrices_to_the_same_optimum(monkeypatch):
+    # digits (10 classes, the 70 % split of issue #23): the L-BFGS phase moves
+    # every class model in one round; the Newton steps alone wait for the
+    # slowest model's CG each round and form matrices along the way
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+
+    from skfedpriv.linear_model import _renewable
+
+    X, y = load_digits(return_X_y=True)
+    X, _, y, _ = train_test_split(X, y, train_size=0.7, random_state=0)
+    X = StandardScaler().fit_transform(X)
+    infos, original = [], _renewable.solve_batch
+
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        infos.append(out[2])
+        return out
+
+    monkeypatch.setattr(_renewable, "solve_batch", spy)
+    formed = _count_curvature_matrices(monkeypatch)
+    quasi = DWDClassifier(alpha=ALPHA).fit(X, y)
+    quasi_matrices = len(formed)
+    monkeypatch.setattr(_newton, "_QUASI_NEWTON_MODELS", 10**9)  # Newton steps only
+    newton = DWDClassifier(alpha=ALPHA).fit(X, y)
+    assert infos[0]["rounds"] < 0.5 * infos[1]["rounds"]
+    assert quasi_matrices < 0.5 * (len(formed) - quasi_matrices)
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    for (theta, labels), (other, _) in zip(_models(quasi, y), _models(newton, y)):
+        args = (Xbar, labels, np.ones(len(X)), 1.0, ALPHA)
+        values = gendwd_objective(theta, *args)[0], gendwd_objective(other, *args)[0]
+        assert abs(values[0] - values[1]) <= 1e-11 * values[1]
