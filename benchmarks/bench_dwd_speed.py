@@ -50,6 +50,7 @@ from threadpoolctl import threadpool_limits
 
 from skfedpriv import DecentralizedLogisticRegression, DWDClassifier, LogisticRegression
 from skfedpriv.datasets import make_federated_gaussians
+from skfedpriv._loss import GenDWDLoss
 from skfedpriv._losses import gendwd_smoothed_curvature
 from skfedpriv.linear_model._dwd_solver import augmented_gram, site_summary
 
@@ -231,7 +232,7 @@ def _fit_warned(make, X, y, g):
     return model, any(issubclass(w.category, ConvergenceWarning) for w in caught)
 
 
-def bundled_rows(qs, reps):
+def bundled_rows(qs, reps, names=("breast_cancer", "digits", "wine", "iris")):
     """Offline fit on scikit-learn's bundled datasets (standardized, rows
     dealt to 3 sites in turn; all rows and the 70 % training split of issue
     #23) beside LogisticRegression: time, Newton steps and rounds, where
@@ -241,8 +242,10 @@ def bundled_rows(qs, reps):
     from sklearn.model_selection import train_test_split
     from sklearn.preprocessing import StandardScaler
 
+    loaders = {"breast_cancer": load_breast_cancer, "digits": load_digits, "wine": load_wine,
+               "iris": load_iris}
     rows = []
-    for load in (load_breast_cancer, load_digits, load_wine, load_iris):
+    for load in (loaders[name] for name in names):
         X_all, y_all = load(return_X_y=True)
         train = train_test_split(X_all, y_all, train_size=0.7, random_state=0)
         for split, (X, y) in (("all", (X_all, y_all)), ("70 %", (train[0], train[2]))):
@@ -390,6 +393,112 @@ def few_rows_stream(p, n_batch=100, n_batches=4):
                           state=state.nbytes, dense=8 * (p + 1) ** 2,
                           data=X[:(b + 1) * n_batch].nbytes))
     return dict(p=p, n_batch=n_batch, calls=calls)
+def _wide_data(n, p, seed=0):
+    """Non-separable wide rows (issue #23): the paper's two Gaussian classes
+    with the mean offset ``0.2 sqrt(50 / p)`` (the separation of p = 50 at
+    every p), 10 sites."""
+    X, y, g, _ = make_federated_gaussians(
+        n_sites=10, n_batches=max(n // 100, 1), n_per_batch=10, n_features=p,
+        mu=0.2 * np.sqrt(50.0 / p), random_state=seed)
+    return X, y, g
+
+
+def _dwd_objective_and_gradient(theta, X, y_pm, loss, alpha):
+    """genDWD objective (eq. 5) per unit weight and its gradient, intercept
+    first: what scipy's L-BFGS-B minimizes (the loss object's elementwise
+    code, so both solvers pay the same per-row cost)."""
+    scores = X @ theta[1:]
+    scores += theta[0]
+    value, derivative = loss.value_and_derivative(y_pm * scores)
+    residual = y_pm * derivative / len(X)
+    grad = np.empty_like(theta)
+    grad[0] = residual.sum()
+    grad[1:] = X.T @ residual + alpha * theta[1:]
+    return value.mean() + 0.5 * alpha * theta[1:] @ theta[1:], grad
+
+
+def _lbfgs(X, y_pm, q, alpha=1e-3, maxiter=15_000, history=None):
+    from scipy.optimize import minimize
+
+    def callback(intermediate_result):  # scipy passes the result object under this name
+        history.append(intermediate_result.fun)
+
+    return minimize(_dwd_objective_and_gradient, np.zeros(X.shape[1] + 1),
+                    args=(X, y_pm, GenDWDLoss(q=q), alpha), jac=True, method="L-BFGS-B",
+                    callback=None if history is None else callback, options=dict(maxiter=maxiter, maxfun=2 * maxiter,
+                                                    gtol=0.0, ftol=0.0, maxcor=10))
+
+
+def _gram_count(func):
+    """Run ``func``; the curvature matrices (Grams, one per model and site
+    part) it formed and the info of every ``solve_batch`` call."""
+    import skfedpriv.linear_model._dwd_solver as solver_module
+
+    original, count = solver_module.augmented_gram, [0]
+
+    def spy(*args, **kwargs):
+        count[0] += 1
+        return original(*args, **kwargs)
+
+    solver_module.augmented_gram = spy
+    try:
+        infos = _solver_info(func)
+    finally:
+        solver_module.augmented_gram = original
+    return count[0], infos
+
+
+def wide_rows(ps, qs, reps, n=20_000):
+    """Wide non-separable rows: our fit beside LogisticRegression (default
+    tol and tol = 1e-10, "LRt"), LinearSVC and scipy's L-BFGS-B on the same
+    genDWD objective, run to the relative gap our fit reached (at least
+    1e-13): L-BFGS-B is run once long to find the iterations that reach it,
+    then timed with that many iterations."""
+    from sklearn.svm import LinearSVC
+
+    rows = []
+    for p in ps:
+        X, y, g = _wide_data(n, p)
+        y_pm = np.where(y == np.unique(y)[1], 1.0, -1.0)
+        for q in qs:
+            grams, infos = _gram_count(lambda: DWDClassifier(q=q).fit(X, y, sample_group=g))
+            clf = DWDClassifier(q=q).fit(X, y, sample_group=g)
+            theta = np.r_[clf.intercept_, clf.coef_.ravel()]
+            tight = DWDClassifier(q=q, tol=1e-15).fit(X, y, sample_group=g)
+            history = []
+            long_run = _lbfgs(X, y_pm, q, history=history)
+            values = [_dwd_objective_and_gradient(t, X, y_pm, GenDWDLoss(q=q), 1e-3)[0]
+                      for t in (theta, np.r_[tight.intercept_, tight.coef_.ravel()])]
+            best = min(values[1], long_run.fun, min(history))
+            gap = (values[0] - best) / best
+            target = max(gap, 1e-13)
+            reached = np.flatnonzero((np.array(history) - best) / best <= target)
+            lbfgs_iters = int(reached[0]) + 1 if len(reached) else len(history)
+            methods = {
+                "DWD": lambda: DWDClassifier(q=q).fit(X, y, sample_group=g),
+                "L-BFGS-B": lambda: _lbfgs(X, y_pm, q, maxiter=lbfgs_iters),
+                "LR": lambda: SkLogisticRegression().fit(X, y),
+                "LRt": lambda: SkLogisticRegression(tol=1e-10, max_iter=10_000).fit(X, y),
+                "LinearSVC": lambda: LinearSVC().fit(X, y),
+            }
+            times = {name: [] for name in methods}
+            lbfgs_nfev = None
+            for _ in range(reps):
+                for name, run in methods.items():
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", ConvergenceWarning)
+                        out, seconds = _time(run)
+                    if name == "L-BFGS-B":
+                        lbfgs_nfev = int(out.nfev)
+                    times[name].append(seconds)
+            info = infos[0]
+            rows.append(dict(n=n, p=p, q=q, seconds={k: float(np.median(v))
+                                                     for k, v in times.items()},
+                             gap=gap, target=target, grams=grams, iters=info["n_iter"],
+                             rounds=info["rounds"], floats=info["floats_sent"],
+                             lbfgs_iters=lbfgs_iters, lbfgs_nfev=lbfgs_nfev))
+            print(rows[-1], flush=True)
+    return rows
 
 
 def logistic_rows(n, p, reps):
@@ -449,7 +558,10 @@ def main():
     parser.add_argument("--parts", default="offline,bundled,private,partial,logistic,sites",
                         help="comma-separated subset of offline,bundled,private,partial,"
                              "logistic,sites, and fewrows (not in the default; the dense "
-                             "path of before only up to p = 2000: it needs GBs beyond)")
+                             "path of before only up to p = 2000: it needs GBs beyond), wide (n = 2e4, "
+                             "non-separable, p in --wide-p) and digits (the bundled "
+                             "part on digits alone)")
+    parser.add_argument("--wide-p", default="500,2000", help="features of the wide part")
     parser.add_argument("--qs", default="0.5,1,4", help="genDWD exponents of the offline table")
     parser.add_argument("--max-p", type=int, default=None,
                         help="offline sizes with at most this many features")
@@ -468,13 +580,17 @@ def main():
     if args.min_p is not None:
         sizes = [size for size in sizes if size[1] >= args.min_p] or sizes[-1:]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    offline = bundled = private = logistic = many_sites = few_rows = streams = []
+    offline = bundled = private = logistic = many_sites = few_rows = streams = wide = []
     through = fixed = memory = {}
     with threadpool_limits(1):
         if "offline" in parts:
             offline = offline_rows(sizes, qs, reps)
+        if "wide" in parts:
+            wide = wide_rows([int(p) for p in args.wide_p.split(",")], qs, reps)
         if "bundled" in parts:
             bundled = bundled_rows(qs, reps)
+        elif "digits" in parts:
+            bundled = bundled_rows(qs, reps, names=("digits",))
         if "private" in parts:
             private = private_rows(*sizes[0], reps)
         if "partial" in parts:
@@ -516,6 +632,24 @@ def main():
             f"{r['ratio']:.1f}× | {r['state']:.3f} | {r['state'] / r['lr']:.1f}× | "
             f"{r['gap']:.1e} | {r['iters']} | "
             f"{r['rounds']} | {r['floats']:,} ({8 * r['floats'] / 1e3:.0f} kB) |")
+    if wide:
+        lines += ["", "**Wide, non-separable** (two Gaussian classes, mean offset "
+                  "0.2 sqrt(50/p), 10 sites, alpha = 1e-3, default tol = 1e-12) beside "
+                  "LogisticRegression (default tol; LRt: tol = 1e-10), LinearSVC and scipy "
+                  "L-BFGS-B on the same genDWD objective to the relative gap our fit reached "
+                  "(at least 1e-13), same run:", "",
+                  "| n, p | q | DWD s | L-BFGS-B s | LR s | LRt s | LinearSVC s | DWD / "
+                  "L-BFGS-B | DWD / LRt | relative gap | curvature matrices | Newton steps | "
+                  "rounds | numbers sent per site | L-BFGS-B iterations / evaluations |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in wide:
+            t = r["seconds"]
+            lines.append(
+                f"| {r['n']:.0e}, {r['p']} | {r['q']} | {t['DWD']:.3f} | {t['L-BFGS-B']:.3f} | "
+                f"{t['LR']:.3f} | {t['LRt']:.3f} | {t['LinearSVC']:.3f} | "
+                f"{t['DWD'] / t['L-BFGS-B']:.2f}× | {t['DWD'] / t['LRt']:.2f}× | "
+                f"{r['gap']:.1e} | {r['grams']} | {r['iters']} | {r['rounds']} | "
+                f"{r['floats']:,} | {r['lbfgs_iters']} / {r['lbfgs_nfev']} |")
     if bundled:
         lines += ["", "**scikit-learn's bundled datasets** (standardized, 3 sites, "
                   "alpha = 1e-3, one-vs-rest beyond two classes) beside LogisticRegression "

@@ -403,8 +403,12 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         to ``partial_fit``). In one-vs-rest, every class model uses the
         weights of the rows' own labels.
     max_iter : int, default=300
-        Maximum Newton iterations of ``fit`` (and of the first batch of a
-        ``partial_fit`` stream). Every bundled scikit-learn dataset
+        Maximum iterations of ``fit`` (and of the first batch of a
+        ``partial_fit`` stream): Newton steps, and with ``p + 1 >= 256``
+        parameters per model or three or more classes the L-BFGS iterations
+        that come first (at most half of ``max_iter``; each one summary
+        round, the curvature matrix formed only once a model is close to
+        the optimum). Every bundled scikit-learn dataset
         (standardized) converges well within it at q in {0.5, 1, 4}; a fit
         that runs out warns (``ConvergenceWarning``) with the relative
         objective gap at the returned point.

@@ -1,0 +1,202 @@
+"""A quasi-Newton (L-BFGS) phase of the federated Newton solver, for wide
+rows and one-vs-rest models.
+
+When the curvature matrix costs many gradient rounds (``O(n p²)`` against
+``O(n p)``: at n = 2e4, p = 2000 one matrix is ~70 gradient rounds), or
+when many one-vs-rest models would wait for each other's Newton steps, the
+offline solve of :class:`~skfedpriv.linear_model._newton.NewtonSolver`
+first runs L-BFGS (Nocedal & Wright 2006, Algorithm 7.5; the direction in
+the compact form of Byrd, Nocedal & Schnabel 1994) on gradient rounds
+only: each iteration is one summary request, the loss and gradient at the
+trial point (``p + 2`` numbers per site and model). All one-vs-rest models
+move in lockstep, each with its own memory of pairs ``(s, y)``.
+
+A model leaves the phase once the L-BFGS model's own decrement
+``½ gᵀ H̃ g`` (``H̃`` the L-BFGS inverse curvature) is within
+``_HANDOVER tol |F|`` (``_HANDOVER_CHEAP |F|`` where matrices are cheap):
+an estimate only, so the Newton
+solver then forms the curvature matrix where the model stands, and its
+stopping rule (half the Newton decrement on that matrix, see
+:mod:`~skfedpriv.linear_model._newton`) decides; on wide non-separable rows
+that matrix is the one at the returned point (the renewable state), formed
+once. A model that makes no progress, or runs out of the phase's
+iterations, is handed over as well (the Newton steps continue from there).
+"""
+
+import numpy as np
+
+__all__ = ["LBFGSPhase"]
+
+_MEMORY = 20
+_ARMIJO_SLOPE = 1e-4
+# halvings after the full step and the interpolated one failed
+_HALVINGS = 30
+# the estimated gap (the L-BFGS decrement, from gradients only: objective
+# differences are rounding at this level) a model must reach,
+# as a fraction of tol, before the curvature matrix is formed to check it;
+# where matrices are cheap (few parameters: the phase runs for many
+# one-vs-rest models) the relative gap 1e-4, from which Newton steps on
+# matrices finish (digits: 59-91 rounds instead of 138-227, two matrices
+# per model instead of one; 1e-6: 65-112 rounds, 1e-3: 95-151)
+_HANDOVER = 1e-2
+_HANDOVER_CHEAP = 1e-4
+# the most L-BFGS iterations before the Newton steps take over. No earlier
+# hand-over on a slow rate: at n/p = 10 to 20 (p = 300 to 2000) L-BFGS needs
+# 50 to 125 rounds, and the Newton steps from there still formed 5 to 14
+# matrices (each ~p / 30 gradient rounds) where L-BFGS forms one
+_MAX_ITER = 200
+
+
+class LBFGSPhase:
+    """L-BFGS memories of every model, and the iteration on a solver.
+
+    Parameters
+    ----------
+    solver : NewtonSolver
+        Set up, at the point where the phase starts (with the gradient).
+    start : ndarray of shape (p1, K) or None
+        The previous point and ``start_grad`` its gradient, for a first
+        pair (the grid step of a flat start).
+    start_grad : ndarray of shape (p1, K) or None
+    max_iter : int
+        The most L-BFGS iterations (capped at ``_MAX_ITER``).
+    cheap_matrices : bool
+        Hand over at the relative gap ``_HANDOVER_CHEAP`` (the Newton steps
+        on matrices finish) instead of within ``_HANDOVER tol``.
+    """
+
+    def __init__(self, solver, start=None, start_grad=None, max_iter=_MAX_ITER,
+                 cheap_matrices=False):
+        self.solver = solver
+        self.cheap_matrices = cheap_matrices
+        self.max_iter = min(max_iter, _MAX_ITER)
+        self.running = solver.active.copy()
+        # per model, the pairs kept as rows, oldest first, zero where a model
+        # left one out: S and Y of shape (K, m, p1), and their products
+        # S Yᵀ, Y Yᵀ of shape (K, m, m)
+        p1, n_models = solver.Theta.shape
+        self.S = self.Y = np.zeros((n_models, 0, p1))
+        self.sy = self.yy = np.zeros((n_models, 0, 0))
+        self.n_iter = 0
+        if start is not None:
+            self.remember(solver.Theta - start, solver.grad - start_grad)
+
+    def remember(self, s, y):
+        """Keep the pair ``(s, y)`` for the models where ``sᵀy > 0`` (the
+        curvature condition; for the others the pair is zero, which leaves
+        their ``H̃`` as it was)."""
+        sy = (s * y).sum(axis=0)
+        keep = sy > 1e-12 * np.sqrt((s * s).sum(axis=0) * (y * y).sum(axis=0))
+        self.S = np.concatenate([self.S, (s * keep).T[:, None]], axis=1)[:, -_MEMORY:]
+        self.Y = np.concatenate([self.Y, (y * keep).T[:, None]], axis=1)[:, -_MEMORY:]
+        self.sy = self.S @ np.swapaxes(self.Y, 1, 2)  # s_iᵀ y_j
+        self.yy = self.Y @ np.swapaxes(self.Y, 1, 2)
+
+    def direction(self, grad):
+        """``-H̃ g`` per model, ``H̃`` the L-BFGS inverse curvature of the
+        pairs kept, from ``H̃₀ = γ I`` with ``γ = sᵀy / yᵀy`` of the newest
+        pair a model kept (``1 / scale`` before any), in the compact form
+        (Byrd, Nocedal & Schnabel 1994, eq. 3.1; Nocedal & Wright eq. 7.24's
+        inverse): with ``a = Sᵀg``, ``b = γ Yᵀg``, ``R`` the upper triangle
+        of ``SᵀY`` and ``D`` its diagonal,
+
+        ``H̃ g = γ g + S R⁻ᵀ((D + γ YᵀY) R⁻¹ a - b) - γ Y R⁻¹ a``,
+
+        every model's small systems solved as one stack (no loop over the
+        pairs: the same vector as the two-loop recursion)."""
+        n_models = grad.shape[1]
+        S, Y, sy, yy = self.S, self.Y, self.sy, self.yy
+        if S.shape[1] == 0:
+            return -grad / self.solver.scale
+        diagonal = np.diagonal(sy, axis1=1, axis2=2)
+        kept = diagonal > 0
+        newest = kept.shape[1] - 1 - np.argmax(kept[:, ::-1], axis=1)
+        models = np.arange(n_models)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            gamma = np.where(kept.any(axis=1), diagonal[models, newest]
+                             / np.diagonal(yy, axis1=1, axis2=2)[models, newest],
+                             1.0 / self.solver.scale)
+        # a pair left out (zero) gets a unit diagonal in R: its components vanish
+        R = np.triu(sy) + (~kept)[:, :, None] * np.eye(sy.shape[1])
+        g = grad.T[:, :, None]  # (K, p1, 1)
+        Rinv_a = np.linalg.solve(R, S @ g)
+        inner = (diagonal[..., None] * Rinv_a + gamma[:, None, None] * (yy @ Rinv_a)
+                 - gamma[:, None, None] * (Y @ g))
+        top = np.linalg.solve(np.swapaxes(R, 1, 2), inner)
+        Hg = (gamma[:, None, None] * g + np.swapaxes(S, 1, 2) @ top
+              - gamma[:, None, None] * (np.swapaxes(Y, 1, 2) @ Rinv_a))
+        return -Hg[:, :, 0].T
+
+    def iterate(self):
+        """One L-BFGS iteration of the running models (:meth:`step`). Hands
+        over the models within the estimated gap; False once none runs."""
+        solver = self.solver
+        running = self.running & solver.active
+        direction = np.where(running, 1.0, 0.0) * self.direction(solver.grad)
+        decrement = -0.5 * (solver.grad * direction).sum(axis=0)
+        level = _HANDOVER_CHEAP if self.cheap_matrices else _HANDOVER * solver.tol
+        target = level * solver.stream_weight * np.abs(solver.value)
+        done = running & (decrement <= target)
+        self.hand_over(done | (running & (self.n_iter >= self.max_iter)))
+        running = self.running & solver.active
+        if not running.any():
+            return False
+        self.n_iter += 1
+        direction *= np.where(running, 1.0, 0.0)
+        Theta_new, value_new, moved, grad_new = self.step(direction, running)
+        self.remember(Theta_new - solver.Theta, np.where(moved, grad_new - solver.grad, 0.0))
+        decrease = solver.value - value_new
+        stuck = running & ~(moved & (decrease > 4 * np.finfo(float).eps * np.abs(solver.value)))
+        self.hand_over(stuck)
+        solver.Theta, solver.value = Theta_new, value_new
+        solver.grad = np.where(moved, grad_new, solver.grad)
+        solver.history.append(solver.value.copy())
+        return True
+
+    def step(self, direction, running):
+        """Armijo steps along ``direction``: the full step's loss and gradient
+        in one round; a model whose full step fails tries, in one more such
+        round, the minimizer of the quadratic through its value and slope at
+        0 and its value at 1 (within [0.1, 0.5]; Nocedal & Wright eq. 3.57);
+        one still failing backtracks by halvings (one round) and asks its
+        gradient (one more). Returns the new parameters, objective, the
+        models moved and the gradient there."""
+        solver = self.solver
+        Theta, value, grad = solver.Theta, solver.value, solver.grad
+        slope = (grad * direction).sum(axis=0)
+        trying = running & (slope < 0)
+        step = np.where(trying, 1.0, 0.0)
+        Theta_new, value_new, moved = Theta, value.copy(), np.zeros_like(running)
+        grad_new = grad
+        for _ in range(2):
+            trial = Theta + step * direction
+            trial_value, trial_grad, _ = solver.objective_and_gradient(trial, False)
+            passed = trying & (trial_value <= value + _ARMIJO_SLOPE * step * slope)
+            Theta_new = np.where(passed, trial, Theta_new)
+            value_new = np.where(passed, trial_value, value_new)
+            grad_new = np.where(passed, trial_grad, grad_new)
+            moved |= passed
+            trying &= ~passed
+            if not trying.any():
+                return Theta_new, value_new, moved, grad_new
+            with np.errstate(divide="ignore", invalid="ignore"):
+                quadratic = -slope / (2.0 * (trial_value - value - slope))
+            step = np.where(trying, np.clip(np.nan_to_num(quadratic, nan=0.5), 0.1, 0.5),
+                            np.where(moved, step, 0.0))
+        searched, searched_value, searched_moved = solver.line_search(
+            direction, trying, value, grad, _HALVINGS, full_step_known_bad=True)
+        Theta_new = np.where(searched_moved, searched, Theta_new)
+        value_new = np.where(searched_moved, searched_value, value_new)
+        if searched_moved.any():
+            grad_new = np.where(searched_moved,
+                                solver.objective_and_gradient(Theta_new, False)[1], grad_new)
+        return Theta_new, value_new, moved | searched_moved, grad_new
+
+    def hand_over(self, models):
+        """The Newton steps take ``models`` over: their curvature matrix is
+        formed where they stand (the exact stopping test) and their next
+        Newton step is an undamped one (the local phase)."""
+        models = models & self.running
+        self.running &= ~models
+        self.solver.stale |= models
+        self.solver.full_step |= models

@@ -1,0 +1,159 @@
+"""Wide rows (issue #23): the L-BFGS phase before the Newton steps reaches
+the same optimum as an independent solver, forms the curvature matrix once
+(at the returned point: the renewable state), and a stream continues from
+that state as from the Newton steps' own."""
+
+import numpy as np
+import pytest
+from _reference import gendwd_objective
+from scipy.optimize import minimize
+from test_dwd_bundled import _models
+from test_dwd_solver import _count_curvature_matrices
+
+from skfedpriv import DWDClassifier
+from skfedpriv._losses import gendwd_smoothed_curvature
+from skfedpriv.datasets import make_federated_gaussians
+from skfedpriv.linear_model import _newton
+from skfedpriv.linear_model._quasi_newton import LBFGSPhase
+
+ALPHA = 1e-3
+
+
+def _wide(n, p, seed=0, n_classes=2):
+    """Non-separable wide rows: the paper's Gaussian classes at the mean
+    offset 0.2 sqrt(50 / p) (benchmarks' wide part), 3 sites; with more
+    classes, the label is the class of the nearer of shifted means."""
+    X, y, g, batch = make_federated_gaussians(
+        n_sites=3, n_batches=max(n // 30, 1), n_per_batch=10, n_features=p,
+        mu=0.2 * np.sqrt(50.0 / p), random_state=seed)
+    if n_classes > 2:
+        y = np.random.default_rng(seed).integers(0, n_classes, len(y))
+        X = X + 0.3 * np.sqrt(50.0 / p) * (y[:, None] == np.arange(p) % n_classes)
+    return X, y, g, batch
+
+
+def _check_optimum(clf, X, y, q):
+    """Per model: relative gap <= 1e-10 against L-BFGS-B on the same
+    objective, the stopping rule on the kept curvature, and the kept
+    curvature the smoothed one (plus ridge) at the returned point."""
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    weights = np.ones(len(X))
+    ridge = np.diag(ALPHA * len(X) * np.r_[0.0, np.ones(X.shape[1])])
+    for k, (theta, labels) in enumerate(_models(clf, y)):
+        args = (Xbar, labels, weights, q, ALPHA)
+        value, grad = gendwd_objective(theta, *args)
+        reference = minimize(gendwd_objective, np.zeros_like(theta), args=args, jac=True,
+                             method="L-BFGS-B",
+                             options=dict(gtol=1e-12, ftol=1e-16, maxiter=5000, maxcor=20))
+        assert value <= reference.fun * (1 + 1e-10)
+        d = gendwd_smoothed_curvature(labels * (Xbar @ theta), q)
+        expected = Xbar.T @ (d[:, None] * Xbar) + ridge
+        np.testing.assert_allclose(clf.curvature_[k], expected, rtol=1e-9, atol=1e-8)
+        assert 0.5 * grad @ np.linalg.solve(expected, grad) <= clf.tol * value
+
+
+@pytest.mark.parametrize("q", [0.5, 1.0, 4.0])
+def test_wide_fit_reaches_the_optimum_forming_the_curvature_matrix_once(q, monkeypatch):
+    X, y, g, _ = _wide(3000, 300)
+    formed = _count_curvature_matrices(monkeypatch)
+    clf = DWDClassifier(q=q, alpha=ALPHA).fit(X, y, sample_group=g)
+    assert len(formed) == 1  # at the returned point, for the renewable state
+    _check_optimum(clf, X, y, q)
+
+
+def test_wide_one_vs_rest_models_each_reach_their_optimum():
+    X, y, g, _ = _wide(2400, 260, seed=1, n_classes=3)
+    clf = DWDClassifier(alpha=ALPHA).fit(X, y, sample_group=g)
+    assert len(clf.classes_) == 3
+    _check_optimum(clf, X, y, 1.0)
+
+
+def test_a_stream_continues_from_the_wide_fit_as_from_the_newton_steps(monkeypatch):
+    X, y, g, batch = _wide(3000, 300, seed=2)
+    first, second = batch < batch.max() // 2, batch >= batch.max() // 2
+    quasi = DWDClassifier(alpha=ALPHA).fit(X[first], y[first], sample_group=g[first])
+    monkeypatch.setattr(_newton, "_QUASI_NEWTON_PARAMS", 10**9)  # Newton steps only
+    newton = DWDClassifier(alpha=ALPHA).fit(X[first], y[first], sample_group=g[first])
+    # both stopped within tol = 1e-12 of the same optimum: the same state to
+    # the optimum's precision (square root of the objective's)
+    scale = np.abs(newton.curvature_).max()
+    np.testing.assert_allclose(quasi.coef_, newton.coef_, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(quasi.curvature_, newton.curvature_, rtol=1e-5, atol=1e-6 * scale)
+    for clf in (quasi, newton):
+        clf.partial_fit(X[second], y[second], sample_group=g[second])
+    # the online batch (10 steps on the curvature at the start, eq. 35) moves
+    # both alike; its steps amplify the states' 1e-7 difference to ~1e-5
+    # (and the batch's smoothed curvature, steep next to the kink, the sum)
+    np.testing.assert_allclose(quasi.coef_, newton.coef_, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(quasi.curvature_, newton.curvature_, rtol=1e-4, atol=1e-4 * scale)
+
+
+def test_lbfgs_direction_is_the_bfgs_update_of_the_pairs_kept():
+    # BFGS: the updated inverse curvature maps the newest y to the newest s
+    # (Nocedal & Wright eq. 6.17), whatever the older pairs and H0
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((6, 6))
+    A = A @ A.T + 6 * np.eye(6)
+
+    class Solver:
+        active = np.ones(2, dtype=bool)
+        scale = 1.0
+        Theta = np.zeros((6, 2))
+
+    phase = LBFGSPhase(Solver())
+    for _ in range(4):
+        s = rng.standard_normal((6, 2))
+        phase.remember(s, A @ s)
+    np.testing.assert_allclose(phase.direction(A @ s), -s, rtol=1e-10)
+    # the BFGS inverse updates written out (Nocedal & Wright eq. 6.17) from
+    # H0 = γ I, γ = sᵀy / yᵀy of the newest pair
+    g = rng.standard_normal((6, 2))
+    for k in range(2):
+        pairs = list(zip(phase.S[k], phase.Y[k]))
+        gamma = pairs[-1][0] @ pairs[-1][1] / (pairs[-1][1] @ pairs[-1][1])
+        H = gamma * np.eye(6)
+        for s_k, y_k in pairs:
+            rho = 1.0 / (s_k @ y_k)
+            V = np.eye(6) - rho * np.outer(y_k, s_k)
+            H = V.T @ H @ V + rho * np.outer(s_k, s_k)
+        np.testing.assert_allclose(phase.direction(g)[:, k], -H @ g[:, k], rtol=1e-9)
+    # a pair breaking the curvature condition is left out of that model's recursion
+    bad = rng.standard_normal((6, 2))
+    phase.remember(bad, np.column_stack([A @ bad[:, 0], -bad[:, 1]]))
+    np.testing.assert_allclose(phase.direction(A @ bad)[:, 0], -bad[:, 0], rtol=1e-10)
+    np.testing.assert_allclose(phase.direction(A @ s)[:, 1], -s[:, 1], rtol=1e-10)
+
+
+def test_one_vs_rest_phase_takes_fewer_rounds_and_matrices_to_the_same_optimum(monkeypatch):
+    # digits (10 classes, the 70 % split of issue #23): the L-BFGS phase moves
+    # every class model in one round; the Newton steps alone wait for the
+    # slowest model's CG each round and form matrices along the way
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+
+    from skfedpriv.linear_model import _renewable
+
+    X, y = load_digits(return_X_y=True)
+    X, _, y, _ = train_test_split(X, y, train_size=0.7, random_state=0)
+    X = StandardScaler().fit_transform(X)
+    infos, original = [], _renewable.solve_batch
+
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        infos.append(out[2])
+        return out
+
+    monkeypatch.setattr(_renewable, "solve_batch", spy)
+    formed = _count_curvature_matrices(monkeypatch)
+    quasi = DWDClassifier(alpha=ALPHA).fit(X, y)
+    quasi_matrices = len(formed)
+    monkeypatch.setattr(_newton, "_QUASI_NEWTON_MODELS", 10**9)  # Newton steps only
+    newton = DWDClassifier(alpha=ALPHA).fit(X, y)
+    assert infos[0]["rounds"] < 0.5 * infos[1]["rounds"]
+    assert quasi_matrices < 0.5 * (len(formed) - quasi_matrices)
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    for (theta, labels), (other, _) in zip(_models(quasi, y), _models(newton, y)):
+        args = (Xbar, labels, np.ones(len(X)), 1.0, ALPHA)
+        values = gendwd_objective(theta, *args)[0], gendwd_objective(other, *args)[0]
+        assert abs(values[0] - values[1]) <= 1e-11 * values[1]
