@@ -38,6 +38,7 @@ from ._dwd_private import continual_update, local_gaussian_update, published_pri
 from ._dwd_settings import CONTINUAL, dwd_settings
 from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step
+from ._inference_private import ROUNDS, inference_releases, private_newton_inference
 from ._inference import (
     CoefficientInferenceMixin,
     inference_attributes,
@@ -124,10 +125,20 @@ def _charge(settings, epsilon, delta, *, note, **details):
 
 def _local_gaussian(sites, stream, settings, *, first):
     """Site-local Gaussian perturbation of every summary; the budget is
-    charged once per stream, before any noise is drawn."""
+    charged once per stream, before any noise is drawn. With ``inference``
+    (first batch only) the pilot is refined and gets its noise-aware
+    covariance (:mod:`._inference_private`), charged in the same mechanism."""
     epsilon, delta = settings.epsilon, settings.delta
     n_models = stream.theta.shape[1]
+    if settings.inference and not first:
+        raise NotImplementedError(
+            "inference=True with mechanism='local-gaussian' covers one batch (fit, or "
+            "the first partial_fit) only: the covariance of a private stream's later "
+            "batches is not propagated yet. Start a new stream with fit."
+        )
     releases = local_gaussian_releases(n_models, settings.online_steps, first)
+    if settings.inference:
+        releases += inference_releases(n_models)
     sigma = local_gaussian_sigma(epsilon, delta, releases, settings.calibration)
     if first:
         spent = (_gaussian_claim(epsilon, delta, sigma, releases), delta)
@@ -143,8 +154,14 @@ def _local_gaussian(sites, stream, settings, *, first):
         clip_norm=settings.clip_norm, step_radius=settings.step_radius,
     )
     release = dict(privacy_spent_=spent, noise_scale_=sigma, rho_=None)
-    return theta, curvature, settings.online_steps, release, (
-        noise_var + stream.curvature_noise_var)
+    n_iter = settings.online_steps
+    if settings.inference:
+        theta, curvature, coef_cov = private_newton_inference(
+            sites, theta, sigma, stream.rng, loss=settings.loss, alpha=settings.alpha,
+            fit_intercept=settings.fit_intercept, clip_norm=settings.clip_norm)
+        release.update(inference_attributes(coef_cov, settings.fit_intercept))
+        n_iter += ROUNDS
+    return theta, curvature, n_iter, release, (noise_var + stream.curvature_noise_var)
 
 
 def _published(sites, stream, settings, *, first):
