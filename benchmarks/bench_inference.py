@@ -49,7 +49,7 @@ from _output import benchmark_parser, output_dir, wrote  # noqa: E402
 MU, SIGMA, SITES, BATCHES = 0.2, 1.0, 5, 20
 FIELDS = ["n", "p", "q", "classes", "mode", "mechanism", "epsilon", "reps", "coverage",
           "coverage_min", "coverage_max", "mc_se", "width_coef", "width_intercept",
-          "width_ratio", "se_ratio_min", "se_ratio_max", "bias_max", "seconds"]
+          "width_ratio", "unresolved", "se_ratio_min", "se_ratio_max", "bias_max", "seconds"]
 
 
 def private_estimator(q, p, epsilon, seed):
@@ -70,7 +70,9 @@ def one_replication(seed, n, p, q, ratio, mode, epsilon=None):
             warnings.simplefilter("ignore")
             private = private_estimator(q, p, epsilon, seed).fit(X, y, sample_group=g)
         public = DWDClassifier(q=q, inference=True).fit(X, y, sample_group=g)
-        return np.stack([private.confint(0.95)[0], public.confint(0.95)[0]])
+        estimate = np.r_[private.intercept_, private.coef_[0]]
+        return np.stack([private.confint(0.95)[0], public.confint(0.95)[0],
+                         np.column_stack([estimate, estimate])])
     clf = DWDClassifier(q=q, inference=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -81,7 +83,7 @@ def one_replication(seed, n, p, q, ratio, mode, epsilon=None):
                 rows = b == k
                 clf.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=[-1, 1])
     interval = clf.confint(0.95)[0]
-    return np.stack([interval, interval])
+    return np.stack([interval, interval, interval])
 
 
 def replications(seeds, *cell):
@@ -95,25 +97,30 @@ def run_cell(n, p, q, ratio, mode, epsilon, reps, n_jobs):
     chunks = np.array_split(np.arange(reps), max(1, n_jobs * 4))
     results = Parallel(n_jobs=n_jobs)(
         delayed(replications)(chunk, n, p, q, ratio, mode, epsilon) for chunk in chunks)
-    both = np.array([r for chunk in results for r in chunk])  # (reps, 2, p+1, 2)
+    both = np.array([r for chunk in results for r in chunk])  # (reps, 3, p+1, 2)
     intervals = both[:, 0]
     public_width = both[:, 1, :, 1] - both[:, 1, :, 0]
-    covered = (intervals[..., 0] <= target) & (target <= intervals[..., 1])
-    per_parameter = covered.mean(axis=0)
     width = intervals[..., 1] - intervals[..., 0]
-    # the estimate is the interval's midpoint, its standard error the half-width / z
-    estimates = intervals.mean(axis=-1)
-    spread = estimates.std(axis=0, ddof=1)
-    se_ratio = width.mean(axis=0) / (2 * 1.959963984540054) / spread
-    bias = np.abs(estimates.mean(axis=0) - target) / spread
+    # coverage of the published intervals (a fit whose covariance is NaN
+    # publishes none: counted apart, as "NaN SE")
+    published = ~np.isnan(width).any(axis=1)
+    covered = ((intervals[..., 0] <= target) & (target <= intervals[..., 1]))[published]
+    per_parameter = covered.mean(axis=0) if len(covered) else np.full(p + 1, np.nan)
+    # the estimate, its standard error the half-width / z (over published fits)
+    estimates = both[:, 2].mean(axis=-1)
+    spread = estimates[published].std(axis=0, ddof=1) if published.sum() > 1 else np.nan
+    se_ratio = np.nanmean(width, axis=0) / (2 * 1.959963984540054) / spread
+    bias = np.abs(estimates.mean(axis=0) - target) / estimates.std(axis=0, ddof=1)
     return dict(
         n=n, p=p, q=q, classes="balanced" if ratio == 1 else "4:1", mode=mode,
         mechanism="none" if epsilon is None else "local-gaussian",
         epsilon=math.inf if epsilon is None else epsilon,
-        reps=reps, coverage=covered.mean(), coverage_min=per_parameter.min(),
+        reps=reps, coverage=covered.mean() if len(covered) else np.nan,
+        coverage_min=per_parameter.min(),
         coverage_max=per_parameter.max(), mc_se=np.sqrt(0.95 * 0.05 / reps),
-        width_coef=width[:, 1:].mean(), width_intercept=width[:, 0].mean(),
-        width_ratio=(width / public_width).mean(),
+        width_coef=np.nanmean(width[:, 1:]), width_intercept=np.nanmean(width[:, 0]),
+        width_ratio=np.nanmean(width / public_width),
+        unresolved=1.0 - published.mean(),
         se_ratio_min=se_ratio.min(), se_ratio_max=se_ratio.max(), bias_max=bias.max(),
         seconds=time.perf_counter() - start)
 
@@ -136,8 +143,9 @@ def cells(quick, private_only=False):
 
 def markdown(rows):
     lines = ["| n | p | q | classes | fit | ε | coverage (pooled) | min–max over parameters | "
-             "mean width coef / intercept | width vs non-private | SE / SD | max bias / SD | reps |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "mean width coef / intercept | width vs non-private | NaN SE (no interval) | SE / SD | max bias / SD | "
+             "reps |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         eps = "–" if r["mechanism"] == "none" else f"{r['epsilon']:g}"
         lines.append(
@@ -145,10 +153,11 @@ def markdown(rows):
             f"{100 * r['coverage']:.1f} % | {100 * r['coverage_min']:.1f}–"
             f"{100 * r['coverage_max']:.1f} % | {r['width_coef']:.4f} / "
             f"{r['width_intercept']:.4f} | {r['width_ratio']:.2f} | "
+            f"{100 * r['unresolved']:.0f} % | "
             f"{r['se_ratio_min']:.2f}–{r['se_ratio_max']:.2f} | "
             f"{r['bias_max']:.2f} | {r['reps']} |")
     lines.append("| 2000, 20000 | 5, 20 | 1, 4 | both | stream | 1, 4 | not offered (a private "
-                 "stream's later batches carry no covariance yet) | | | | | | |")
+                 "stream's later batches carry no covariance yet) | | | | | | | |")
     return "\n".join(lines) + "\n"
 
 

@@ -233,3 +233,16 @@ def test_private_coverage(simulated):
     half = norm.ppf(0.975) * np.sqrt(variances)
     coverage = (np.abs(estimates - target) <= half).mean()
     assert 0.90 <= coverage <= 0.99, coverage
+
+
+def test_unresolved_curvature_publishes_no_interval():
+    """600 rows at 3 sites: the noised curvature is below its noise level,
+    the rounds cannot be trusted to have removed the pilot's error: the
+    covariance is NaN (no interval), with a warning; the model is kept."""
+    from skfedpriv.privacy import NoiseDominatesWarning
+
+    X, y, g = _data(3, n=600, sites=3)
+    with pytest.warns(NoiseDominatesWarning, match="standard errors"):
+        clf = _private(epsilon=1.0).fit(X, y, sample_group=g)
+    assert np.isnan(clf.coef_se_).all() and np.isnan(clf.confint()).all()
+    assert np.isfinite(clf.coef_).all()

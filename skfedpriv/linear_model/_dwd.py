@@ -464,10 +464,13 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         summary the sites send per batch (two ``p1 × p1`` sums per model, no
         rows), propagated over the stream in ``O(p1²)`` memory per model
         (see :doc:`/guide_inference`). The target is the population
-        minimizer of the objective at the same ``alpha``. Without a
-        mechanism only (a mechanism with ``inference=True`` raises), and
-        only with sites in this process (:meth:`fit_sites` refuses sites
-        that do not send the summary).
+        minimizer of the objective at the same ``alpha``. Only with sites
+        in this process (:meth:`fit_sites` refuses sites that do not send
+        the summary). Under ``mechanism='local-gaussian'``: one batch
+        (``fit`` or a stream's first ``partial_fit``; a later batch raises
+        ``NotImplementedError`` and changes nothing), the fit refined by
+        3 Newton rounds on noised exact curvatures and the interval widened
+        by the privacy noise (see Notes); the other mechanisms raise.
 
     Attributes
     ----------
@@ -490,9 +493,11 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         under every mechanism it lives in the training state, never in a
         release.
     coef_cov_ : ndarray of shape (n_models, p1, p1)
-        With ``inference=True`` (no mechanism): the estimated covariance of
-        each model's parameters ``(intercept, coef)`` (intercept first when
-        ``fit_intercept``); NaN for a model without an estimate yet.
+        With ``inference=True``: the estimated covariance of each model's
+        parameters ``(intercept, coef)`` (intercept first when
+        ``fit_intercept``); NaN for a model without an estimate yet. Under
+        'local-gaussian' it includes the privacy noise and is formed from
+        noised releases only (post-processing, covered as ``coef_``).
     coef_se_ : ndarray of shape (n_models, n_features)
         With ``inference=True``: standard errors of ``coef_``.
     intercept_se_ : ndarray of shape (n_models,)
@@ -506,7 +511,8 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         this is the number of rows, public (batch sizes are public).
     n_iter_ : int
         Iterations of the last ``fit`` or ``partial_fit``; with a mechanism
-        it is ``online_steps`` ('local-gaussian') or 1 (Algorithm 2,
+        it is ``online_steps`` ('local-gaussian'; plus 3 with
+        ``inference=True``) or 1 (Algorithm 2,
         'local-tree', 'local-blt'), data-independent.
     privacy_spent_ : tuple of float
         ``(epsilon, delta)`` charged for the stream so far; ``(inf, 0.0)``
@@ -569,7 +575,16 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
       grow with the stream: the budget is charged once, as one Gaussian
       mechanism of noise multiplier σ and sensitivity ``sqrt(releases)``
       of the first batch (every batch has the same ratio), so it composes
-      exactly with other Gaussian charges.
+      exactly with other Gaussian charges. With ``inference=True`` the
+      fit (one batch) makes, per model, 3 more rounds of releases from the
+      pilot: the gradient sum (sensitivity ``2 C2``, noise ``σ`` per unit),
+      the exact curvature ``Σ V_q''(u_i) x̄_i x̄_iᵀ`` (upper triangle,
+      ``sqrt(2) (q+1)²/q C2²``) and, in the last round, the score outer
+      products ``Σ V_q'(u_i)² x̄_i x̄_iᵀ`` (``sqrt(2) C2²``), the two
+      matrices at ``σ / 3`` per unit of sensitivity: each counts as 9
+      releases, so ``releases`` grows by ``K (3 + 9 · 4)`` and the one
+      charge (and the claim above, for every site message and every
+      released attribute, ``coef_se_``/``coef_cov_`` included) covers them.
     * ``'laplace'`` / ``'gaussian'``: Algorithm 2 as published, one release
       per batch: ``θ_b`` minimizes the perturbed objective ``Q`` (eq. 41)
       over the ball ``‖θ - θ_{b-1}‖ <= R`` (objective perturbation over a

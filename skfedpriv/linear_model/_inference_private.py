@@ -40,10 +40,12 @@ References
 """
 
 import math
+import warnings
 
 import numpy as np
 
 from .._losses import penalty_mask
+from ..privacy._continual_summaries import NoiseDominatesWarning
 from ..privacy._mechanisms import symmetric_gaussian_noise
 from ..privacy._objective_perturbation import summary_sensitivity
 from ..privacy._score_outer import exact_curvature_sensitivity, score_outer_sensitivity
@@ -53,7 +55,7 @@ from ._inference import propagate_covariance, score_covariance
 from ._inference_sites import InferenceSummary, site_inference_summary
 from ._dwd_solver import _solve_psd
 
-__all__ = ["PRECISION", "ROUNDS", "inference_releases", "noised_inference_summary",
+__all__ = ["PRECISION", "RESOLVED", "ROUNDS", "inference_releases", "noised_inference_summary",
            "private_newton_inference"]
 
 #: Newton rounds on the exact curvature after the 'local-gaussian' pilot.
@@ -63,6 +65,10 @@ ROUNDS = 3
 #: equal noise left the coefficients biased by 1.2 standard deviations
 #: (coverage 66 %), ``PRECISION = 3`` by 0.1 (coverage 96.5 %).
 PRECISION = 3.0
+#: The largest error the Newton rounds may leave of the pilot's, per
+#: parameter, as a fraction of the root mean standard error
+#: (:func:`_unresolved`): above it the covariance is not published (NaN).
+RESOLVED = 0.5
 
 
 def inference_releases(n_models):
@@ -161,5 +167,40 @@ def private_newton_inference(sites, theta, sigma, rng, *, loss, alpha, fit_inter
             cov = propagate_covariance(
                 None, system, None, middle + score_covariance(summary, theta, penalty))
         noise_cov = propagate_covariance(None, system, None, middle)
-        theta = theta - _solve_psd(system, grad + ridge[:, None] * theta)
+        step = _solve_psd(system, grad + ridge[:, None] * theta)
+        first_step = step if round_ == 0 else first_step
+        theta = theta - step
+    unresolved = _unresolved(curvature, math.sqrt(entry_var), first_step, cov)
+    if unresolved.any():
+        cov[unresolved] = np.nan
+        warnings.warn(NoiseDominatesWarning(
+            "mechanism='local-gaussian', inference=True: the sites' noised curvature is "
+            "below its noise level for some models, so the refined estimate may not have "
+            "converged and an interval around it would under-cover; their standard errors "
+            "are NaN. More rows per site, fewer sites or features, or a larger epsilon "
+            "resolve it."), stacklevel=6)
     return theta, curvature, cov
+
+
+def _unresolved(curvature, noise_std, first_step, cov):
+    """Models whose pilot error the rounds may not have removed (from
+    released sums only: post-processing).
+
+    With ``m`` the mean eigenvalue of the noised curvature (trace / p1) and
+    ``F = 2 noise_std sqrt(p1)`` the repair floor of
+    :func:`~._dwd_private._project_psd`, a round removes about a fraction
+    ``m / max(F, m)`` of the error, and the first round's step is that
+    fraction of the pilot's error. The error left after :data:`ROUNDS`
+    rounds, per parameter, is compared with the root mean standard error:
+    above :data:`RESOLVED` times it, the interval would be centred off
+    target.
+    """
+    p1 = curvature.shape[-1]
+    mean_eigenvalue = np.trace(curvature, axis1=1, axis2=2) / p1
+    level = np.maximum(2.0 * noise_std * math.sqrt(p1), mean_eigenvalue)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kept = np.where(mean_eigenvalue > 0, 1.0 - mean_eigenvalue / level, 1.0)
+        pilot_error = np.linalg.norm(first_step, axis=0) * level / mean_eigenvalue
+        left = kept**ROUNDS * np.where(mean_eigenvalue > 0, pilot_error, np.inf)
+    rms_se = np.sqrt(np.trace(cov, axis1=1, axis2=2) / p1)
+    return ~(left / math.sqrt(p1) <= RESOLVED * rms_se)
