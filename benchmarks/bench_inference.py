@@ -21,7 +21,7 @@ Private cells (ε in {1, 4}): ``mechanism='local-gaussian'`` with
 offered). Each private replication also fits the non-private interval on
 the same rows: "width vs non-private" is the mean ratio of the widths.
 
-    python benchmarks/bench_inference.py [--quick] [--reps R] [--n-jobs J] [--private-only]
+    python benchmarks/bench_inference.py [--quick] [--reps R] [--n-jobs J] [--private-only] [--features P ...]
 
 Writes inference.csv and inference.md (``*_quick`` with ``--quick``) into
 ``--output-dir`` (default ``benchmarks/results``); the CSV is rewritten after
@@ -168,6 +168,8 @@ def main():
     parser.add_argument("--n-jobs", type=int, default=1, help="joblib processes")
     parser.add_argument("--private-only", action="store_true",
                         help="run the private (epsilon in {1, 4}) cells only")
+    parser.add_argument("--features", type=int, nargs="*", default=None,
+                        help="run the cells of these p only (default: all)")
     args = parser.parse_args()
     reps = args.reps or (100 if args.quick else 1000)
     folder = output_dir(args.output_dir)
@@ -175,7 +177,11 @@ def main():
     if args.private_only:
         stem += "_private"
     rows = []
-    for n, p, q, ratio, mode, epsilon in cells(args.quick, args.private_only):
+    if args.features:
+        stem += "_p" + "_".join(map(str, args.features))
+    chosen = [c for c in cells(args.quick, args.private_only)
+              if not args.features or c[1] in args.features]
+    for n, p, q, ratio, mode, epsilon in chosen:
         row = run_cell(n, p, q, ratio, mode, epsilon, reps, args.n_jobs)
         rows.append(row)
         print(" ".join(f"{k}={row[k]:.4g}" if isinstance(row[k], float) else f"{k}={row[k]}"
