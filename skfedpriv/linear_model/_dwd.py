@@ -470,7 +470,9 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         (``fit`` or a stream's first ``partial_fit``; a later batch raises
         ``NotImplementedError`` and changes nothing), the fit refined by
         3 Newton rounds on noised exact curvatures and the interval widened
-        by the privacy noise (see Notes); the other mechanisms raise.
+        by the privacy noise (see Notes; where the noised curvature is
+        near its noise floor they can under-cover, measured in
+        ``benchmarks/README.md``); the other mechanisms raise.
 
     Attributes
     ----------
