@@ -192,9 +192,9 @@ def test_refusals_change_nothing():
     X, y, _ = _rows()
     with pytest.raises(AttributeError, match="inference=True"):
         DWDClassifier().fit(X, y).confint()
-    private = DWDClassifier(inference=True, mechanism="local-gaussian", clip_norm=3.0,
-                            classes=[0, 1])
-    with pytest.raises(InvalidParameterError, match="privacy mechanism"):
+    private = DWDClassifier(inference=True, mechanism="local-tree", clip_norm=3.0,
+                            classes=[0, 1], n_batches=2)
+    with pytest.raises(InvalidParameterError, match="local-gaussian' only"):
         private.fit(X, y)
     assert not hasattr(private, "coef_")
 

@@ -39,6 +39,7 @@ from ._dwd_secagg import SECAGG, SecAggDWDStream, secagg_plan, warn_if_wraps
 from ._dwd_settings import CONTINUAL, dwd_settings
 from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step
+from ._inference_private import ROUNDS, inference_releases, private_newton_inference
 from ._inference import (
     CoefficientInferenceMixin,
     inference_attributes,
@@ -127,10 +128,20 @@ def _charge(settings, epsilon, delta, *, note, **details):
 
 def _local_gaussian(sites, stream, settings, *, first):
     """Site-local Gaussian perturbation of every summary; the budget is
-    charged once per stream, before any noise is drawn."""
+    charged once per stream, before any noise is drawn. With ``inference``
+    (first batch only) the pilot is refined and gets its noise-aware
+    covariance (:mod:`._inference_private`), charged in the same mechanism."""
     epsilon, delta = settings.epsilon, settings.delta
     n_models = stream.theta.shape[1]
+    if settings.inference and not first:
+        raise NotImplementedError(
+            "inference=True with mechanism='local-gaussian' covers one batch (fit, or "
+            "the first partial_fit) only: the covariance of a private stream's later "
+            "batches is not propagated yet. Start a new stream with fit."
+        )
     releases = local_gaussian_releases(n_models, settings.online_steps, first)
+    if settings.inference:
+        releases += inference_releases(n_models)
     sigma = local_gaussian_sigma(epsilon, delta, releases, settings.calibration)
     if first:
         spent = (_gaussian_claim(epsilon, delta, sigma, releases), delta)
@@ -146,8 +157,14 @@ def _local_gaussian(sites, stream, settings, *, first):
         clip_norm=settings.clip_norm, step_radius=settings.step_radius,
     )
     release = dict(privacy_spent_=spent, noise_scale_=sigma, rho_=None)
-    return theta, curvature, settings.online_steps, release, (
-        noise_var + stream.curvature_noise_var)
+    n_iter = settings.online_steps
+    if settings.inference:
+        theta, curvature, coef_cov = private_newton_inference(
+            sites, theta, sigma, stream.rng, loss=settings.loss, alpha=settings.alpha,
+            fit_intercept=settings.fit_intercept, clip_norm=settings.clip_norm)
+        release.update(inference_attributes(coef_cov, settings.fit_intercept))
+        n_iter += ROUNDS
+    return theta, curvature, n_iter, release, (noise_var + stream.curvature_noise_var)
 
 
 def _published(sites, stream, settings, *, first):
@@ -510,10 +527,15 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         summary the sites send per batch (two ``p1 × p1`` sums per model, no
         rows), propagated over the stream in ``O(p1²)`` memory per model
         (see :doc:`/guide_inference`). The target is the population
-        minimizer of the objective at the same ``alpha``. Without a
-        mechanism only (a mechanism with ``inference=True`` raises), and
-        only with sites that send the summary (in this process, or remote
-        non-private sites; :meth:`fit_sites` refuses others).
+        minimizer of the objective at the same ``alpha``. Without a mechanism, with sites
+        that send the summary (in this process, or remote non-private
+        sites; :meth:`fit_sites` refuses others). Under ``mechanism='local-gaussian'``: one batch
+        (``fit`` or a stream's first ``partial_fit``; a later batch raises
+        ``NotImplementedError`` and changes nothing), the fit refined by
+        3 Newton rounds on noised exact curvatures and the interval widened
+        by the privacy noise (see Notes; where the noised curvature is
+        near its noise floor they can under-cover, measured in
+        ``benchmarks/README.md``); the other mechanisms raise.
     honest_sites : int or None, default=None
         'secagg-tree' only: the number of sites assumed honest (not
         colluding with the server, not dropping out). Each site adds the
@@ -553,9 +575,11 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         under every mechanism it lives in the training state, never in a
         release.
     coef_cov_ : ndarray of shape (n_models, p1, p1)
-        With ``inference=True`` (no mechanism): the estimated covariance of
-        each model's parameters ``(intercept, coef)`` (intercept first when
-        ``fit_intercept``); NaN for a model without an estimate yet.
+        With ``inference=True``: the estimated covariance of each model's
+        parameters ``(intercept, coef)`` (intercept first when
+        ``fit_intercept``); NaN for a model without an estimate yet. Under
+        'local-gaussian' it includes the privacy noise and is formed from
+        noised releases only (post-processing, covered as ``coef_``).
     coef_se_ : ndarray of shape (n_models, n_features)
         With ``inference=True``: standard errors of ``coef_``.
     intercept_se_ : ndarray of shape (n_models,)
@@ -569,7 +593,8 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         this is the number of rows, public (batch sizes are public).
     n_iter_ : int
         Iterations of the last ``fit`` or ``partial_fit``; with a mechanism
-        it is ``online_steps`` ('local-gaussian') or 1 (Algorithm 2,
+        it is ``online_steps`` ('local-gaussian'; plus 3 with
+        ``inference=True``) or 1 (Algorithm 2,
         'local-tree', 'local-blt', 'secagg-tree'), data-independent.
     privacy_spent_ : tuple of float
         ``(epsilon, delta)`` charged for the stream so far; ``(inf, 0.0)``
@@ -634,7 +659,16 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
       grow with the stream: the budget is charged once, as one Gaussian
       mechanism of noise multiplier σ and sensitivity ``sqrt(releases)``
       of the first batch (every batch has the same ratio), so it composes
-      exactly with other Gaussian charges.
+      exactly with other Gaussian charges. With ``inference=True`` the
+      fit (one batch) makes, per model, 3 more rounds of releases from the
+      pilot: the gradient sum (sensitivity ``2 C2``, noise ``σ`` per unit),
+      the exact curvature ``Σ V_q''(u_i) x̄_i x̄_iᵀ`` (upper triangle,
+      ``sqrt(2) (q+1)²/q C2²``) and, in the last round, the score outer
+      products ``Σ V_q'(u_i)² x̄_i x̄_iᵀ`` (``sqrt(2) C2²``), the two
+      matrices at ``σ / 3`` per unit of sensitivity: each counts as 9
+      releases, so ``releases`` grows by ``K (3 + 9 · 4)`` and the one
+      charge (and the claim above, for every site message and every
+      released attribute, ``coef_se_``/``coef_cov_`` included) covers them.
     * ``'laplace'`` / ``'gaussian'``: Algorithm 2 as published, one release
       per batch: ``θ_b`` minimizes the perturbed objective ``Q`` (eq. 41)
       over the ball ``‖θ - θ_{b-1}‖ <= R`` (objective perturbation over a

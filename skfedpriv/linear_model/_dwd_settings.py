@@ -10,7 +10,10 @@ from ._base import StreamSettings
 #: The settings a private stream's guarantee and accumulated state depend on.
 _PRIVATE_STREAM_FIELDS = ("mechanism", "epsilon", "delta", "clip_norm", "rho", "step_radius",
                           "calibration", "online_steps", "q", "alpha", "fit_intercept",
-                          "n_batches", "honest_sites")
+                          "n_batches", "honest_sites", "inference")
+
+#: The mechanisms whose fit offers ``inference=True`` (noise-aware intervals).
+INFERENCE_MECHANISMS = ("local-gaussian",)
 
 #: The prefix-sum mechanisms: name -> factorization of every site's stream.
 CONTINUAL = {"local-tree": "honaker", "local-blt": "blt"}
@@ -67,11 +70,12 @@ def dwd_settings(params):
     mechanism = params["mechanism"]
     if mechanism is None:
         return DWDSettings(**values)
-    if params["inference"]:
+    if params["inference"] and mechanism not in INFERENCE_MECHANISMS:
         raise InvalidParameterError(
-            "inference=True is not offered with a privacy mechanism yet: the "
-            "intervals would need an extra noised summary charged to the budget. "
-            "Use inference=False, or fit without a mechanism."
+            f"inference=True is offered with mechanism='local-gaussian' only (its "
+            f"intervals account for the sites' noise and charge the extra summary); "
+            f"mechanism={mechanism!r} releases no summary a variance could be formed "
+            "from. Use inference=False, or mechanism='local-gaussian'."
         )
     if params["clip_norm"] is None:
         raise InvalidParameterError(

@@ -226,7 +226,8 @@ class CoefficientInferenceMixin:
         if not hasattr(self, "coef_se_"):
             raise AttributeError(
                 f"This {type(self).__name__} was fitted without inference: set "
-                "inference=True (without a privacy mechanism) and fit again.")
+                "inference=True (without a privacy mechanism, or with "
+                "mechanism='local-gaussian') and fit again.")
         return (np.column_stack([self.intercept_, self.coef_]),
                 np.column_stack([self.intercept_se_, self.coef_se_]))
 
