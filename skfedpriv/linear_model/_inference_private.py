@@ -168,7 +168,8 @@ def private_newton_inference(sites, theta, sigma, rng, *, loss, alpha, fit_inter
                 None, system, None, middle + score_covariance(summary, theta, penalty))
         noise_cov = propagate_covariance(None, system, None, middle)
         step = _solve_psd(system, grad + ridge[:, None] * theta)
-        first_step = step if round_ == 0 else first_step
+        if round_ == 0:
+            first_step = step
         theta = theta - step
     unresolved = _unresolved(curvature, math.sqrt(entry_var), first_step, cov)
     if unresolved.any():
