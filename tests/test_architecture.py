@@ -1,8 +1,9 @@
 """The rules that keep the package's axes apart (#12), checked on the source.
 
 * Privacy noise is drawn only under ``skfedpriv/privacy/``: no estimator,
-  solver or Flower module calls a generator's ``laplace`` / ``normal`` /
-  ``standard_normal`` / ``exponential`` itself.
+  solver or Flower module calls a generator's draw (``laplace``, ``normal``,
+  ``geometric``, ``random``, ``integers``, ... : the integer noise of secure
+  aggregation included) itself.
 * ``skfedpriv/federated/`` (the protocol) and ``skfedpriv/flower/`` (its
   Flower adapter) drive estimators only through their public API: no
   private attribute or method of another object is reached (``x._name``
@@ -28,7 +29,8 @@ from skfedpriv._loss import LOSSES
 from skfedpriv.preprocessing import BoundedScaler, RowNormClipper
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "skfedpriv"
-DRAWS = {"laplace", "normal", "standard_normal", "exponential", "gamma"}
+DRAWS = {"laplace", "normal", "standard_normal", "exponential", "gamma", "geometric",
+         "random", "integers", "uniform", "binomial", "poisson"}
 
 
 def _modules(*parts):
