@@ -16,12 +16,12 @@ Song 2020; the DWD paper's OnWP): the batch's loss plus the quadratic
 model ``½ (θ - θ_{b-1})ᵀ P (θ - θ_{b-1})`` of the earlier batches.
 """
 
-
 from .._loss import LogisticLoss, MultinomialLoss
 from .._losses import penalty_mask, split_intercept
 from ._base import TrainingState
 from ._dwd_solver import SiteData
-from ._inference import inference_attributes, renewable_covariance, score_covariance
+from ._inference import renewable_covariance, score_covariance
+from ._inference_multinomial import inference_release
 from ._multinomial_sites import MultinomialSites, multinomial_penalty
 from ._renewable import RenewableState, renewable_step
 
@@ -90,7 +90,7 @@ def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels,
     )
     if settings.inference:
         coef_cov = _covariance_step(sites, stream, coef_cov, settings, loss, theta, curvature,
-                                    started)
+                                    started, penalty)
     seen = stream.seen + sites.weight_sum
     renewable = RenewableState(
         theta, curvature if stream.curvature is None else stream.curvature + curvature,
@@ -114,23 +114,15 @@ def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels,
         "_settings": settings,
     }
     if settings.inference:
-        release.update(inference_attributes(coef_cov, fit_intercept))
+        release.update(inference_release(coef_cov, n_classes, fit_intercept))
     return release, TrainingState(renewable=renewable, coef_cov=coef_cov)
 
 
 def _check_inference(settings, sites, classes):
-    """``inference=True`` for two classes on sites that send the inference
-    summary; refused before anything is asked of the sites."""
+    """``inference=True`` on sites that send the inference summary;
+    refused before anything is asked of the sites."""
     if not settings.inference:
         return
-    if len(classes) != 2:
-        raise ValueError(
-            f"Only binary classification is supported with inference=True (two "
-            f"classes only), got {len(classes)} classes: "
-            "the multinomial sites send no inference summary (their parameters "
-            "carry a gauge term along the intercepts' common shift). Fit with "
-            "inference=False."
-        )
     if not getattr(sites, "offers_inference", False):
         raise NotImplementedError(
             f"inference=True needs sites that send the inference summary; "
@@ -138,17 +130,26 @@ def _check_inference(settings, sites, classes):
         )
 
 
-def _covariance_step(sites, stream, previous, settings, loss, theta, curvature, started):
+def _covariance_step(sites, stream, previous, settings, loss, theta, curvature, started,
+                     mask=None):
     """The covariance of the estimate after this batch: the sandwich for the
     first, then the renewable recursion (see :mod:`._inference`).
 
     The objective's ridge is ``(α W_b / 2) ‖β‖²`` per batch, so a row's
     penalty score is ``α P θ`` and the batch's ridge curvature ``α W_b P``;
     ``curvature`` (the batch's, ridge included) is what the renewable
-    equation solved with, ``stream.curvature`` the accumulated one.
+    equation solved with, ``stream.curvature`` the accumulated one. ``mask``:
+    the multinomial penalty mask (None: the binary model's); the
+    multinomial gauge term's curvature ``W_b vvᵀ`` is part of the batch's
+    Hessian (its score is 0 at the estimate, see
+    :mod:`._inference_multinomial`).
     """
-    summary = sites.inference_summary(theta, loss.derivative, loss.curvature)
-    penalty = settings.ridge("newton") * penalty_mask(theta.shape[0], settings.fit_intercept)
+    if mask is None:
+        summary = sites.inference_summary(theta, loss.derivative, loss.curvature)
+        mask = penalty_mask(theta.shape[0], settings.fit_intercept)
+    else:  # the multinomial sites know their loss's derivatives
+        summary = sites.inference_summary(theta)
+    penalty = settings.ridge("newton") * mask
     return renewable_covariance(
         previous, starting=started & ~stream.started, continuing=started & stream.started,
         prior=stream.curvature, exact=summary.curvature, used=curvature,
