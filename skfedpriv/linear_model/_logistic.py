@@ -778,7 +778,8 @@ default=None
         return newton_update(sites, classes, settings,
                              None if first else self._training_state.renewable,
                              0 if first else self.n_rounds_seen_, learner_labels,
-                             None if first else getattr(self._training_state, "coef_cov", None))
+                             None if first else getattr(self._training_state, "coef_cov", None),
+                             None if first else getattr(self._training_state, "shift_ratio", None))
 
     def _update(self, batch, classes, settings, *, first, new_stream):
         """Newton on the rows' sites in this process (:meth:`_newton_update`),

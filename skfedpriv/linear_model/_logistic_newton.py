@@ -22,6 +22,7 @@ from ._base import TrainingState
 from ._dwd_solver import SiteData
 from ._inference import renewable_covariance, score_covariance
 from ._inference_multinomial import inference_release
+from ._inference_stream import require_every_side, track_stream_shift
 from ._multinomial_sites import MultinomialSites, multinomial_penalty
 from ._renewable import RenewableState, renewable_step
 
@@ -42,7 +43,8 @@ def newton_sites(batch, classes):
                             batch.n_sites)
 
 
-def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels, coef_cov=None):
+def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels, coef_cov=None,
+                  shift_ratio=None):
     """One batch of the Newton path (the stream's first when ``stream`` is None).
 
     Parameters
@@ -56,8 +58,12 @@ def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels,
         Requests to the sites in earlier batches.
     learner_labels : ndarray of object
         The sites seen so far, this batch's included (``learner_labels_``).
-    coef_cov : ndarray of shape (1, p1, p1) or None
-        ``inference``: the covariance after the earlier batches.
+    coef_cov : ndarray of shape (1, P, P) or None
+        ``inference``: the covariance after the earlier batches (``P`` the
+        solver's parameter count).
+    shift_ratio : float or None
+        ``inference``: ``Σ_{j≥2} W_j / N_j`` of the earlier batches
+        (:func:`~._inference_stream.track_stream_shift`).
 
     Returns
     -------
@@ -65,7 +71,8 @@ def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels,
         The public fitted attributes.
     training_state : TrainingState
         Holds ``renewable``, the :class:`RenewableState` (its ``curvature``
-        is a raw statistic of the rows: never published).
+        is a raw statistic of the rows: never published), and with
+        ``inference`` ``coef_cov`` and ``shift_ratio``.
     """
     loss = newton_loss(classes)
     _check_inference(settings, sites, classes)
@@ -80,18 +87,26 @@ def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels,
     p1 = sites.n_features + int(fit_intercept)
     n_classes = len(classes)
     penalty = None if n_classes == 2 else multinomial_penalty(p1, n_classes, fit_intercept)
-    if stream is None:
+    first = stream is None
+    if first:
         stream = RenewableState.empty(p1 if n_classes == 2 else p1 * n_classes, 1)
+    if settings.inference:
+        require_every_side(stream.started, sites.two_sided, "LogisticRegression")
     theta, curvature, n_iter, started = renewable_step(
         sites, stream.theta, stream.curvature, stream.started, stream.seen, loss=loss,
         alpha=settings.ridge("newton"), fit_intercept=fit_intercept, max_iter=settings.max_iter,
         tol=settings.tol, online_steps=settings.max_iter, penalty=penalty, matrices=True,
         newton_online=True,
     )
+    seen = stream.seen + sites.weight_sum
+    inference = dict(coef_cov=None)
     if settings.inference:
         coef_cov = _covariance_step(sites, stream, coef_cov, settings, loss, theta, curvature,
                                     started, penalty)
-    seen = stream.seen + sites.weight_sum
+        identified = p1 if n_classes == 2 else (n_classes - 1) * p1
+        inference = dict(coef_cov=coef_cov, shift_ratio=track_stream_shift(
+            None if first else shift_ratio or 0.0, sites.weight_sum, seen, identified,
+            "LogisticRegression", stacklevel=7))
     renewable = RenewableState(
         theta, curvature if stream.curvature is None else stream.curvature + curvature,
         started, seen)
@@ -115,7 +130,7 @@ def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels,
     }
     if settings.inference:
         release.update(inference_release(coef_cov, n_classes, fit_intercept))
-    return release, TrainingState(renewable=renewable, coef_cov=coef_cov)
+    return release, TrainingState(renewable=renewable, **inference)
 
 
 def _check_inference(settings, sites, classes):
