@@ -68,10 +68,11 @@ def _brute_sandwich(X, y, theta, alpha, fit_intercept=True, step=1e-6):
     return basis @ inner @ basis.T @ B @ basis @ inner @ basis.T, H
 
 
-@pytest.mark.parametrize("fit_intercept", [True, False])
-def test_offline_covariance_is_the_brute_force_sandwich(fit_intercept):
+@pytest.mark.parametrize("fit_intercept, alpha", [(True, 0.02), (False, 0.02), (True, 0.0)])
+def test_offline_covariance_is_the_brute_force_sandwich(fit_intercept, alpha):
+    """α = 0.02: large enough for the ridge terms to matter; α = 0: no ridge
+    fixes the coefficients' shifts, the pseudo-inverse still applies."""
     X, y = _rows(300, 0)
-    alpha = 0.02  # large enough for the ridge terms to matter
     clf = LogisticRegression(alpha=alpha, inference=True, fit_intercept=fit_intercept).fit(X, y)
     theta = _theta(clf) if fit_intercept else clf.coef_.ravel()
     expected, _ = _brute_sandwich(X, y, theta, alpha, fit_intercept)
@@ -180,3 +181,19 @@ def test_every_partial_fit_batch_publishes_standard_errors():
         assert np.all(np.isfinite(clf.coef_se_)) and np.all(clf.coef_se_ > 0)
         widths.append(clf.coef_se_.mean())
     assert widths == sorted(widths, reverse=True)  # more rows, narrower intervals
+
+
+def test_sites_without_the_inference_summary_are_refused_and_change_nothing():
+    from skfedpriv.linear_model._multinomial_sites import MultinomialSites
+
+    class QuietSites(MultinomialSites):
+        offers_inference = False
+
+    X, y = _rows(300, 5)
+    clf = LogisticRegression(inference=True).fit(X, y)
+    before = clf.coef_se_.copy(), clf.coef_.copy()
+    sites = QuietSites(X, y, np.ones(len(y)), np.zeros(len(y), dtype=int), 1)
+    with pytest.raises(NotImplementedError, match="does not offer"):
+        clf.fit_sites(sites, classes=CLASSES)
+    np.testing.assert_array_equal(clf.coef_se_, before[0])
+    np.testing.assert_array_equal(clf.coef_, before[1])

@@ -20,11 +20,15 @@ the expected penalized loss at the same ``α`` whose intercepts sum to zero
 intercepts). Each row's score ``x̄_i ⊗ (p_i - e_{y_i}) + α P θ`` sums to
 zero over the classes of every feature (``1ᵀ(p_i - e_{y_i}) = 0``, and
 ``Σ_k β_jk = 0`` at the estimate), so the score covariance ``B`` vanishes
-along every shift direction, the gauge adds ``W vvᵀ`` to the curvature
-``H`` along ``v`` only, and the sandwich ``H⁻¹ B H⁻¹`` equals
-``H⁺ B H⁺`` with the pseudo-inverse taken on the complement of the shift
-directions: a covariance of rank ``(K - 1) p1`` (``(K - 1) p`` without an
-intercept) that does not depend on the gauge's scale. Each class's
+along every shift direction, and the curvature ``H`` (loss, ridge, gauge)
+maps the shift directions and their complement each to itself. The
+sandwich is therefore ``H⁺ B H⁺`` with the pseudo-inverse taken on the
+complement of the shift directions, whatever ``H`` is along them: the
+covariance step adds ``W`` times the projector on the shift directions
+(:func:`shift_projector`, data-independent) to the batch's curvature so
+that every system is invertible even at ``alpha = 0`` (where the ridge no
+longer fixes the coefficients' shifts). A covariance of rank
+``(K - 1) p1`` (``(K - 1) p`` without an intercept). Each class's
 coefficient then has a standard error; sums over the classes have none
 (they are fixed at zero).
 
@@ -41,7 +45,14 @@ from ._inference import inference_attributes
 from ._inference_sites import InferenceSummary
 
 __all__ = ["class_pair_gram", "inference_release", "multinomial_coef_cov",
-           "site_multinomial_inference", "softmax", "softmax_hessian"]
+           "shift_projector", "site_multinomial_inference", "softmax", "softmax_hessian"]
+
+
+def shift_projector(n_params, n_classes):
+    """The orthogonal projector on the shift directions (one per feature,
+    intercept included: the same value added to every class), in the
+    solver's flattened order (index ``j K + k``)."""
+    return np.kron(np.eye(n_params), np.full((n_classes, n_classes), 1.0 / n_classes))
 
 
 def softmax(scores):
@@ -131,7 +142,7 @@ def multinomial_coef_cov(flat_cov, n_classes, fit_intercept):
     # the centring of the released parameters (every feature, intercept
     # included, sums to zero over the classes): removes any rounding left
     # along the shift directions
-    centre = np.kron(np.eye(n_params), np.eye(n_classes) - 1.0 / n_classes)
+    centre = np.eye(size) - shift_projector(n_params, n_classes)
     cov = centre @ flat_cov[0] @ centre
     order = np.arange(size).reshape(n_params, n_classes).T.ravel()
     cov = cov[np.ix_(order, order)]

@@ -154,10 +154,9 @@ def _covariance_step(sites, stream, previous, settings, loss, theta, curvature, 
     penalty score is ``α P θ`` and the batch's ridge curvature ``α W_b P``;
     ``curvature`` (the batch's, ridge included) is what the renewable
     equation solved with, ``stream.curvature`` the accumulated one. ``mask``:
-    the multinomial penalty mask (None: the binary model's); the
-    multinomial gauge term's curvature ``W_b vvᵀ`` is part of the batch's
-    Hessian (its score is 0 at the estimate, see
-    :mod:`._inference_multinomial`).
+    the multinomial penalty mask (None: the binary model's; the
+    multinomial sites' curvature then holds ``W_b`` times the projector on
+    the shift directions, see :mod:`._inference_multinomial`).
     """
     if mask is None:
         summary = sites.inference_summary(theta, loss.derivative, loss.curvature)

@@ -29,6 +29,7 @@ from ._dwd_sites import DWDSites
 from ._dwd_solver import _augmented_sum, augmented_gram, augmented_scores
 from ._inference_multinomial import (
     class_pair_gram,
+    shift_projector,
     site_multinomial_inference,
     softmax,
     softmax_hessian,
@@ -164,16 +165,18 @@ class MultinomialSites(DWDSites):
         """The sites' summed multinomial inference summary at ``Theta``
         (:func:`~._inference_multinomial.site_multinomial_inference`; the
         loss's derivatives are implied, the arguments kept for the margin
-        sites' signature). As in :meth:`summaries`, the server adds the
-        gauge term's curvature ``W vvᵀ`` (data-independent; its score is 0
-        at the fitted, centred intercepts)."""
+        sites' signature). The server adds ``W`` times the projector on
+        the shift directions to the curvature (data-independent, the
+        intercepts' gauge term among them: see
+        :mod:`._inference_multinomial`)."""
         total = sum((site_multinomial_inference(X, Y, w, self._matrix(Theta), self.fit_intercept)
                      for X, Y, w in self.parts[1:]),
                     site_multinomial_inference(*self.parts[0], self._matrix(Theta),
                                                self.fit_intercept))
         self.rounds += 1
         self.floats_sent += total.n_floats
-        total.curvature = total.curvature + self.weight_sum * np.outer(self._gauge, self._gauge)
+        p1 = self.n_features + self.fit_intercept
+        total.curvature = total.curvature + self.weight_sum * shift_projector(p1, self.n_classes)
         return total
 
     def noised_summary(self, kind, Theta, loss, std, random_state):
