@@ -15,8 +15,9 @@ row weight up to batch ``j``). Solving with the total curvature (of order
 
 a deterministic shift the sandwich (the spread of the estimate) does not
 see. The constant ``κ`` depends on the loss's third derivative and the
-design; simulations measured ``κ ≈ 0.7`` for the logistic loss and
-``κ ≈ 1.1-1.5`` for genDWD (q = 1, 4:1 classes: the kink adds to it)
+design; simulations measured ``κ ≈ 0.7`` for the logistic loss (4:1
+classes), ``κ ≈ 1.1-1.6`` for genDWD (q = 1, 4:1 classes: the kink adds
+to it) and ``0.4-0.5`` for genDWD with balanced classes
 (benchmarks/README.md, "Stream batch size"). ``I`` is a function of public
 quantities only (the parameter count and the sequence of
 ``n_samples_seen_``). For equal batches of ``n_b`` rows,
