@@ -180,10 +180,10 @@ def multinomial_replication(seed, n, theta, mode):
     return clf.confint(0.95).reshape(-1, 2)
 
 
-def multinomial_cells(quick):
+def multinomial_cells(quick, sizes=(2000, 20000)):
     if quick:
         return [(2000, 5, 1.0, mode) for mode in ("offline", "stream")]
-    return list(itertools.product((2000, 20000), (5, 20), (1.0, 4.0), ("offline", "stream")))
+    return list(itertools.product(sizes, (5, 20), (1.0, 4.0), ("offline", "stream")))
 
 
 def run_multinomial_cell(n, p, ratio, mode, reps, n_jobs):
@@ -316,7 +316,7 @@ def run_study(study, args, reps, folder):
     if study == "multinomial":
         stem, fields, to_markdown = f"inference_multinomial{suffix}", MULTINOMIAL_FIELDS, \
             multinomial_markdown
-        for cell in multinomial_cells(args.quick):
+        for cell in multinomial_cells(args.quick, args.sizes):
             rows.append(run_multinomial_cell(*cell, reps, args.n_jobs))
             print(rows[-1], flush=True)
             write_rows(folder, stem, fields, rows, to_markdown)
@@ -335,6 +335,8 @@ def main():
     parser = benchmark_parser(__doc__)
     parser.add_argument("--study", choices=("dwd", "multinomial", "batch-size"), default="dwd",
                         help="which simulation (default: the DWD cells)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=(2000, 20000),
+                        help="n of the multinomial study's cells (default: 2000 20000)")
     parser.add_argument("--reps", type=int, default=None,
                         help="replications per cell (default 1000, 100 with --quick)")
     parser.add_argument("--n-jobs", type=int, default=1, help="joblib processes")
