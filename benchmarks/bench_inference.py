@@ -21,7 +21,25 @@ Private cells (ε in {1, 4}): ``mechanism='local-gaussian'`` with
 offered). Each private replication also fits the non-private interval on
 the same rows: "width vs non-private" is the mean ratio of the widths.
 
-    python benchmarks/bench_inference.py [--quick] [--reps R] [--n-jobs J] [--private-only] [--features P ...]
+Two more studies (``--study``):
+
+* ``multinomial``: ``LogisticRegression(inference=True)`` with 3 classes
+  (α = 1e-6) on a well-specified multinomial design (``X ~ N(0, I_p)``,
+  fixed centred coefficients; balanced classes, or intercepts making the
+  first class 4 times as frequent as each other), n in {2 000, 20 000}, p in
+  {5, 20}, offline and a 20-batch stream over 5 sites. The target is the
+  true centred parameters (the penalized minimizer at α = 1e-6 differs by
+  O(α)); each of the 3 (p + 1) parameters counts.
+* ``batch-size``: the DWD design at n = 2 000, p = 20, q = 1, balanced and
+  4:1, streamed in batches of 100, 200, 400 and 1 000 rows, and a first
+  batch of 1 000 rows then batches of 100: the coverage, the shift of the
+  stream's estimate from the offline fit on the same rows (mean over data
+  sets, in units of the stream's spread; largest over parameters) against
+  the shift index ``I = p1 Σ_{j≥2} W_j / N_j / √N`` that
+  ``StreamShiftWarning`` is raised on.
+
+    python benchmarks/bench_inference.py [--quick] [--reps R] [--n-jobs J]
+        [--private-only] [--features P ...] [--study {dwd,multinomial,batch-size}]
 
 Writes inference.csv and inference.md (``*_quick`` with ``--quick``) into
 ``--output-dir`` (default ``benchmarks/results``); the CSV is rewritten after
@@ -41,7 +59,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 from joblib import Parallel, delayed  # noqa: E402
 
-from skfedpriv import DWDClassifier  # noqa: E402
+from skfedpriv import DWDClassifier, LogisticRegression  # noqa: E402
 from skfedpriv.datasets import gaussian_gendwd_target, make_federated_gaussians  # noqa: E402
 
 from _output import benchmark_parser, output_dir, wrote  # noqa: E402
@@ -86,8 +104,23 @@ def one_replication(seed, n, p, q, ratio, mode, epsilon=None):
     return np.stack([interval, interval, interval])
 
 
-def replications(seeds, *cell):
-    return [one_replication(int(seed), *cell) for seed in seeds]
+def replications(seeds, *cell, replication=one_replication):
+    return [replication(int(seed), *cell) for seed in seeds]
+
+
+def coverage_row(intervals, target, **fields):
+    """The table's statistics of ``(reps, n_params, 2)`` intervals."""
+    covered = (intervals[..., 0] <= target) & (target <= intervals[..., 1])
+    per_parameter = covered.mean(axis=0)
+    width = intervals[..., 1] - intervals[..., 0]
+    estimates = intervals.mean(axis=-1)
+    spread = estimates.std(axis=0, ddof=1)
+    se_ratio = width.mean(axis=0) / (2 * 1.959963984540054) / spread
+    bias = np.abs(estimates.mean(axis=0) - target) / spread
+    reps = len(intervals)
+    return dict(fields, reps=reps, coverage=covered.mean(), coverage_min=per_parameter.min(),
+                coverage_max=per_parameter.max(), mc_se=np.sqrt(0.95 * 0.05 / reps),
+                se_ratio_min=se_ratio.min(), se_ratio_max=se_ratio.max(), bias_max=bias.max())
 
 
 def run_cell(n, p, q, ratio, mode, epsilon, reps, n_jobs):
@@ -161,8 +194,203 @@ def markdown(rows):
     return "\n".join(lines) + "\n"
 
 
+# -- multinomial LogisticRegression -------------------------------------------------
+
+N_CLASSES = 3
+
+
+def multinomial_target(p, ratio):
+    """Class-major ``(intercept, coef)`` of the 3 classes, every column
+    summing to zero: fixed coefficients of size ~1 / √p per class (the
+    scores' spread does not grow with p), intercepts ``log ratio`` for the
+    first class, centred."""
+    coef = np.random.default_rng(12345).normal(scale=1.0 / np.sqrt(p), size=(N_CLASSES, p))
+    intercept = np.r_[np.log(ratio), np.zeros(N_CLASSES - 1)]
+    theta = np.column_stack([intercept, coef])
+    return theta - theta.mean(axis=0)
+
+
+def multinomial_rows(seed, n, theta):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, theta.shape[1] - 1))
+    scores = theta[:, 0] + X @ theta[:, 1:].T
+    p = np.exp(scores - scores.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    y = (rng.random(n)[:, None] > np.cumsum(p, axis=1)).sum(axis=1)
+    return X, y, np.arange(n) % SITES
+
+
+def multinomial_replication(seed, n, theta, mode):
+    X, y, g = multinomial_rows(seed, n, theta)
+    clf = LogisticRegression(alpha=1e-6, inference=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if mode == "offline":
+            clf.fit(X, y, sample_group=g)
+        else:
+            for rows in np.array_split(np.arange(n), BATCHES):
+                clf.partial_fit(X[rows], y[rows], sample_group=g[rows],
+                                classes=list(range(N_CLASSES)))
+    return clf.confint(0.95).reshape(-1, 2)
+
+
+def multinomial_cells(quick, sizes=(2000, 20000)):
+    if quick:
+        return [(2000, 5, 1.0, mode) for mode in ("offline", "stream")]
+    return list(itertools.product(sizes, (5, 20), (1.0, 4.0), ("offline", "stream")))
+
+
+def run_multinomial_cell(n, p, ratio, mode, reps, n_jobs):
+    theta = multinomial_target(p, ratio)
+    start = time.perf_counter()
+    chunks = np.array_split(np.arange(reps), max(1, n_jobs * 4))
+    results = Parallel(n_jobs=n_jobs)(
+        delayed(replications)(c, n, theta, mode, replication=multinomial_replication)
+        for c in chunks)
+    intervals = np.array([r for chunk in results for r in chunk])
+    width = intervals[..., 1] - intervals[..., 0]
+    intercepts = np.arange(N_CLASSES) * (p + 1)
+    return coverage_row(
+        intervals, theta.ravel(), n=n, p=p, classes="balanced" if ratio == 1 else "4:1",
+        mode=mode, width_coef=np.delete(width, intercepts, axis=1).mean(),
+        width_intercept=width[:, intercepts].mean(), seconds=time.perf_counter() - start)
+
+
+MULTINOMIAL_FIELDS = ["n", "p", "classes", "mode", "reps", "coverage", "coverage_min",
+                      "coverage_max", "mc_se", "width_coef", "width_intercept", "se_ratio_min",
+                      "se_ratio_max", "bias_max", "seconds"]
+
+
+def coverage_text(r):
+    """``coverage (pooled) | min–max over parameters | SE / SD`` of a row."""
+    return (f"{100 * r['coverage']:.1f} % | {100 * r['coverage_min']:.1f}–"
+            f"{100 * r['coverage_max']:.1f} % | {r['se_ratio_min']:.2f}–{r['se_ratio_max']:.2f}")
+
+
+def markdown_table(header, lines):
+    """A markdown table of ``header`` (column names) and ``lines`` (rows of cells)."""
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(out + ["| " + " | ".join(line) + " |" for line in lines]) + "\n"
+
+
+def multinomial_markdown(rows):
+    return markdown_table(
+        ["n", "p", "classes", "fit", "coverage (pooled)", "min–max over parameters", "SE / SD",
+         "mean width coef / intercept", "max bias / SD", "reps"],
+        [[str(r["n"]), str(r["p"]), r["classes"], r["mode"], coverage_text(r),
+          f"{r['width_coef']:.4f} / {r['width_intercept']:.4f}", f"{r['bias_max']:.2f}",
+          str(r["reps"])] for r in rows])
+
+
+# -- DWD stream batch size ---------------------------------------------------------
+
+SCHEDULES = ("100", "200", "400", "1000", "1000+100")
+
+
+def batch_bounds(schedule, n):
+    """Row ranges of a schedule: ``"b"`` equal batches of b rows,
+    ``"f+b"`` a first batch of f rows then batches of b."""
+    first, _, rest = schedule.partition("+")
+    first, rest = int(first), int(rest or first)
+    starts = [0] + list(range(first, n, rest))
+    return list(zip(starts, starts[1:] + [n]))
+
+
+def shift_index(schedule, n, n_params):
+    """``I = n_params Σ_{j≥2} W_j / N_j / √N`` of a schedule (unit weights)."""
+    bounds = batch_bounds(schedule, n)
+    return n_params * sum((stop - start) / stop for start, stop in bounds[1:]) / np.sqrt(n)
+
+
+def batch_size_replication(seed, n, p, q, ratio):
+    """Intervals of the offline fit and of each schedule's stream, same rows."""
+    X, y, g, _ = make_federated_gaussians(
+        n_sites=SITES, n_batches=BATCHES, n_per_batch=n // (SITES * BATCHES), n_features=p,
+        mu=MU, sigma=SIGMA, ratio=ratio, random_state=seed)
+    out = [DWDClassifier(q=q, inference=True).fit(X, y, sample_group=g).confint(0.95)[0]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for schedule in SCHEDULES:
+            clf = DWDClassifier(q=q, inference=True)
+            for start, stop in batch_bounds(schedule, n):
+                clf.partial_fit(X[start:stop], y[start:stop], sample_group=g[start:stop],
+                                classes=[-1, 1])
+            out.append(clf.confint(0.95)[0])
+    return np.array(out)
+
+
+def run_batch_size(n, p, q, ratio, reps, n_jobs):
+    intercept, coef = gaussian_gendwd_target(p, MU, SIGMA, ratio, q=q)
+    target = np.r_[intercept, coef]
+    chunks = np.array_split(np.arange(reps), max(1, n_jobs * 4))
+    results = Parallel(n_jobs=n_jobs)(
+        delayed(replications)(c, n, p, q, ratio, replication=batch_size_replication)
+        for c in chunks)
+    intervals = np.array([r for chunk in results for r in chunk])  # (reps, 1 + S, p1, 2)
+    estimates = intervals.mean(axis=-1)
+    rows = []
+    for k, schedule in enumerate(("offline",) + SCHEDULES):
+        stream = estimates[:, k]
+        shift = (stream - estimates[:, 0]).mean(axis=0) / stream.std(axis=0, ddof=1)
+        index = 0.0 if k == 0 else shift_index(schedule, n, p + 1)
+        rows.append(coverage_row(
+            intervals[:, k], target, n=n, p=p, q=q, classes="balanced" if ratio == 1 else "4:1",
+            batches=schedule, index=index, shift_max=np.abs(shift).max(),
+            warns=index > 0.2))
+    return rows
+
+
+BATCH_FIELDS = ["n", "p", "q", "classes", "batches", "reps", "index", "warns", "shift_max",
+                "coverage", "coverage_min", "coverage_max", "se_ratio_min", "se_ratio_max",
+                "bias_max"]
+
+
+def batch_size_markdown(rows):
+    return markdown_table(
+        ["classes", "batches (rows)", "shift index I", "warns", "max shift / SD",
+         "coverage (pooled)", "min–max over parameters", "SE / SD", "reps"],
+        [[r["classes"], r["batches"], f"{r['index']:.2f}", "yes" if r["warns"] else "no",
+          f"{r['shift_max']:.2f}", coverage_text(r), str(r["reps"])] for r in rows])
+
+
+def write_rows(folder, stem, fields, rows, to_markdown):
+    """Rewrite the CSV and the markdown table (after each cell: an
+    interrupted run keeps the cells it finished)."""
+    with open(folder / f"{stem}.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    (folder / f"{stem}.md").write_text(to_markdown(rows))
+
+
+def run_study(study, args, reps, folder):
+    """The multinomial or batch-size study (see the module doc)."""
+    suffix = "_quick" if args.quick else ""
+    rows = []
+    if study == "multinomial":
+        stem, fields, to_markdown = f"inference_multinomial{suffix}", MULTINOMIAL_FIELDS, \
+            multinomial_markdown
+        for cell in multinomial_cells(args.quick, args.sizes):
+            rows.append(run_multinomial_cell(*cell, reps, args.n_jobs))
+            print(rows[-1], flush=True)
+            write_rows(folder, stem, fields, rows, to_markdown)
+    else:
+        stem, fields, to_markdown = f"inference_batch_size{suffix}", BATCH_FIELDS, \
+            batch_size_markdown
+        for ratio in (4.0, 1.0):
+            rows += run_batch_size(2000, 20, 1.0, ratio, reps, args.n_jobs)
+            print(rows[-1], flush=True)
+            write_rows(folder, stem, fields, rows, to_markdown)
+    wrote(folder / f"{stem}.csv")
+    wrote(folder / f"{stem}.md")
+
+
 def main():
     parser = benchmark_parser(__doc__)
+    parser.add_argument("--study", choices=("dwd", "multinomial", "batch-size"), default="dwd",
+                        help="which simulation (default: the DWD cells)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=(2000, 20000),
+                        help="n of the multinomial study's cells (default: 2000 20000)")
     parser.add_argument("--reps", type=int, default=None,
                         help="replications per cell (default 1000, 100 with --quick)")
     parser.add_argument("--n-jobs", type=int, default=1, help="joblib processes")
@@ -173,6 +401,8 @@ def main():
     args = parser.parse_args()
     reps = args.reps or (100 if args.quick else 1000)
     folder = output_dir(args.output_dir)
+    if args.study != "dwd":
+        return run_study(args.study, args, reps, folder)
     stem = "inference_quick" if args.quick else "inference"
     if args.private_only:
         stem += "_private"

@@ -4,6 +4,7 @@ from ._base import ReleasedModelError
 from ._decentralized import DecentralizedLogisticRegression
 from ._dwd import DWDClassifier
 from ._dwd_sites import DWDSites
+from ._inference_stream import StreamShiftWarning
 from ._local_steps import BatchLearners, LogisticLearners, RoundRequest
 from ._logistic import LogisticRegression
 
@@ -16,4 +17,5 @@ __all__ = [
     "LogisticRegression",
     "ReleasedModelError",
     "RoundRequest",
+    "StreamShiftWarning",
 ]

@@ -46,6 +46,7 @@ from ._inference import (
     renewable_covariance,
     score_covariance,
 )
+from ._inference_stream import require_every_side, track_stream_shift
 from ._renewable import renewable_step
 
 
@@ -1032,13 +1033,20 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         n_models = count_models(classes)
         p1 = sites.n_features + int(settings.fit_intercept)
         stream = self._stream_start(first, p1, n_models, settings)
+        shift_ratio = None
         if settings.mechanism is None:
+            if settings.inference:
+                require_every_side(stream.started, sites.two_sided, "DWDClassifier")
             theta, curvature, n_iter, started = _renewable_step(sites, stream, settings)
             step = dict(privacy_spent_=(math.inf, 0.0), noise_scale_=0.0)
             noise_var, rng = 0.0, None
             if settings.inference:
                 coef_cov = _inference_step(sites, stream, settings, theta, curvature, started)
                 step.update(inference_attributes(coef_cov, settings.fit_intercept))
+                shift_ratio = track_stream_shift(
+                    None if first else getattr(self._training_state, "shift_ratio", 0.0),
+                    sites.weight_sum, stream.seen + sites.weight_sum, p1, "DWDClassifier",
+                    stacklevel=6)
         else:
             mechanism = MECHANISMS[settings.mechanism]
             theta, curvature, n_iter, step, noise_var = mechanism(
@@ -1053,6 +1061,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
             curvature_noise_var=noise_var,
             extra=stream.extra or None,
             coef_cov=step.get("coef_cov_"),
+            shift_ratio=shift_ratio,
         )
         release = dict(
             step,

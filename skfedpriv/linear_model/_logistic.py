@@ -397,11 +397,13 @@ default=None
         Newton stops once half its decrement ``½ gᵀH⁻¹g`` (the objective gap
         of the quadratic model) is at most ``tol`` times the objective.
     inference : bool, default=False
-        Two classes, ``solver='newton'``, no mechanism (refused otherwise,
-        before anything changes): also estimate the covariance of
+        ``solver='newton'``, no mechanism (refused otherwise, before
+        anything changes): also estimate the covariance of
         ``(intercept_, coef_)``, the sandwich ``H⁻¹ B H⁻¹`` of the penalized
         M-estimator, propagated over a ``partial_fit`` stream (see
-        :doc:`/guide_inference`). Its target is the population minimizer of
+        :doc:`/guide_inference`). With more than two classes, of the
+        centred multinomial parameters (every feature's coefficients and
+        the intercepts summing to zero over the classes). Its target is the population minimizer of
         the penalized objective at the same ``alpha`` (the true coefficients
         of a well-specified logistic model as ``alpha -> 0``). One more
         summary per batch from each site (curvature and score outer
@@ -471,13 +473,15 @@ default=None
         and ``privacy_spent_`` (``(inf, 0.0)``); the renewable curvature
         stays in the training state. The local-steps attributes
         (sensitivities, ``learning_rate_``) are not defined.
-    coef_cov_ : ndarray of shape (1, p1, p1)
+    coef_cov_ : ndarray of shape (1, p1, p1) or (1, n_classes p1, n_classes p1)
         With ``inference=True``: the estimated covariance of
-        ``(intercept_, coef_)`` (the intercept first, when fitted).
-        Non-private, like every Newton attribute.
-    coef_se_ : ndarray of shape (1, n_features)
+        ``(intercept_, coef_)`` (the intercept first, when fitted); more
+        than two classes: of ``np.column_stack([intercept_, coef_]).ravel()``
+        (class by class), of rank ``(n_classes - 1) p1`` (the parameters sum
+        to zero over the classes). Non-private, like every Newton attribute.
+    coef_se_ : ndarray of shape (1, n_features) or (n_classes, n_features)
         With ``inference=True``: standard errors of ``coef_``.
-    intercept_se_ : ndarray of shape (1,)
+    intercept_se_ : ndarray of shape (1,) or (n_classes,)
         With ``inference=True``: standard error of ``intercept_`` (0
         without one). :meth:`confint` and :meth:`summary` use them.
 
@@ -690,12 +694,6 @@ default=None
     def _check_param_combinations(self, params):
         return _settings_from_params(params)
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        # inference=True is offered for two classes only
-        tags.classifier_tags.multi_class = not self.inference
-        return tags
-
     # ------------------------------------------------------------------
     # public API
     # ------------------------------------------------------------------
@@ -867,7 +865,8 @@ default=None
         return newton_update(sites, classes, settings,
                              None if first else self._training_state.renewable,
                              0 if first else self.n_rounds_seen_, learner_labels,
-                             None if first else getattr(self._training_state, "coef_cov", None))
+                             None if first else getattr(self._training_state, "coef_cov", None),
+                             None if first else getattr(self._training_state, "shift_ratio", None))
 
     def _update(self, batch, classes, settings, *, first, new_stream):
         """Newton on the rows' sites in this process (:meth:`_newton_update`),

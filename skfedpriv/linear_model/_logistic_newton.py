@@ -16,12 +16,13 @@ Song 2020; the DWD paper's OnWP): the batch's loss plus the quadratic
 model ``½ (θ - θ_{b-1})ᵀ P (θ - θ_{b-1})`` of the earlier batches.
 """
 
-
 from .._loss import LogisticLoss, MultinomialLoss
 from .._losses import penalty_mask, split_intercept
 from ._base import TrainingState
 from ._dwd_solver import SiteData
-from ._inference import inference_attributes, renewable_covariance, score_covariance
+from ._inference import renewable_covariance, score_covariance
+from ._inference_multinomial import inference_release
+from ._inference_stream import require_every_side, track_stream_shift
 from ._multinomial_sites import MultinomialSites, multinomial_penalty
 from ._renewable import RenewableState, renewable_step
 
@@ -42,7 +43,8 @@ def newton_sites(batch, classes):
                             batch.n_sites)
 
 
-def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels, coef_cov=None):
+def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels, coef_cov=None,
+                  shift_ratio=None):
     """One batch of the Newton path (the stream's first when ``stream`` is None).
 
     Parameters
@@ -56,8 +58,12 @@ def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels,
         Requests to the sites in earlier batches.
     learner_labels : ndarray of object
         The sites seen so far, this batch's included (``learner_labels_``).
-    coef_cov : ndarray of shape (1, p1, p1) or None
-        ``inference``: the covariance after the earlier batches.
+    coef_cov : ndarray of shape (1, P, P) or None
+        ``inference``: the covariance after the earlier batches (``P`` the
+        solver's parameter count).
+    shift_ratio : float or None
+        ``inference``: ``Σ_{j≥2} W_j / N_j`` of the earlier batches
+        (:func:`~._inference_stream.track_stream_shift`).
 
     Returns
     -------
@@ -65,7 +71,8 @@ def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels,
         The public fitted attributes.
     training_state : TrainingState
         Holds ``renewable``, the :class:`RenewableState` (its ``curvature``
-        is a raw statistic of the rows: never published).
+        is a raw statistic of the rows: never published), and with
+        ``inference`` ``coef_cov`` and ``shift_ratio``.
     """
     loss = newton_loss(classes)
     _check_inference(settings, sites, classes)
@@ -80,18 +87,26 @@ def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels,
     p1 = sites.n_features + int(fit_intercept)
     n_classes = len(classes)
     penalty = None if n_classes == 2 else multinomial_penalty(p1, n_classes, fit_intercept)
-    if stream is None:
+    first = stream is None
+    if first:
         stream = RenewableState.empty(p1 if n_classes == 2 else p1 * n_classes, 1)
+    if settings.inference:
+        require_every_side(stream.started, sites.two_sided, "LogisticRegression")
     theta, curvature, n_iter, started = renewable_step(
         sites, stream.theta, stream.curvature, stream.started, stream.seen, loss=loss,
         alpha=settings.ridge("newton"), fit_intercept=fit_intercept, max_iter=settings.max_iter,
         tol=settings.tol, online_steps=settings.max_iter, penalty=penalty, matrices=True,
         newton_online=True,
     )
+    seen = stream.seen + sites.weight_sum
+    inference = dict(coef_cov=None)
     if settings.inference:
         coef_cov = _covariance_step(sites, stream, coef_cov, settings, loss, theta, curvature,
-                                    started)
-    seen = stream.seen + sites.weight_sum
+                                    started, penalty)
+        identified = p1 if n_classes == 2 else (n_classes - 1) * p1
+        inference = dict(coef_cov=coef_cov, shift_ratio=track_stream_shift(
+            None if first else shift_ratio or 0.0, sites.weight_sum, seen, identified,
+            "LogisticRegression", stacklevel=7))
     renewable = RenewableState(
         theta, curvature if stream.curvature is None else stream.curvature + curvature,
         started, seen)
@@ -114,23 +129,15 @@ def newton_update(sites, classes, settings, stream, rounds_seen, learner_labels,
         "_settings": settings,
     }
     if settings.inference:
-        release.update(inference_attributes(coef_cov, fit_intercept))
-    return release, TrainingState(renewable=renewable, coef_cov=coef_cov)
+        release.update(inference_release(coef_cov, n_classes, fit_intercept))
+    return release, TrainingState(renewable=renewable, **inference)
 
 
 def _check_inference(settings, sites, classes):
-    """``inference=True`` for two classes on sites that send the inference
-    summary; refused before anything is asked of the sites."""
+    """``inference=True`` on sites that send the inference summary;
+    refused before anything is asked of the sites."""
     if not settings.inference:
         return
-    if len(classes) != 2:
-        raise ValueError(
-            f"Only binary classification is supported with inference=True (two "
-            f"classes only), got {len(classes)} classes: "
-            "the multinomial sites send no inference summary (their parameters "
-            "carry a gauge term along the intercepts' common shift). Fit with "
-            "inference=False."
-        )
     if not getattr(sites, "offers_inference", False):
         raise NotImplementedError(
             f"inference=True needs sites that send the inference summary; "
@@ -138,17 +145,25 @@ def _check_inference(settings, sites, classes):
         )
 
 
-def _covariance_step(sites, stream, previous, settings, loss, theta, curvature, started):
+def _covariance_step(sites, stream, previous, settings, loss, theta, curvature, started,
+                     mask=None):
     """The covariance of the estimate after this batch: the sandwich for the
     first, then the renewable recursion (see :mod:`._inference`).
 
     The objective's ridge is ``(α W_b / 2) ‖β‖²`` per batch, so a row's
     penalty score is ``α P θ`` and the batch's ridge curvature ``α W_b P``;
     ``curvature`` (the batch's, ridge included) is what the renewable
-    equation solved with, ``stream.curvature`` the accumulated one.
+    equation solved with, ``stream.curvature`` the accumulated one. ``mask``:
+    the multinomial penalty mask (None: the binary model's; the
+    multinomial sites' curvature then holds ``W_b`` times the projector on
+    the shift directions, see :mod:`._inference_multinomial`).
     """
-    summary = sites.inference_summary(theta, loss.derivative, loss.curvature)
-    penalty = settings.ridge("newton") * penalty_mask(theta.shape[0], settings.fit_intercept)
+    if mask is None:
+        summary = sites.inference_summary(theta, loss.derivative, loss.curvature)
+        mask = penalty_mask(theta.shape[0], settings.fit_intercept)
+    else:  # the multinomial sites know their loss's derivatives
+        summary = sites.inference_summary(theta)
+    penalty = settings.ridge("newton") * mask
     return renewable_covariance(
         previous, starting=started & ~stream.started, continuing=started & stream.started,
         prior=stream.curvature, exact=summary.curvature, used=curvature,

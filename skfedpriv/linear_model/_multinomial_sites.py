@@ -26,7 +26,14 @@ from .._loss import MultinomialLoss
 from .._losses import penalty_mask
 from .._sites import site_row_indices
 from ._dwd_sites import DWDSites
-from ._dwd_solver import _augmented_sum, augmented_scores, augmented_gram
+from ._dwd_solver import _augmented_sum, augmented_gram, augmented_scores
+from ._inference_multinomial import (
+    class_pair_gram,
+    shift_projector,
+    site_multinomial_inference,
+    softmax,
+    softmax_hessian,
+)
 
 __all__ = ["MultinomialSites", "multinomial_penalty"]
 
@@ -46,16 +53,8 @@ def site_multinomial_summary(X, Y, weights, Theta, fit_intercept, with_curvature
     grad = _augmented_sum(X, weights[:, None] * residual, fit_intercept)
     curvature = None
     if with_curvature:
-        p = np.exp(scores - scores.max(axis=1, keepdims=True))
-        p /= p.sum(axis=1, keepdims=True)
-        n_classes, n_params = Y.shape[1], Theta.shape[0]
-        blocks = np.empty((n_classes, n_classes, n_params, n_params))
-        for k in range(n_classes):
-            for m in range(k, n_classes):
-                row_weights = weights * p[:, k] * ((k == m) - p[:, m])
-                blocks[k, m] = blocks[m, k] = augmented_gram(X, row_weights, fit_intercept)
-        size = n_params * n_classes
-        curvature = blocks.transpose(2, 0, 3, 1).reshape(size, size)
+        pairs = softmax_hessian(softmax(scores))
+        curvature = class_pair_gram(X, weights[:, None, None] * pairs, fit_intercept)
     return weights @ row_loss, grad, curvature
 
 
@@ -159,6 +158,26 @@ class MultinomialSites(DWDSites):
         self._count(out)
         shifts = np.array([self._gauge @ (Theta[:, 0] + t * S[:, 0]) for t in steps])
         return out + 0.5 * self.weight_sum * shifts[:, None] ** 2
+
+    offers_inference = True
+
+    def inference_summary(self, Theta, derivative=None, curvature=None):
+        """The sites' summed multinomial inference summary at ``Theta``
+        (:func:`~._inference_multinomial.site_multinomial_inference`; the
+        loss's derivatives are implied, the arguments kept for the margin
+        sites' signature). The server adds ``W`` times the projector on
+        the shift directions to the curvature (data-independent, the
+        intercepts' gauge term among them: see
+        :mod:`._inference_multinomial`)."""
+        total = sum((site_multinomial_inference(X, Y, w, self._matrix(Theta), self.fit_intercept)
+                     for X, Y, w in self.parts[1:]),
+                    site_multinomial_inference(*self.parts[0], self._matrix(Theta),
+                                               self.fit_intercept))
+        self.rounds += 1
+        self.floats_sent += total.n_floats
+        p1 = self.n_features + self.fit_intercept
+        total.curvature = total.curvature + self.weight_sum * shift_projector(p1, self.n_classes)
+        return total
 
     def noised_summary(self, kind, Theta, loss, std, random_state):
         raise NotImplementedError("the multinomial Newton path runs no privacy mechanism.")
