@@ -13,6 +13,7 @@ plus its noise increment; the server adds them to the prefix sums and takes
 learner).
 """
 
+import copy
 import math
 import warnings
 
@@ -128,6 +129,19 @@ def _start(settings, n_features, classes, learner_labels, n_rows, *, random_stat
                        privacy_spent_=spent)
 
 
+def _advancing_copy(noise):
+    """A copy of the noise streams to advance in a call that may still fail
+    (a lost commit, a refusal): the committed stream stays at its position.
+    The generators are shared (their draws are the call's one side effect,
+    never repeated) and so is the read-only factorization."""
+    memo = {id(noise.factorization): noise.factorization}
+    for stream in noise.streams:
+        generator = getattr(stream._draw.source, "__self__", None)  # rng.standard_normal
+        if generator is not None:
+            memo[id(generator)] = generator
+    return copy.deepcopy(noise, memo=memo)
+
+
 def _check_learners(state, site_labels):
     """Every learner of a later batch must have a noise stream (the first
     batch's learners): refused before any draw."""
@@ -150,8 +164,9 @@ def quadratic_update(batch, classes, settings, previous, *, first, new_stream, r
     classes : ndarray
     settings : LogisticSettings
     previous : TrainingState or None
-        The stream's state (None when ``first``); copied, not changed, except
-        for its noise streams, which advance (never drawn twice).
+        The stream's state (None when ``first``); copied, not changed (its
+        noise streams too: the copy advances, sharing the generators, so a
+        call that fails before its commit leaves the stream where it was).
     first, new_stream : bool
     random_state, budget
         The estimator's hyperparameters.
@@ -172,6 +187,7 @@ def quadratic_update(batch, classes, settings, previous, *, first, new_stream, r
     else:
         _check_learners(previous, batch.site_labels)
         state = TrainingState(**vars(previous))
+        state.noise = _advancing_copy(previous.noise) if previous.noise is not None else None
         noise_release = previous.noise_release
     state.noise_release = noise_release
     for rows in round_rows(batch.site_codes, n_steps):
