@@ -374,3 +374,19 @@ def test_a_continuation_failing_after_its_draws_leaves_the_noise_streams_in_plac
     assert [s.round_ for s in clf._training_state.noise.streams] == rounds
     clf.partial_fit(X[b == 1], y[b == 1], sample_group=g[b == 1])
     assert [s.round_ for s in clf._training_state.noise.streams] == [r + 1 for r in rounds]
+
+
+def test_a_seeded_stream_refused_by_its_warning_spends_nothing():
+    # the seed warning comes before the charge (as DWD's does): with warnings
+    # as errors the refused call leaves the budget untouched
+    from skfedpriv.privacy import SeededNoiseWarning
+
+    X, y, g = _stream(n_batches=1)
+    budget = PrivacyBudget(epsilon=2.0, delta=1e-4)
+    clf = LogisticRegression(**_params(budget=budget))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NoiseDominatesWarning)
+        warnings.simplefilter("error", SeededNoiseWarning)
+        with pytest.raises(SeededNoiseWarning):
+            clf.partial_fit(X, y, sample_group=g)
+    assert budget.spent == (0.0, 0.0) and not hasattr(clf, "coef_")

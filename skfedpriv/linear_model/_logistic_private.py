@@ -91,7 +91,7 @@ def _step(state, X, y, classes, settings):
 
 
 def _start(settings, n_features, classes, learner_labels, n_rows, *, random_state, budget):
-    """A new stream's state: the warning, the one charge, then the noise
+    """A new stream's state: the warnings, the one charge, then the noise
     streams (one per learner of the first batch). Returns ``(state,
     calibration)``, ``calibration`` the released noise attributes."""
     p1, n_models = n_features + int(settings.fit_intercept), count_models(classes)
@@ -116,12 +116,12 @@ def _start(settings, n_features, classes, learner_labels, n_rows, *, random_stat
             f"rows could give; the model will be mostly noise. About {ratio * n_rows:.0f} "
             "rows at this epsilon (or a larger epsilon, fewer learners, a smaller "
             "feature_clip_norm) bring the ratio to one."), stacklevel=6)
+    warn_if_seeded(random_state, "LogisticRegression")  # before the charge: may be an error
     spent = (float(settings.epsilon), float(settings.delta))
     if budget is not None:
         budget.spend(*spent, note=f"LogisticRegression(solver='quadratic', mechanism="
                      f"{settings.mechanism!r}) on a new stream", mechanism="gaussian",
                      sigma=sigma, sensitivity=factorization.sensitivity)
-    warn_if_seeded(random_state, "LogisticRegression")
     state.noise = SiteNoiseStreams(
         factorization, len(learner_labels), p1, n_models, sigma,
         quadratic_sensitivities(row_norm, coefficient_clip), as_generator(random_state))
