@@ -246,3 +246,53 @@ def test_unresolved_curvature_publishes_no_interval():
         clf = _private(epsilon=1.0).fit(X, y, sample_group=g)
     assert np.isnan(clf.coef_se_).all() and np.isnan(clf.confint()).all()
     assert np.isfinite(clf.coef_).all()
+
+
+def test_the_charge_covers_every_draw_the_multiclass_fit_makes(monkeypatch):
+    """Every site noise draw of a three-class fit is recorded with its std
+    and the sensitivity of what it perturbs: the unit releases they add up
+    to, ``Σ (σ Δ / std)²`` per site, are what the stream is charged, and
+    dp-accounting's Gaussian mechanism at that count gives ε."""
+    dp_accounting = pytest.importorskip("dp_accounting")
+    from dp_accounting import pld
+
+    from skfedpriv.linear_model import _dwd_solver, _inference_private
+    from skfedpriv.privacy._objective_perturbation import summary_sensitivity
+
+    q, n_sites, K = 1.0, 2, 3
+    draws = []  # (std, sensitivity, number of independent unit blocks)
+
+    def site_noise(kind, std, p1, n_models, rng):
+        blocks = 1 if kind == "gram" else n_models
+        draws.append((std, summary_sensitivity(kind, q, CLIP), blocks))
+        return real_site_noise(kind, std, p1, n_models, rng)
+
+    def symmetric(p1, std, random_state=None):
+        draws.append((std, None, 1))
+        return real_symmetric(p1, std, random_state=random_state)
+
+    real_site_noise, real_symmetric = _dwd_solver.site_noise, _inference_private.symmetric_gaussian_noise
+    monkeypatch.setattr(_dwd_solver, "site_noise", site_noise)
+    monkeypatch.setattr(_inference_private, "symmetric_gaussian_noise", symmetric)
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(900, 2)) + np.repeat(np.eye(3, 2), 300, axis=0)
+    y, g = np.repeat([0, 1, 2], 300), np.tile(np.arange(n_sites), 450)
+    budget = PrivacyBudget(10.0, 1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = _private(epsilon=1.0, budget=budget, classes=[0, 1, 2], q=q, online_steps=2)
+        clf.fit(X, y, sample_group=g)
+    sigma = clf.noise_scale_
+    bounds = {round(sigma / PRECISION * exact_curvature_sensitivity(q, CLIP), 12):
+              exact_curvature_sensitivity(q, CLIP),
+              round(sigma / PRECISION * score_outer_sensitivity(q, CLIP), 12):
+              score_outer_sensitivity(q, CLIP)}
+    units = sum(blocks * (delta if delta is not None else bounds[round(std, 12)]) ** 2 / std**2
+                for std, delta, blocks in draws) * sigma**2 / n_sites
+    # pilot: K (2 gradients + 1 curvature) + the Gram; refinement: K (3 + 9 · 4)
+    assert units == pytest.approx(K * 3 + 1 + K * (ROUNDS + PRECISION**2 * (ROUNDS + 1)))
+    (entry,) = budget.ledger.entries
+    assert entry.sensitivity**2 == pytest.approx(units)
+    accountant = pld.PLDAccountant()
+    accountant.compose(dp_accounting.GaussianDpEvent(sigma / math.sqrt(units)))
+    assert accountant.get_epsilon(1e-5) == pytest.approx(1.0, abs=2e-3)

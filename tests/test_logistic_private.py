@@ -349,3 +349,44 @@ def test_sparse_rows_give_the_dense_model_and_the_learning_rate_is_not_bounded()
     sparse = LogisticRegression(**params).fit(sp.csr_matrix(X), y, sample_group=g)
     np.testing.assert_allclose(sparse.coef_, dense.coef_, rtol=1e-10, atol=1e-12)
     np.testing.assert_array_equal(sparse.predict(sp.csr_matrix(X)), dense.predict(X))
+
+
+def test_a_continuation_failing_after_its_draws_leaves_the_noise_streams_in_place(monkeypatch):
+    # a call that loses its commit (e.g. two threads continuing one stream:
+    # StreamReplayError at the commit) has drawn its noise increment; the
+    # committed stream must not advance with it, or every later release's
+    # prefix noise skips a row of the factorization
+    from skfedpriv import StreamReplayError
+    from skfedpriv.linear_model import _base
+
+    X, y, g, b = _stream(n_batches=3)
+    clf = LogisticRegression(**_params())
+    clf.partial_fit(X[b == 0], y[b == 0], sample_group=g[b == 0])
+    rounds = [s.round_ for s in clf._training_state.noise.streams]
+
+    def lost_commit(*args, **kwargs):
+        raise StreamReplayError("lost the race")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_base, "commit_position", lost_commit)
+        with pytest.raises(StreamReplayError):
+            clf.partial_fit(X[b == 1], y[b == 1], sample_group=g[b == 1])
+    assert [s.round_ for s in clf._training_state.noise.streams] == rounds
+    clf.partial_fit(X[b == 1], y[b == 1], sample_group=g[b == 1])
+    assert [s.round_ for s in clf._training_state.noise.streams] == [r + 1 for r in rounds]
+
+
+def test_a_seeded_stream_refused_by_its_warning_spends_nothing():
+    # the seed warning comes before the charge (as DWD's does): with warnings
+    # as errors the refused call leaves the budget untouched
+    from skfedpriv.privacy import SeededNoiseWarning
+
+    X, y, g = _stream(n_batches=1)
+    budget = PrivacyBudget(epsilon=2.0, delta=1e-4)
+    clf = LogisticRegression(**_params(budget=budget))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NoiseDominatesWarning)
+        warnings.simplefilter("error", SeededNoiseWarning)
+        with pytest.raises(SeededNoiseWarning):
+            clf.partial_fit(X, y, sample_group=g)
+    assert budget.spent == (0.0, 0.0) and not hasattr(clf, "coef_")

@@ -13,6 +13,7 @@ plus its noise increment; the server adds them to the prefix sums and takes
 learner).
 """
 
+import copy
 import math
 import warnings
 
@@ -90,7 +91,7 @@ def _step(state, X, y, classes, settings):
 
 
 def _start(settings, n_features, classes, learner_labels, n_rows, *, random_state, budget):
-    """A new stream's state: the warning, the one charge, then the noise
+    """A new stream's state: the warnings, the one charge, then the noise
     streams (one per learner of the first batch). Returns ``(state,
     calibration)``, ``calibration`` the released noise attributes."""
     p1, n_models = n_features + int(settings.fit_intercept), count_models(classes)
@@ -115,17 +116,30 @@ def _start(settings, n_features, classes, learner_labels, n_rows, *, random_stat
             f"rows could give; the model will be mostly noise. About {ratio * n_rows:.0f} "
             "rows at this epsilon (or a larger epsilon, fewer learners, a smaller "
             "feature_clip_norm) bring the ratio to one."), stacklevel=6)
+    warn_if_seeded(random_state, "LogisticRegression")  # before the charge: may be an error
     spent = (float(settings.epsilon), float(settings.delta))
     if budget is not None:
         budget.spend(*spent, note=f"LogisticRegression(solver='quadratic', mechanism="
                      f"{settings.mechanism!r}) on a new stream", mechanism="gaussian",
                      sigma=sigma, sensitivity=factorization.sensitivity)
-    warn_if_seeded(random_state, "LogisticRegression")
     state.noise = SiteNoiseStreams(
         factorization, len(learner_labels), p1, n_models, sigma,
         quadratic_sensitivities(row_norm, coefficient_clip), as_generator(random_state))
     return state, dict(noise_scale_=sigma, sensitivity_=factorization.sensitivity,
                        privacy_spent_=spent)
+
+
+def _advancing_copy(noise):
+    """A copy of the noise streams to advance in a call that may still fail
+    (a lost commit, a refusal): the committed stream stays at its position.
+    The generators are shared (their draws are the call's one side effect,
+    never repeated) and so is the read-only factorization."""
+    memo = {id(noise.factorization): noise.factorization}
+    for stream in noise.streams:
+        generator = getattr(stream._draw.source, "__self__", None)  # rng.standard_normal
+        if generator is not None:
+            memo[id(generator)] = generator
+    return copy.deepcopy(noise, memo=memo)
 
 
 def _check_learners(state, site_labels):
@@ -150,8 +164,9 @@ def quadratic_update(batch, classes, settings, previous, *, first, new_stream, r
     classes : ndarray
     settings : LogisticSettings
     previous : TrainingState or None
-        The stream's state (None when ``first``); copied, not changed, except
-        for its noise streams, which advance (never drawn twice).
+        The stream's state (None when ``first``); copied, not changed (its
+        noise streams too: the copy advances, sharing the generators, so a
+        call that fails before its commit leaves the stream where it was).
     first, new_stream : bool
     random_state, budget
         The estimator's hyperparameters.
@@ -172,6 +187,7 @@ def quadratic_update(batch, classes, settings, previous, *, first, new_stream, r
     else:
         _check_learners(previous, batch.site_labels)
         state = TrainingState(**vars(previous))
+        state.noise = _advancing_copy(previous.noise) if previous.noise is not None else None
         noise_release = previous.noise_release
     state.noise_release = noise_release
     for rows in round_rows(batch.site_codes, n_steps):
