@@ -13,6 +13,8 @@ import pytest
 from skfedpriv import DWDClassifier, LogisticRegression
 from skfedpriv._loss import GenDWDLoss, LogisticLoss
 from skfedpriv.federated import (
+    DWDSite,
+    LocalTransport,
     RemoteSites,
     SitePrivacy,
     SiteRefusal,
@@ -111,3 +113,24 @@ def test_remote_inference_names_a_registry_loss():
     assert remote.offers_inference
     with pytest.raises(ValueError, match="registry loss"):
         remote.inference_summary(np.zeros((4, 1)), np.tanh, np.cosh)
+
+
+def test_local_gaussian_on_sites_that_cannot_noise_is_refused_before_any_charge():
+    """Remote sites without a SitePrivacy cannot run 'local-gaussian', and its
+    private inference runs in this process only: both refused before the
+    budget is charged or any state changes."""
+    from skfedpriv.privacy import PrivacyBudget
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 3))
+    y = (X[:, 0] > 0).astype(int)
+    g = np.arange(120) % 3
+    plain = [DWDSite(lambda b, s=s: (X[g == s], y[g == s]), name=f"s{s}") for s in range(3)]
+    for inference in (False, True):
+        budget = PrivacyBudget(epsilon=5.0, delta=1e-4)
+        clf = DWDClassifier(mechanism="local-gaussian", inference=inference, epsilon=1.0,
+                            clip_norm=3.0, classes=[0, 1], budget=budget)
+        with pytest.raises((ValueError, NotImplementedError)):
+            federated_fit(clf, LocalTransport(plain))
+        assert budget.ledger.entries == ()
+        assert not hasattr(clf, "coef_")

@@ -118,6 +118,9 @@ class RemoteSites(DWDSites):
         self.rounds = self.floats_sent = 0
         # every site holds its own 'local-tree' / 'local-blt' stream
         self.holds_noise_streams = all(r.get("holds_noise_stream") for r in replies)
+        # 'local-gaussian' needs every site to noise its own summaries
+        self.noises_summaries = all(r.get("private") and not r.get("holds_noise_stream")
+                                    for r in replies)
         # the inference summary is a raw sum: non-private sites only
         self.offers_inference = not any(r.get("private") for r in replies)
 

@@ -140,6 +140,16 @@ def _local_gaussian(sites, stream, settings, *, first):
             "the first partial_fit) only: the covariance of a private stream's later "
             "batches is not propagated yet. Start a new stream with fit."
         )
+    if not sites.noises_summaries:
+        raise ValueError(
+            "mechanism='local-gaussian' needs every site to noise its own summaries: "
+            "in-process sites, or remote sites that each hold a SitePrivacy. Nothing "
+            "was charged.")
+    if settings.inference and not isinstance(sites, SiteData):
+        raise NotImplementedError(
+            "inference=True with mechanism='local-gaussian' runs with sites in this "
+            "process only (its refinement rounds are not a site request yet). Nothing "
+            "was charged.")
     releases = local_gaussian_releases(n_models, settings.online_steps, first)
     if settings.inference:
         releases += inference_releases(n_models)

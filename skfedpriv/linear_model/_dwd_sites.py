@@ -235,6 +235,11 @@ class DWDSites(abc.ABC):
             f"{type(self).__name__} does not offer the inference summary; fit with "
             "inference=False.")
 
+    #: Whether every site can noise its own summaries ('local-gaussian'):
+    #: in-process sites (the package draws for them) or remote sites that
+    #: each hold a :class:`~skfedpriv.federated.SitePrivacy`.
+    noises_summaries = True
+
     #: Whether each site holds its own noise stream of 'local-tree' /
     #: 'local-blt' and answers :meth:`continual_summary` (remote sites).
     holds_noise_streams = False
