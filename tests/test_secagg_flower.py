@@ -224,3 +224,41 @@ def test_every_site_stream_is_charged_to_the_sites_budget(tmp_path):
     with pytest.raises(PrivacyBudgetError):
         SecAggDWDClient(config, lambda k: rows[0, k], np.random.default_rng(1),
                         budget=PrivacyBudget.from_file(path))
+
+
+def test_the_site_refuses_a_secagg_setup_that_is_not_its_own(task_identity):
+    """A server choosing a weaker SecAgg+ (threshold 1 instead of the site's
+    majority) is refused with a fixed text before the site
+    loads a row or draws noise: its stream and generator are untouched."""
+    rows, _, _ = _batches()
+    batch_rows = [sum(len(rows[s, k][1]) for s in range(N_SITES)) for k in range(N_BATCHES)]
+    config = SecAggSiteConfig(n_sites=N_SITES, n_features=4, classes=(-1, 1),
+                              n_batches=N_BATCHES, n_rows=sum(batch_rows), clip_norm=3.0)
+    sites = _sites(config, rows, [np.random.default_rng(100 + s) for s in range(N_SITES)])
+    states = {nid: copy.deepcopy(site.stream.rng.bit_generator.state)
+              for nid, site in sites.items()}
+    grid = _grid({nid: site.client_app() for nid, site in sites.items()})
+    with pytest.raises(ValueError, match="^this site refuses a secure-aggregation setup that "
+                                         "is not its own configuration.$"):
+        run_secagg_stream(grid, _context(), config, batch_rows, num_shares=N_SITES,
+                          reconstruction_threshold=1)
+    for nid, site in sites.items():
+        assert site.stream.step == 0 and not site.stream._open
+        assert site.stream.rng.bit_generator.state == states[nid]
+
+
+def test_the_site_refuses_a_key_exchange_below_its_threshold(task_identity):
+    """A key list of the site alone (SecAgg+ would then let the server
+    rebuild its self-mask) is refused even after an accepted setup."""
+    from flwr.app import ConfigRecord, Message, RecordDict
+    from flwr.common import MessageType
+
+    rows, _, _ = _batches()
+    config = SecAggSiteConfig(n_sites=N_SITES, n_features=4, classes=(-1, 1),
+                              n_batches=N_BATCHES, n_rows=1000, clip_norm=3.0)
+    site = SecAggDWDClient(config, lambda k: rows[0, k], np.random.default_rng(0))
+    configs = ConfigRecord({"stage": "share_keys", "10": [b"a", b"b"]})
+    msg = Message(content=RecordDict({"secaggplus_configs": configs}), dst_node_id=10,
+                  message_type=MessageType.TRAIN)
+    with pytest.raises(ValueError, match="fewer neighbours than its reconstruction"):
+        site.setup_guard(msg, None, lambda m, c: pytest.fail("passed to SecAgg+"))

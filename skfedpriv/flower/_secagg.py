@@ -23,7 +23,12 @@ here), on which event the site clips its message: the claim is then
 **Enforced by the site.** The site builds its plan (scale, σ, horizon,
 clip, field) from its own :class:`SecAggSiteConfig`, never from a request;
 the only value it reads from the server is the public model ``θ``, checked
-for shape and finiteness. Past its horizon it refuses. Its generator and
+for shape and finiteness. It also fixes its SecAgg+ setup (field, number of
+shares, reconstruction threshold: :meth:`SecAggSiteConfig.secagg_setup`)
+and refuses, with a fixed text, a setup request that differs or a key
+exchange with fewer neighbours than its threshold
+(:meth:`SecAggDWDClient.setup_guard`): with ``threshold=1`` and a key list
+of the site alone, SecAgg+ would let the server rebuild the site's mask. Past its horizon it refuses. Its generator and
 raw node sums stay in the client object (in memory: a restarted site
 process would start a new noise stream, so a deployment keeps the client
 alive for the stream, and charges a file ``budget`` per stream, so a
@@ -90,6 +95,21 @@ class SecAggSiteConfig:
     alpha: float = 1e-3
     fit_intercept: bool = True
     honest_sites: object = None
+    num_shares: object = None
+    reconstruction_threshold: object = None
+
+    def secagg_setup(self):
+        """The SecAgg+ setup this site accepts (its own, never a request's):
+        every site's field, ``share_num`` (default every site) and
+        ``threshold`` (default a majority of the sites)."""
+        field, _ = secagg_field(self.n_sites)
+        shares = self.n_sites if self.num_shares is None else int(self.num_shares)
+        threshold = (self.n_sites // 2 + 1 if self.reconstruction_threshold is None
+                     else int(self.reconstruction_threshold))
+        return {"sample_num": self.n_sites, "share_num": shares, "threshold": threshold,
+                "clipping_range": field["clipping_range"],
+                "target_range": field["quantization_range"],
+                "mod_range": field["modulus_range"], "max_weight": field["max_weight"]}
 
     @property
     def layout(self):
@@ -190,7 +210,27 @@ class SecAggDWDClient:
         def client_fn(context):
             return self.to_client()
 
-        return ClientApp(client_fn=client_fn, mods=[secaggplus_mod])
+        return ClientApp(client_fn=client_fn, mods=[self.setup_guard, secaggplus_mod])
+
+    def setup_guard(self, msg, ctxt, call_next):
+        """A Flower mod (outside ``secaggplus_mod``): refuses, with a fixed
+        text, a SecAgg+ setup whose parameters are not this site's own
+        (:meth:`SecAggSiteConfig.secagg_setup`) and a key exchange with fewer
+        neighbours than its threshold, before the site loads a row or draws
+        noise (a server choosing ``threshold=1`` and a key list of the site
+        alone could otherwise unmask its integers)."""
+        configs = msg.content.config_records.get("secaggplus_configs")
+        if configs is not None:
+            expected = self.config.secagg_setup()
+            stage = configs.get("stage")
+            if stage == "setup" and any(configs.get(key) != value
+                                        for key, value in expected.items()):
+                raise ValueError("this site refuses a secure-aggregation setup that is "
+                                 "not its own configuration.")
+            if stage == "share_keys" and len(configs) - 1 < expected["threshold"]:
+                raise ValueError("this site refuses a key exchange with fewer neighbours "
+                                 "than its reconstruction threshold.")
+        return call_next(msg, ctxt)
 
 
 def make_secagg_strategy(config, batch_rows, **fedavg):
