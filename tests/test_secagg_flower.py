@@ -262,3 +262,40 @@ def test_the_site_refuses_a_key_exchange_below_its_threshold(task_identity):
                   message_type=MessageType.TRAIN)
     with pytest.raises(ValueError, match="fewer neighbours than its reconstruction"):
         site.setup_guard(msg, None, lambda m, c: pytest.fail("passed to SecAgg+"))
+
+
+class _DroppingGrid(_InProcessGrid):
+    """Node 12's masked vector never arrives (it drops out mid-round)."""
+
+    def send_and_receive(self, messages, *, timeout=None):
+        kept = [m for m in messages if not (
+            m.metadata.dst_node_id == 12
+            and m.content.config_records["secaggplus_configs"]["stage"] == "collect_masked_vectors")]
+        return super().send_and_receive(kept, timeout=timeout)
+
+
+def test_the_sites_refuse_to_unmask_a_sum_of_fewer_than_their_honest_sites(task_identity):
+    """A site dropping out after the key exchange leaves a sum of two shares;
+    with ``honest_sites`` = 3 (the default) the others refuse to help unmask
+    it, with a fixed text; with ``honest_sites=2`` they accept."""
+    from flwr.serverapp import Grid
+    from flwr.supercore.run import Run
+
+    rows, _, _ = _batches()
+    batch_rows = [sum(len(rows[s, k][1]) for s in range(N_SITES)) for k in range(N_BATCHES)]
+    for honest in (None, 2):
+        config = SecAggSiteConfig(n_sites=N_SITES, n_features=4, classes=(-1, 1),
+                                  n_batches=1, n_rows=sum(batch_rows), clip_norm=3.0,
+                                  honest_sites=honest)
+        sites = _sites(config, rows, [np.random.default_rng(100 + s) for s in range(N_SITES)])
+        grid = type("DroppingGrid", (_DroppingGrid, Grid), {})(
+            {nid: site.client_app() for nid, site in sites.items()})
+        grid.set_run(Run.create_empty(1))
+        if honest is None:
+            with pytest.raises(ValueError, match="^this site refuses to unmask a sum of fewer "
+                                                 "sites than its honest_sites.$"):
+                run_secagg_stream(grid, _context(), config, batch_rows, num_shares=N_SITES,
+                                  reconstruction_threshold=2)
+        else:
+            run_secagg_stream(grid, _context(), config, batch_rows, num_shares=N_SITES,
+                              reconstruction_threshold=2)

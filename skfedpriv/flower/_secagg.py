@@ -28,7 +28,10 @@ shares, reconstruction threshold: :meth:`SecAggSiteConfig.secagg_setup`)
 and refuses, with a fixed text, a setup request that differs or a key
 exchange with fewer neighbours than its threshold
 (:meth:`SecAggDWDClient.setup_guard`): with ``threshold=1`` and a key list
-of the site alone, SecAgg+ would let the server rebuild the site's mask. Past its horizon it refuses. Its generator and
+of the site alone, SecAgg+ would let the server rebuild the site's mask.
+A site dropping out mid-round leaves a sum without its share: the other
+sites refuse to unmask a sum of fewer sites than their ``honest_sites``
+(with the default, every site: any dropout ends the round unanswered). Past its horizon it refuses. Its generator and
 raw node sums stay in the client object (in memory: a restarted site
 process would start a new noise stream, so a deployment keeps the client
 alive for the stream, and charges a file ``budget`` per stream, so a
@@ -218,7 +221,9 @@ class SecAggDWDClient:
         (:meth:`SecAggSiteConfig.secagg_setup`) and a key exchange with fewer
         neighbours than its threshold, before the site loads a row or draws
         noise (a server choosing ``threshold=1`` and a key list of the site
-        alone could otherwise unmask its integers)."""
+        alone could otherwise unmask its integers); and refuses to help
+        unmask a sum of fewer active sites than its ``honest_sites`` (sites
+        that dropped out mid-round took their shares with them)."""
         configs = msg.content.config_records.get("secaggplus_configs")
         if configs is not None:
             expected = self.config.secagg_setup()
@@ -230,6 +235,9 @@ class SecAggDWDClient:
             if stage == "share_keys" and len(configs) - 1 < expected["threshold"]:
                 raise ValueError("this site refuses a key exchange with fewer neighbours "
                                  "than its reconstruction threshold.")
+            if stage == "unmask" and len(configs.get("active_nids", [])) < self.plan.honest_sites:
+                raise ValueError("this site refuses to unmask a sum of fewer sites than "
+                                 "its honest_sites.")
         return call_next(msg, ctxt)
 
 
