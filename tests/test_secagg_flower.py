@@ -299,3 +299,19 @@ def test_the_sites_refuse_to_unmask_a_sum_of_fewer_than_their_honest_sites(task_
         else:
             run_secagg_stream(grid, _context(), config, batch_rows, num_shares=N_SITES,
                               reconstruction_threshold=2)
+
+
+def test_the_site_refuses_rows_beyond_the_bound_its_clip_probability_assumes():
+    """``clip_probability`` bounds a node value from ``n_rows``: a site whose
+    batches hold more rows than that is refused (fixed text) before any
+    noise is drawn."""
+    rows, _, _ = _batches()
+    per_batch = len(rows[0, 0][1])
+    config = SecAggSiteConfig(n_sites=N_SITES, n_features=4, classes=(-1, 1),
+                              n_batches=N_BATCHES, n_rows=per_batch + 1, clip_norm=3.0)
+    site = SecAggDWDClient(config, lambda k: rows[0, 0], np.random.default_rng(0))
+    site.fit([np.zeros((5, 1))], {})
+    state = copy.deepcopy(site.stream.rng.bit_generator.state)
+    with pytest.raises(ValueError, match="^this site's rows exceed the stream's n_rows.$"):
+        site.fit([np.zeros((5, 1))], {})
+    assert site.stream.step == 1 and site.stream.rng.bit_generator.state == state

@@ -17,8 +17,10 @@ rescaling) and ``n_sites Q < M = 2^32`` (the sum never wraps), so the
 server's aggregate is the exact integer sum divided by the number of sites.
 Every site's node values stay within ``±c`` except with the probability
 :attr:`SecAggDWDClient.clip_probability` (public, below 1e-20 in the tests
-here), on which event the site clips its message: the claim is then
-``(ε, δ + (1 + e^ε) p)``-DP with ``p`` that probability.
+here; the site refuses rows beyond ``n_rows``, the bound it assumes), on
+which event the site clips its message: the claim is then
+``(ε, δ + (1 + e^ε) p)``-DP with ``p`` the sum of the sites' clip
+probabilities (``n_sites`` times one site's: no honest site may clip).
 
 **Enforced by the site.** The site builds its plan (scale, σ, horizon,
 clip, field) from its own :class:`SecAggSiteConfig`, never from a request;
@@ -162,6 +164,7 @@ class SecAggDWDClient:
             self.plan.sigma, self.plan.factorization.n_noise * self.plan.dim,
             secagg_field(config.n_sites)[1])
         self.clipped = 0
+        self.rows = 0  # this site's rows so far (at most config.n_rows)
 
     def get_parameters(self, config):
         return [np.zeros(self.config.layout)]
@@ -179,6 +182,9 @@ class SecAggDWDClient:
         X, Y, _ = prepare_rows(np.asarray(X, float), np.asarray(y), np.ones(len(y)), classes,
                                fit_intercept=self.config.fit_intercept,
                                clip_norm=self.config.clip_norm)
+        if self.rows + len(X) > self.config.n_rows:  # the bound clip_probability assumes
+            raise ValueError("this site's rows exceed the stream's n_rows.")
+        self.rows += len(X)
         messages = site_messages(self.stream, (X, Y), theta, self.plan.scales,
                                  q=self.config.q, fit_intercept=self.config.fit_intercept)
         vector = np.concatenate([messages[node] for node in sorted(messages)])
