@@ -315,3 +315,29 @@ def test_the_site_refuses_rows_beyond_the_bound_its_clip_probability_assumes():
     with pytest.raises(ValueError, match="^this site's rows exceed the stream's n_rows.$"):
         site.fit([np.zeros((5, 1))], {})
     assert site.stream.step == 1 and site.stream.rng.bit_generator.state == state
+
+
+def test_a_site_client_cannot_be_copied_or_answer_two_batches_at_once():
+    """A copy (pickle, deep copy) of a site would draw its shares again from
+    the same generator state, and a call inside another would answer one
+    step twice: both refused with fixed texts, the stream untouched."""
+    import pickle
+
+    rows, _, _ = _batches()
+    config = SecAggSiteConfig(n_sites=N_SITES, n_features=4, classes=(-1, 1),
+                              n_batches=N_BATCHES, n_rows=1000, clip_norm=3.0)
+    site = SecAggDWDClient(config, lambda k: rows[0, k], np.random.default_rng(0))
+    for copier in (copy.deepcopy, copy.copy, pickle.dumps):
+        with pytest.raises(TypeError, match="^a secure-aggregation site holds its noise stream"):
+            copier(site)
+    inner = []
+
+    def load_batch(k):
+        with pytest.raises(RuntimeError, match="^this site is answering another batch.$"):
+            site.fit([np.zeros((5, 1))], {})
+        inner.append(site.stream.step)
+        return rows[0, k]
+
+    site.load_batch = load_batch
+    site.fit([np.zeros((5, 1))], {})
+    assert inner == [0] and site.stream.step == 1

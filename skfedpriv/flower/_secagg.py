@@ -34,12 +34,14 @@ of the site alone, SecAgg+ would let the server rebuild the site's mask.
 A site dropping out mid-round leaves a sum without its share: the other
 sites refuse to unmask a sum of fewer sites than their ``honest_sites``
 (with the default, every site: any dropout ends the round unanswered). Past its horizon it refuses. Its generator and
-raw node sums stay in the client object (in memory: a restarted site
+raw node sums stay in the client object, which refuses to be copied or
+pickled and answers one call at a time (in memory: a restarted site
 process would start a new noise stream, so a deployment keeps the client
 alive for the stream, and charges a file ``budget`` per stream, so a
 restart that starts a new stream is charged again).
 """
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -165,13 +167,28 @@ class SecAggDWDClient:
             secagg_field(config.n_sites)[1])
         self.clipped = 0
         self.rows = 0  # this site's rows so far (at most config.n_rows)
+        self._busy = threading.Lock()
 
     def get_parameters(self, config):
         return [np.zeros(self.config.layout)]
 
+    def __reduce__(self):
+        raise TypeError("a secure-aggregation site holds its noise stream: it cannot be "
+                        "copied or pickled (a copy would draw the same shares again).")
+
     def fit(self, parameters, config):
         """Answer one batch: the masked-to-be integers of the completed
-        nodes, in node order, as floats (exact below 2^53)."""
+        nodes, in node order, as floats (exact below 2^53). One call at a
+        time (a concurrent or nested call is refused: it would answer the
+        same step twice)."""
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("this site is answering another batch.")
+        try:
+            return self._fit(parameters)
+        finally:
+            self._busy.release()
+
+    def _fit(self, parameters):
         if self.stream.step >= self.config.n_batches:
             raise HorizonExceededError("this site's stream has reached its horizon.")
         theta = np.asarray(parameters[0], dtype=float)
