@@ -341,3 +341,31 @@ def test_a_site_client_cannot_be_copied_or_answer_two_batches_at_once():
     site.load_batch = load_batch
     site.fit([np.zeros((5, 1))], {})
     assert inner == [0] and site.stream.step == 1
+
+
+@pytest.mark.parametrize("bad", ["nan", "label", "shape", "text"])
+def test_the_site_refuses_rows_outside_its_domain_with_a_fixed_text(bad):
+    """A non-finite feature (its rounded integer is arbitrary: no sensitivity
+    bound), a label outside ``classes`` or a wrong feature count is refused
+    before any noise is drawn; the text names no data value (a Flower
+    error reply reaches the server)."""
+    rows, _, _ = _batches()
+    X, y = rows[0, 0]
+    X, y = X.copy(), y.copy()
+    if bad == "nan":
+        X[3, 1] = np.nan
+    elif bad == "label":
+        y[3] = 7
+    elif bad == "shape":
+        X = X[:, :3]
+    else:
+        X = X.astype(object)
+        X[3, 1] = "secret"
+    config = SecAggSiteConfig(n_sites=N_SITES, n_features=4, classes=(-1, 1),
+                              n_batches=N_BATCHES, n_rows=1000, clip_norm=3.0)
+    site = SecAggDWDClient(config, lambda k: (X, y), np.random.default_rng(0))
+    state = copy.deepcopy(site.stream.rng.bit_generator.state)
+    with pytest.raises(ValueError, match="^this site's rows are outside its declared domain.$"):
+        site.fit([np.zeros((5, 1))], {})
+    assert site.stream.step == 0 and site.rows == 0
+    assert site.stream.rng.bit_generator.state == state

@@ -194,9 +194,9 @@ class SecAggDWDClient:
         theta = np.asarray(parameters[0], dtype=float)
         if theta.shape != self.config.layout or not np.all(np.isfinite(theta)):
             raise ValueError("the model sent to this site has the wrong shape or values.")
-        X, y = self.load_batch(self.stream.step)
+        X, y = self._domain_rows(*self.load_batch(self.stream.step))
         classes = np.asarray(self.config.classes)
-        X, Y, _ = prepare_rows(np.asarray(X, float), np.asarray(y), np.ones(len(y)), classes,
+        X, Y, _ = prepare_rows(X, y, np.ones(len(y)), classes,
                                fit_intercept=self.config.fit_intercept,
                                clip_norm=self.config.clip_norm)
         if self.rows + len(X) > self.config.n_rows:  # the bound clip_probability assumes
@@ -207,6 +207,20 @@ class SecAggDWDClient:
         vector = np.concatenate([messages[node] for node in sorted(messages)])
         self.clipped += int(np.sum(np.abs(vector) > self.half))
         return [np.clip(vector, -self.half, self.half).astype(float)], 1, {}
+
+    def _domain_rows(self, X, y):
+        """The batch's rows if they are in the declared domain (finite
+        features of the configured count, labels among ``classes``), else a
+        ValueError whose text names no data value (a Flower error reply
+        reaches the server)."""
+        try:
+            X, y = np.asarray(X, dtype=float), np.asarray(y)
+        except (TypeError, ValueError):
+            X = None
+        if (X is None or X.ndim != 2 or X.shape[1] != self.config.n_features or y.shape != (len(X),)
+                or not np.all(np.isfinite(X)) or not np.all(np.isin(y, self.config.classes))):
+            raise ValueError("this site's rows are outside its declared domain.")
+        return X, y
 
     def evaluate(self, parameters, config):  # pragma: no cover - not asked
         return 0.0, 0, {}
