@@ -33,7 +33,16 @@ exchange with fewer neighbours than its threshold
 of the site alone, SecAgg+ would let the server rebuild the site's mask.
 A site dropping out mid-round leaves a sum without its share: the other
 sites refuse to unmask a sum of fewer sites than their ``honest_sites``
-(with the default, every site: any dropout ends the round unanswered). Past its horizon it refuses. Its generator and
+(with the default, every site: any dropout ends the round unanswered).
+
+**What SecAgg+ itself assumes.** Flower's SecAgg+ has no consistency
+round (Bonawitz et al. 2017's actively secure variant): a server that
+tells some sites that a site dropped out (collecting the shares of its
+pairwise key) and others that it is active (collecting the shares of its
+self-mask) unmasks that site's message alone. A site cannot see this from
+its own messages, so over Flower the claim holds against a server that
+follows the SecAgg+ protocol (it may read everything it receives and pick
+the model ``θ`` freely), not against one that lies about dropouts. Past its horizon it refuses. Its generator and
 raw node sums stay in the client object, which refuses to be copied or
 pickled and answers one call at a time (in memory: a restarted site
 process would start a new noise stream, so a deployment keeps the client
