@@ -272,3 +272,18 @@ def test_a_stream_does_not_mix_in_process_and_site_held_noise(ledger_dir):
     with pytest.raises(ValueError, match="either all run in this process"):
         remote.partial_fit(X[b == 1], y[b == 1], sample_group=g[b == 1])
     assert remote.n_batches_ == 1
+
+
+def test_a_continual_site_warns_when_its_noise_stream_has_a_fixed_seed(ledger_dir):
+    """An integer seed fixes the site's whole noise stream (a fresh ledger on
+    the same seed would draw it again): warned, as the estimator does."""
+    from skfedpriv.privacy import SeededNoiseWarning
+
+    path = new_ledger(ledger_dir / "seeded.sqlite")
+    with pytest.warns(SeededNoiseWarning, match="ContinualSitePrivacy"):
+        ContinualSitePrivacy("local-tree", 1.0, 1e-5, 3.0, n_batches=4, classes=[0, 1],
+                             ledger_path=path, random_state=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SeededNoiseWarning)
+        ContinualSitePrivacy("local-tree", 1.0, 1e-5, 3.0, n_batches=4, classes=[0, 1],
+                             ledger_path=path)

@@ -224,3 +224,148 @@ def test_every_site_stream_is_charged_to_the_sites_budget(tmp_path):
     with pytest.raises(PrivacyBudgetError):
         SecAggDWDClient(config, lambda k: rows[0, k], np.random.default_rng(1),
                         budget=PrivacyBudget.from_file(path))
+
+
+def test_the_site_refuses_a_secagg_setup_that_is_not_its_own(task_identity):
+    """A server choosing a weaker SecAgg+ (threshold 1 instead of the site's
+    majority) is refused with a fixed text before the site
+    loads a row or draws noise: its stream and generator are untouched."""
+    rows, _, _ = _batches()
+    batch_rows = [sum(len(rows[s, k][1]) for s in range(N_SITES)) for k in range(N_BATCHES)]
+    config = SecAggSiteConfig(n_sites=N_SITES, n_features=4, classes=(-1, 1),
+                              n_batches=N_BATCHES, n_rows=sum(batch_rows), clip_norm=3.0)
+    sites = _sites(config, rows, [np.random.default_rng(100 + s) for s in range(N_SITES)])
+    states = {nid: copy.deepcopy(site.stream.rng.bit_generator.state)
+              for nid, site in sites.items()}
+    grid = _grid({nid: site.client_app() for nid, site in sites.items()})
+    with pytest.raises(ValueError, match="^this site refuses a secure-aggregation setup that "
+                                         "is not its own configuration.$"):
+        run_secagg_stream(grid, _context(), config, batch_rows, num_shares=N_SITES,
+                          reconstruction_threshold=1)
+    for nid, site in sites.items():
+        assert site.stream.step == 0 and not site.stream._open
+        assert site.stream.rng.bit_generator.state == states[nid]
+
+
+def test_the_site_refuses_a_key_exchange_below_its_threshold(task_identity):
+    """A key list of the site alone (SecAgg+ would then let the server
+    rebuild its self-mask) is refused even after an accepted setup."""
+    from flwr.app import ConfigRecord, Message, RecordDict
+    from flwr.common import MessageType
+
+    rows, _, _ = _batches()
+    config = SecAggSiteConfig(n_sites=N_SITES, n_features=4, classes=(-1, 1),
+                              n_batches=N_BATCHES, n_rows=1000, clip_norm=3.0)
+    site = SecAggDWDClient(config, lambda k: rows[0, k], np.random.default_rng(0))
+    configs = ConfigRecord({"stage": "share_keys", "10": [b"a", b"b"]})
+    msg = Message(content=RecordDict({"secaggplus_configs": configs}), dst_node_id=10,
+                  message_type=MessageType.TRAIN)
+    with pytest.raises(ValueError, match="fewer neighbours than its reconstruction"):
+        site.setup_guard(msg, None, lambda m, c: pytest.fail("passed to SecAgg+"))
+
+
+class _DroppingGrid(_InProcessGrid):
+    """Node 12's masked vector never arrives (it drops out mid-round)."""
+
+    def send_and_receive(self, messages, *, timeout=None):
+        kept = [m for m in messages if not (
+            m.metadata.dst_node_id == 12
+            and m.content.config_records["secaggplus_configs"]["stage"] == "collect_masked_vectors")]
+        return super().send_and_receive(kept, timeout=timeout)
+
+
+def test_the_sites_refuse_to_unmask_a_sum_of_fewer_than_their_honest_sites(task_identity):
+    """A site dropping out after the key exchange leaves a sum of two shares;
+    with ``honest_sites`` = 3 (the default) the others refuse to help unmask
+    it, with a fixed text; with ``honest_sites=2`` they accept."""
+    from flwr.serverapp import Grid
+    from flwr.supercore.run import Run
+
+    rows, _, _ = _batches()
+    batch_rows = [sum(len(rows[s, k][1]) for s in range(N_SITES)) for k in range(N_BATCHES)]
+    for honest in (None, 2):
+        config = SecAggSiteConfig(n_sites=N_SITES, n_features=4, classes=(-1, 1),
+                                  n_batches=1, n_rows=sum(batch_rows), clip_norm=3.0,
+                                  honest_sites=honest)
+        sites = _sites(config, rows, [np.random.default_rng(100 + s) for s in range(N_SITES)])
+        grid = type("DroppingGrid", (_DroppingGrid, Grid), {})(
+            {nid: site.client_app() for nid, site in sites.items()})
+        grid.set_run(Run.create_empty(1))
+        if honest is None:
+            with pytest.raises(ValueError, match="^this site refuses to unmask a sum of fewer "
+                                                 "sites than its honest_sites.$"):
+                run_secagg_stream(grid, _context(), config, batch_rows, num_shares=N_SITES,
+                                  reconstruction_threshold=2)
+        else:
+            run_secagg_stream(grid, _context(), config, batch_rows, num_shares=N_SITES,
+                              reconstruction_threshold=2)
+
+
+def test_the_site_refuses_rows_beyond_the_bound_its_clip_probability_assumes():
+    """``clip_probability`` bounds a node value from ``n_rows``: a site whose
+    batches hold more rows than that is refused (fixed text) before any
+    noise is drawn."""
+    rows, _, _ = _batches()
+    per_batch = len(rows[0, 0][1])
+    config = SecAggSiteConfig(n_sites=N_SITES, n_features=4, classes=(-1, 1),
+                              n_batches=N_BATCHES, n_rows=per_batch + 1, clip_norm=3.0)
+    site = SecAggDWDClient(config, lambda k: rows[0, 0], np.random.default_rng(0))
+    site.fit([np.zeros((5, 1))], {})
+    state = copy.deepcopy(site.stream.rng.bit_generator.state)
+    with pytest.raises(ValueError, match="^this site's rows exceed the stream's n_rows.$"):
+        site.fit([np.zeros((5, 1))], {})
+    assert site.stream.step == 1 and site.stream.rng.bit_generator.state == state
+
+
+def test_a_site_client_cannot_be_copied_or_answer_two_batches_at_once():
+    """A copy (pickle, deep copy) of a site would draw its shares again from
+    the same generator state, and a call inside another would answer one
+    step twice: both refused with fixed texts, the stream untouched."""
+    import pickle
+
+    rows, _, _ = _batches()
+    config = SecAggSiteConfig(n_sites=N_SITES, n_features=4, classes=(-1, 1),
+                              n_batches=N_BATCHES, n_rows=1000, clip_norm=3.0)
+    site = SecAggDWDClient(config, lambda k: rows[0, k], np.random.default_rng(0))
+    for copier in (copy.deepcopy, copy.copy, pickle.dumps):
+        with pytest.raises(TypeError, match="^a secure-aggregation site holds its noise stream"):
+            copier(site)
+    inner = []
+
+    def load_batch(k):
+        with pytest.raises(RuntimeError, match="^this site is answering another batch.$"):
+            site.fit([np.zeros((5, 1))], {})
+        inner.append(site.stream.step)
+        return rows[0, k]
+
+    site.load_batch = load_batch
+    site.fit([np.zeros((5, 1))], {})
+    assert inner == [0] and site.stream.step == 1
+
+
+@pytest.mark.parametrize("bad", ["nan", "label", "shape", "text"])
+def test_the_site_refuses_rows_outside_its_domain_with_a_fixed_text(bad):
+    """A non-finite feature (its rounded integer is arbitrary: no sensitivity
+    bound), a label outside ``classes`` or a wrong feature count is refused
+    before any noise is drawn; the text names no data value (a Flower
+    error reply reaches the server)."""
+    rows, _, _ = _batches()
+    X, y = rows[0, 0]
+    X, y = X.copy(), y.copy()
+    if bad == "nan":
+        X[3, 1] = np.nan
+    elif bad == "label":
+        y[3] = 7
+    elif bad == "shape":
+        X = X[:, :3]
+    else:
+        X = X.astype(object)
+        X[3, 1] = "secret"
+    config = SecAggSiteConfig(n_sites=N_SITES, n_features=4, classes=(-1, 1),
+                              n_batches=N_BATCHES, n_rows=1000, clip_norm=3.0)
+    site = SecAggDWDClient(config, lambda k: (X, y), np.random.default_rng(0))
+    state = copy.deepcopy(site.stream.rng.bit_generator.state)
+    with pytest.raises(ValueError, match="^this site's rows are outside its declared domain.$"):
+        site.fit([np.zeros((5, 1))], {})
+    assert site.stream.step == 0 and site.rows == 0
+    assert site.stream.rng.bit_generator.state == state

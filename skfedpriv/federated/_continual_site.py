@@ -38,6 +38,7 @@ from ..privacy._continual_summaries import (
     unpack_summary,
 )
 from ..privacy._factorizations import make_factorization
+from ..privacy._mechanisms import warn_if_seeded
 from ..privacy._objective_perturbation import check_augmented_clip_norm
 from ._loss_message import request_loss
 from ._refusal import EXHAUSTED, MISMATCH, NOT_IN_ORDER, Refused
@@ -140,6 +141,7 @@ class ContinualSitePrivacy:
         self.n_batches, self.q = int(n_batches), float(q)
         self.loss = GenDWDLoss(self.q)
         self.fit_intercept, self.calibration = bool(fit_intercept), calibration
+        warn_if_seeded(random_state, "ContinualSitePrivacy")
         self.random_state = random_state
         self.classes = declared_classes(classes, "ContinualSitePrivacy")
         self.n_models = count_models(self.classes)

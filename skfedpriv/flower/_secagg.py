@@ -17,19 +17,40 @@ rescaling) and ``n_sites Q < M = 2^32`` (the sum never wraps), so the
 server's aggregate is the exact integer sum divided by the number of sites.
 Every site's node values stay within ``±c`` except with the probability
 :attr:`SecAggDWDClient.clip_probability` (public, below 1e-20 in the tests
-here), on which event the site clips its message: the claim is then
-``(ε, δ + (1 + e^ε) p)``-DP with ``p`` that probability.
+here; the site refuses rows beyond ``n_rows``, the bound it assumes), on
+which event the site clips its message: the claim is then
+``(ε, δ + (1 + e^ε) p)``-DP with ``p`` the sum of the sites' clip
+probabilities (``n_sites`` times one site's: no honest site may clip).
 
 **Enforced by the site.** The site builds its plan (scale, σ, horizon,
 clip, field) from its own :class:`SecAggSiteConfig`, never from a request;
 the only value it reads from the server is the public model ``θ``, checked
-for shape and finiteness. Past its horizon it refuses. Its generator and
-raw node sums stay in the client object (in memory: a restarted site
+for shape and finiteness. It also fixes its SecAgg+ setup (field, number of
+shares, reconstruction threshold: :meth:`SecAggSiteConfig.secagg_setup`)
+and refuses, with a fixed text, a setup request that differs or a key
+exchange with fewer neighbours than its threshold
+(:meth:`SecAggDWDClient.setup_guard`): with ``threshold=1`` and a key list
+of the site alone, SecAgg+ would let the server rebuild the site's mask.
+A site dropping out mid-round leaves a sum without its share: the other
+sites refuse to unmask a sum of fewer sites than their ``honest_sites``
+(with the default, every site: any dropout ends the round unanswered).
+
+**What SecAgg+ itself assumes.** Flower's SecAgg+ has no consistency
+round (Bonawitz et al. 2017's actively secure variant): a server that
+tells some sites that a site dropped out (collecting the shares of its
+pairwise key) and others that it is active (collecting the shares of its
+self-mask) unmasks that site's message alone. A site cannot see this from
+its own messages, so over Flower the claim holds against a server that
+follows the SecAgg+ protocol (it may read everything it receives and pick
+the model ``θ`` freely), not against one that lies about dropouts. Past its horizon it refuses. Its generator and
+raw node sums stay in the client object, which refuses to be copied or
+pickled and answers one call at a time (in memory: a restarted site
 process would start a new noise stream, so a deployment keeps the client
 alive for the stream, and charges a file ``budget`` per stream, so a
 restart that starts a new stream is charged again).
 """
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,6 +111,21 @@ class SecAggSiteConfig:
     alpha: float = 1e-3
     fit_intercept: bool = True
     honest_sites: object = None
+    num_shares: object = None
+    reconstruction_threshold: object = None
+
+    def secagg_setup(self):
+        """The SecAgg+ setup this site accepts (its own, never a request's):
+        every site's field, ``share_num`` (default every site) and
+        ``threshold`` (default a majority of the sites)."""
+        field, _ = secagg_field(self.n_sites)
+        shares = self.n_sites if self.num_shares is None else int(self.num_shares)
+        threshold = (self.n_sites // 2 + 1 if self.reconstruction_threshold is None
+                     else int(self.reconstruction_threshold))
+        return {"sample_num": self.n_sites, "share_num": shares, "threshold": threshold,
+                "clipping_range": field["clipping_range"],
+                "target_range": field["quantization_range"],
+                "mod_range": field["modulus_range"], "max_weight": field["max_weight"]}
 
     @property
     def layout(self):
@@ -139,28 +175,61 @@ class SecAggDWDClient:
             self.plan.sigma, self.plan.factorization.n_noise * self.plan.dim,
             secagg_field(config.n_sites)[1])
         self.clipped = 0
+        self.rows = 0  # this site's rows so far (at most config.n_rows)
+        self._busy = threading.Lock()
 
     def get_parameters(self, config):
         return [np.zeros(self.config.layout)]
 
+    def __reduce__(self):
+        raise TypeError("a secure-aggregation site holds its noise stream: it cannot be "
+                        "copied or pickled (a copy would draw the same shares again).")
+
     def fit(self, parameters, config):
         """Answer one batch: the masked-to-be integers of the completed
-        nodes, in node order, as floats (exact below 2^53)."""
+        nodes, in node order, as floats (exact below 2^53). One call at a
+        time (a concurrent or nested call is refused: it would answer the
+        same step twice)."""
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("this site is answering another batch.")
+        try:
+            return self._fit(parameters)
+        finally:
+            self._busy.release()
+
+    def _fit(self, parameters):
         if self.stream.step >= self.config.n_batches:
             raise HorizonExceededError("this site's stream has reached its horizon.")
         theta = np.asarray(parameters[0], dtype=float)
         if theta.shape != self.config.layout or not np.all(np.isfinite(theta)):
             raise ValueError("the model sent to this site has the wrong shape or values.")
-        X, y = self.load_batch(self.stream.step)
+        X, y = self._domain_rows(*self.load_batch(self.stream.step))
         classes = np.asarray(self.config.classes)
-        X, Y, _ = prepare_rows(np.asarray(X, float), np.asarray(y), np.ones(len(y)), classes,
+        X, Y, _ = prepare_rows(X, y, np.ones(len(y)), classes,
                                fit_intercept=self.config.fit_intercept,
                                clip_norm=self.config.clip_norm)
+        if self.rows + len(X) > self.config.n_rows:  # the bound clip_probability assumes
+            raise ValueError("this site's rows exceed the stream's n_rows.")
+        self.rows += len(X)
         messages = site_messages(self.stream, (X, Y), theta, self.plan.scales,
                                  q=self.config.q, fit_intercept=self.config.fit_intercept)
         vector = np.concatenate([messages[node] for node in sorted(messages)])
         self.clipped += int(np.sum(np.abs(vector) > self.half))
         return [np.clip(vector, -self.half, self.half).astype(float)], 1, {}
+
+    def _domain_rows(self, X, y):
+        """The batch's rows if they are in the declared domain (finite
+        features of the configured count, labels among ``classes``), else a
+        ValueError whose text names no data value (a Flower error reply
+        reaches the server)."""
+        try:
+            X, y = np.asarray(X, dtype=float), np.asarray(y)
+        except (TypeError, ValueError):
+            X = None
+        if (X is None or X.ndim != 2 or X.shape[1] != self.config.n_features or y.shape != (len(X),)
+                or not np.all(np.isfinite(X)) or not np.all(np.isin(y, self.config.classes))):
+            raise ValueError("this site's rows are outside its declared domain.")
+        return X, y
 
     def evaluate(self, parameters, config):  # pragma: no cover - not asked
         return 0.0, 0, {}
@@ -190,7 +259,32 @@ class SecAggDWDClient:
         def client_fn(context):
             return self.to_client()
 
-        return ClientApp(client_fn=client_fn, mods=[secaggplus_mod])
+        return ClientApp(client_fn=client_fn, mods=[self.setup_guard, secaggplus_mod])
+
+    def setup_guard(self, msg, ctxt, call_next):
+        """A Flower mod (outside ``secaggplus_mod``): refuses, with a fixed
+        text, a SecAgg+ setup whose parameters are not this site's own
+        (:meth:`SecAggSiteConfig.secagg_setup`) and a key exchange with fewer
+        neighbours than its threshold, before the site loads a row or draws
+        noise (a server choosing ``threshold=1`` and a key list of the site
+        alone could otherwise unmask its integers); and refuses to help
+        unmask a sum of fewer active sites than its ``honest_sites`` (sites
+        that dropped out mid-round took their shares with them)."""
+        configs = msg.content.config_records.get("secaggplus_configs")
+        if configs is not None:
+            expected = self.config.secagg_setup()
+            stage = configs.get("stage")
+            if stage == "setup" and any(configs.get(key) != value
+                                        for key, value in expected.items()):
+                raise ValueError("this site refuses a secure-aggregation setup that is "
+                                 "not its own configuration.")
+            if stage == "share_keys" and len(configs) - 1 < expected["threshold"]:
+                raise ValueError("this site refuses a key exchange with fewer neighbours "
+                                 "than its reconstruction threshold.")
+            if stage == "unmask" and len(configs.get("active_nids", [])) < self.plan.honest_sites:
+                raise ValueError("this site refuses to unmask a sum of fewer sites than "
+                                 "its honest_sites.")
+        return call_next(msg, ctxt)
 
 
 def make_secagg_strategy(config, batch_rows, **fedavg):
