@@ -108,18 +108,24 @@ def replications(seeds, *cell, replication=one_replication):
     return [replication(int(seed), *cell) for seed in seeds]
 
 
-def coverage_row(intervals, target, **fields):
-    """The table's statistics of ``(reps, n_params, 2)`` intervals."""
-    covered = (intervals[..., 0] <= target) & (target <= intervals[..., 1])
-    per_parameter = covered.mean(axis=0)
+def coverage_row(intervals, target, estimates=None, **fields):
+    """The table's statistics of ``(reps, n_params, 2)`` intervals.
+
+    ``estimates`` (default: the intervals' midpoints) are the fits' point
+    estimates. A fit whose interval is NaN published none: coverage, spread
+    and standard errors are over the published fits, the bias over all."""
     width = intervals[..., 1] - intervals[..., 0]
-    estimates = intervals.mean(axis=-1)
-    spread = estimates.std(axis=0, ddof=1)
-    se_ratio = width.mean(axis=0) / (2 * 1.959963984540054) / spread
-    bias = np.abs(estimates.mean(axis=0) - target) / spread
+    published = ~np.isnan(width).any(axis=1)
+    covered = ((intervals[..., 0] <= target) & (target <= intervals[..., 1]))[published]
+    per_parameter = covered.mean(axis=0) if len(covered) else np.full(len(target), np.nan)
+    estimates = intervals.mean(axis=-1) if estimates is None else estimates
+    spread = estimates[published].std(axis=0, ddof=1) if published.sum() > 1 else np.nan
+    se_ratio = np.nanmean(width, axis=0) / (2 * 1.959963984540054) / spread
+    bias = np.abs(estimates.mean(axis=0) - target) / estimates.std(axis=0, ddof=1)
     reps = len(intervals)
-    return dict(fields, reps=reps, coverage=covered.mean(), coverage_min=per_parameter.min(),
-                coverage_max=per_parameter.max(), mc_se=np.sqrt(0.95 * 0.05 / reps),
+    return dict(fields, reps=reps, coverage=covered.mean() if len(covered) else np.nan,
+                coverage_min=per_parameter.min(), coverage_max=per_parameter.max(),
+                mc_se=np.sqrt(0.95 * 0.05 / reps), unresolved=1.0 - published.mean(),
                 se_ratio_min=se_ratio.min(), se_ratio_max=se_ratio.max(), bias_max=bias.max())
 
 
@@ -134,28 +140,13 @@ def run_cell(n, p, q, ratio, mode, epsilon, reps, n_jobs):
     intervals = both[:, 0]
     public_width = both[:, 1, :, 1] - both[:, 1, :, 0]
     width = intervals[..., 1] - intervals[..., 0]
-    # coverage of the published intervals (a fit whose covariance is NaN
-    # publishes none: counted apart, as "NaN SE")
-    published = ~np.isnan(width).any(axis=1)
-    covered = ((intervals[..., 0] <= target) & (target <= intervals[..., 1]))[published]
-    per_parameter = covered.mean(axis=0) if len(covered) else np.full(p + 1, np.nan)
-    # the estimate, its standard error the half-width / z (over published fits)
-    estimates = both[:, 2].mean(axis=-1)
-    spread = estimates[published].std(axis=0, ddof=1) if published.sum() > 1 else np.nan
-    se_ratio = np.nanmean(width, axis=0) / (2 * 1.959963984540054) / spread
-    bias = np.abs(estimates.mean(axis=0) - target) / estimates.std(axis=0, ddof=1)
-    return dict(
+    return coverage_row(
+        intervals, target, both[:, 2].mean(axis=-1),
         n=n, p=p, q=q, classes="balanced" if ratio == 1 else "4:1", mode=mode,
         mechanism="none" if epsilon is None else "local-gaussian",
         epsilon=math.inf if epsilon is None else epsilon,
-        reps=reps, coverage=covered.mean() if len(covered) else np.nan,
-        coverage_min=per_parameter.min(),
-        coverage_max=per_parameter.max(), mc_se=np.sqrt(0.95 * 0.05 / reps),
         width_coef=np.nanmean(width[:, 1:]), width_intercept=np.nanmean(width[:, 0]),
-        width_ratio=np.nanmean(width / public_width),
-        unresolved=1.0 - published.mean(),
-        se_ratio_min=se_ratio.min(), se_ratio_max=se_ratio.max(), bias_max=bias.max(),
-        seconds=time.perf_counter() - start)
+        width_ratio=np.nanmean(width / public_width), seconds=time.perf_counter() - start)
 
 
 def cells(quick, private_only=False):
