@@ -85,3 +85,22 @@ def resumed_stream(params, budget, X, y, g, b, estimator=None):
         clf.partial_fit(X[b == 0], y[b == 0], sample_group=g[b == 0])
     assert pickle.dumps(clf.__dict__) == before
     return clf
+
+
+def small_stream_warns_before_spending(mechanism, X, y, g, b):
+    """20 rows of batch 0 at ε = 0.1 under a budget of 0.05: the
+    ``NoiseDominatesWarning`` comes before the charge refuses the call, and
+    nothing is fitted."""
+    import pytest
+
+    from skfedpriv import DWDClassifier
+    from skfedpriv.privacy import NoiseDominatesWarning, PrivacyBudget, PrivacyBudgetError
+
+    m = b == 0
+    budget = PrivacyBudget(epsilon=0.05, delta=1e-4)
+    clf = DWDClassifier(mechanism=mechanism, epsilon=0.1, clip_norm=4.0, n_batches=4,
+                        classes=[-1, 1], budget=budget)
+    with pytest.warns(NoiseDominatesWarning, match="mostly noise"):
+        with pytest.raises(PrivacyBudgetError):  # the charge comes after the warning
+            clf.partial_fit(X[m][:20], y[m][:20], sample_group=g[m][:20])
+    assert not hasattr(clf, "coef_")
