@@ -26,6 +26,11 @@ alternate the methods (a shared machine slows both alike).
   {100, 400}, p in {2 000, 10 000, 20 000}, DWD's factored curvature beside
   LinearSVC and LogisticRegression (time, peak traced memory, accuracy, the
   gap to L-BFGS-B on the same objective) and, up to p = 2 000, the dense path.
+* Where the fit's time goes (``--parts profile``, not in the default):
+  timers around the solver's steps (:mod:`_dwd_profile`) on the wide rows
+  and digits: passes over the rows, L-BFGS iterations and their Python
+  cost, extra line-search rounds, Newton steps after the hand-over,
+  curvature matrices and Cholesky factors, time outside the solver.
 * ``LogisticRegression`` and ``DecentralizedLogisticRegression`` beside
   ``SGDClassifier(loss="log_loss")`` on the same rows: time and accuracy.
 
@@ -267,6 +272,40 @@ def bundled_rows(qs, reps, names=("breast_cancer", "digits", "wine", "iris")):
                                  converged_100=not warned_100))
                 print(rows[-1], flush=True)
     return rows
+
+
+def _digits(split):
+    """scikit-learn's digits, standardized, all rows or the 70 % training
+    split of issue #23, rows dealt to 3 sites in turn."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load_digits(return_X_y=True)
+    if split != "all":
+        X, _, y, _ = train_test_split(X, y, train_size=0.7, random_state=0)
+    return StandardScaler().fit_transform(X), y, np.arange(len(y)) % 3
+
+
+def profile_rows(ps, qs, reps, n=20_000):
+    """Where the fit's time goes (:mod:`_dwd_profile`): wide rows at each p
+    and digits (all rows, 70 % split), each q; of ``reps`` fits the one of
+    median time."""
+    from _dwd_profile import breakdown_line, fit_breakdown
+
+    cases = [(f"wide n = {n:.0e}, p = {p}", lambda p=p: _wide_data(n, p)) for p in ps]
+    cases += [(f"digits ({split})", lambda split=split: _digits(split))
+              for split in ("all", "70 %")]
+    lines = []
+    for name, data in cases:
+        X, y, g = data()
+        for q in qs:
+            runs = sorted((fit_breakdown(lambda: DWDClassifier(q=q), X, y, g)
+                           for _ in range(reps)), key=lambda row: row["fit"])
+            lines.append(breakdown_line(f"{name}, q = {q}", runs[len(runs) // 2])
+                         + f" {os.getloadavg()[0]:.1f} |")
+            print(lines[-1], flush=True)
+    return lines
 
 
 def _few_rows_data(n, p, seed=0, informative=20):
@@ -559,8 +598,9 @@ def main():
                         help="comma-separated subset of offline,bundled,private,partial,"
                              "logistic,sites, and fewrows (not in the default; the dense "
                              "path of before only up to p = 2000: it needs GBs beyond), wide (n = 2e4, "
-                             "non-separable, p in --wide-p) and digits (the bundled "
-                             "part on digits alone)")
+                             "non-separable, p in --wide-p), digits (the bundled "
+                             "part on digits alone) and profile (where the fit's time goes: "
+                             "wide rows at --wide-p and digits, each q)")
     parser.add_argument("--wide-p", default="500,2000", help="features of the wide part")
     parser.add_argument("--qs", default="0.5,1,4", help="genDWD exponents of the offline table")
     parser.add_argument("--max-p", type=int, default=None,
@@ -581,12 +621,15 @@ def main():
         sizes = [size for size in sizes if size[1] >= args.min_p] or sizes[-1:]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     offline = bundled = private = logistic = many_sites = few_rows = streams = wide = []
+    profile = []
     through = fixed = memory = {}
     with threadpool_limits(1):
         if "offline" in parts:
             offline = offline_rows(sizes, qs, reps)
         if "wide" in parts:
             wide = wide_rows([int(p) for p in args.wide_p.split(",")], qs, reps)
+        if "profile" in parts:
+            profile = profile_rows([int(p) for p in args.wide_p.split(",")], qs, reps)
         if "bundled" in parts:
             bundled = bundled_rows(qs, reps)
         elif "digits" in parts:
@@ -650,6 +693,13 @@ def main():
                 f"{t['DWD'] / t['L-BFGS-B']:.2f}× | {t['DWD'] / t['LRt']:.2f}× | "
                 f"{r['gap']:.1e} | {r['grams']} | {r['iters']} | {r['rounds']} | "
                 f"{r['floats']:,} | {r['lbfgs_iters']} / {r['lbfgs_nfev']} |")
+    if profile:
+        from _dwd_profile import BREAKDOWN_HEADER
+
+        lines += ["", "**Where the fit's time goes** (timers around the solver's steps, "
+                  "one BLAS thread; of the repetitions the fit of median time; last column "
+                  "the load average at the end of the row):", "",
+                  BREAKDOWN_HEADER[0] + " load |", BREAKDOWN_HEADER[1] + "---|"] + profile
     if bundled:
         lines += ["", "**scikit-learn's bundled datasets** (standardized, 3 sites, "
                   "alpha = 1e-3, one-vs-rest beyond two classes) beside LogisticRegression "
