@@ -44,11 +44,15 @@ def factored_is_smaller(n_rows, p1):
 
 
 class RowBlock:
-    """One batch's rows ``X`` (a private copy), with the Gram matrices
-    ``X X_otherᵀ`` against other blocks kept once formed."""
+    """One batch's rows ``X`` (a private copy unless ``copy=False``), with
+    the Gram matrices ``X X_otherᵀ`` against other blocks kept once formed."""
 
-    def __init__(self, X, fit_intercept):
-        self.X = X.copy()
+    # rows of coordinates in the span of other rows (:mod:`._row_span`): their
+    # curvature stays factored (the form is chosen in the original coordinates)
+    in_span = False
+
+    def __init__(self, X, fit_intercept, copy=True):
+        self.X = X.copy() if copy else X
         self.fit_intercept = bool(fit_intercept)
         self._grams = {}
 
@@ -58,6 +62,10 @@ class RowBlock:
     def __getstate__(self):
         # the Gram matrices are formed again when needed (keyed by identity)
         return {"X": self.X, "fit_intercept": self.fit_intercept, "_grams": {}}
+
+    def preset_gram(self, other, product):
+        """Keep ``product`` as ``X X_otherᵀ`` (known from elsewhere)."""
+        self._grams[id(other)] = (other, product)
 
     def gram(self, other):
         """``X X_otherᵀ`` of the features (no intercept column)."""
@@ -273,6 +281,11 @@ class CurvatureStack:
         return max(m.n_rows for m in self.models)
 
     @property
+    def in_span(self):
+        """Whether the rows are coordinates in a span (:mod:`._row_span`)."""
+        return any(b.in_span for m in self.models for b in m.blocks)
+
+    @property
     def nbytes(self):
         """Bytes of the factored form: the rows (shared by the models, counted
         once), their Gram matrices kept and each model's scales."""
@@ -306,7 +319,9 @@ class CurvatureStack:
                 mine = mine * len(theirs)
             total = CurvatureStack([a + b for a, b in zip(mine, theirs)])
             # the dense form once it is the smaller one
-            return total if factored_is_smaller(total.n_rows, total.shape[1]) else total.dense()
+            if total.in_span or factored_is_smaller(total.n_rows, total.shape[1]):
+                return total
+            return total.dense()
         if np.isscalar(other) and other == 0:
             return self
         return self.dense() + np.asarray(other)
