@@ -25,7 +25,8 @@ public ``curvature_``), forming the dense matrices only on request.
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg import LinAlgError, cho_factor, cho_solve
+from scipy.linalg.lapack import dpotrf, dpotrs
 
 __all__ = ["CurvatureStack", "RowBlock", "RowCurvature", "RowSites", "curvature_form"]
 
@@ -209,7 +210,11 @@ class WoodburyFactor:
         M = gram * s[:, None]
         M *= s[None, :] / self.c
         M.flat[::len(s) + 1] += 1.0
-        self.M = cho_factor(M, overwrite_a=True, check_finite=False) if len(s) else None
+        self.M = None
+        if len(s):  # LAPACK directly: scipy's checks cost more than a small factor
+            self.M, info = dpotrf(M, lower=0, clean=0, overwrite_a=1)
+            if info != 0:  # pragma: no cover - I + a PSD matrix
+                raise LinAlgError(f"potrf failed with info={info}")
         if curvature.intercept:
             # σ = r_0 + zᵀ M⁻¹ z, z = s the intercept column of Z
             self.Mz = self._m_solve(s)
@@ -219,7 +224,7 @@ class WoodburyFactor:
             self.sigma = sigma
 
     def _m_solve(self, t):
-        return cho_solve(self.M, t, check_finite=False) if self.M is not None else t
+        return dpotrs(self.M, t, lower=0)[0] if self.M is not None else t
 
     def _split(self, values):
         """Per block pieces of a vector over all rows."""

@@ -26,8 +26,7 @@ span) is not reduced: the caller takes the unreduced factored path.
 """
 
 import numpy as np
-from scipy.linalg import solve_triangular
-from scipy.linalg.lapack import dpotrf, dpstrf
+from scipy.linalg.lapack import dpotrf, dpstrf, dtrtrs
 
 from ._factored_curvature import CurvatureStack, RowBlock, RowCurvature, _block_gram
 
@@ -76,14 +75,12 @@ class RowSpan:
         """Coordinates ``Q V`` of ``V`` (p, K) in the basis, shape (r, K)."""
         if not V.any():
             return np.zeros((self.rank, V.shape[1]))
-        return solve_triangular(self.L1, self._rows_times(V)[self.pivots], lower=True,
-                                check_finite=False)
+        return dtrtrs(self.L1, self._rows_times(V)[self.pivots], lower=1)[0]
 
     def expand(self, coordinates):
         """``Qᵀ γ`` for coordinates (r, K): the vectors of shape (p, K)."""
         a = np.zeros((self.offsets[-1], coordinates.shape[1]))
-        a[self.pivots] = solve_triangular(self.L1, coordinates, lower=True, trans="T",
-                                          check_finite=False)
+        a[self.pivots] = dtrtrs(self.L1, coordinates, lower=1, trans=1)[0]
         return sum(np.asarray(b.X.T @ a[start:stop])
                    for b, start, stop in zip(self.blocks, self.offsets, self.offsets[1:]))
 
