@@ -318,3 +318,14 @@ def test_a_start_outside_the_span_takes_the_unreduced_path():
                                   fit_intercept=True, tol=1e-14, rows=True)
     assert isinstance(curvature, CurvatureStack)
     np.testing.assert_allclose(Theta, reference, atol=1e-7)
+
+
+def test_the_state_keeps_its_own_rows_when_the_callers_change():
+    X, y = _rows(30, 250)
+    rows = X[:15].copy()
+    clf = DWDClassifier(alpha=ALPHA).fit(rows, y[:15])
+    twin = DWDClassifier(alpha=ALPHA).fit(X[:15], y[:15])
+    rows[:] = 0.0  # the caller reuses its array
+    clf.partial_fit(X[15:], y[15:])
+    twin.partial_fit(X[15:], y[15:])
+    np.testing.assert_array_equal(clf.coef_, twin.coef_)

@@ -563,9 +563,12 @@ class SiteData(DWDSites):
 
     def row_blocks(self):
         """The sites' rows as :class:`~._factored_curvature.RowBlock` objects
-        (copied once per batch, their Gram matrices kept)."""
+        (their Gram matrices kept): a copy of rows the caller may hold, the
+        parts themselves when split here (``X[rows]``, this object's own)."""
         if getattr(self, "_row_blocks_", None) is None:
-            self._row_blocks_ = [RowBlock(X, self.fit_intercept) for X, _, _ in self.parts]
+            own = len(self.parts) > 1
+            self._row_blocks_ = [RowBlock(X, self.fit_intercept, copy=not own)
+                                 for X, _, _ in self.parts]
         return self._row_blocks_
 
     def on_rows(self, block):

@@ -13,7 +13,9 @@ system is solved through the ``m x m`` matrix ``M = I + Z_pen Z_penᵀ / c``
 penalized coordinate), the unpenalized intercept eliminated exactly by its
 Schur complement ``σ = r_0 + zᵀ M⁻¹ z`` (``z = s``, the intercept column of
 ``Z``). ``M`` needs only the rows' Gram matrix ``X Xᵀ``, formed once per
-pair of batches and kept, so every Newton step costs ``O(m³ + m p)``.
+pair of batches and kept, so every Newton step costs ``O(m³ + m p)``; in
+the coordinates of the span of the rows (:mod:`._row_span`, where the
+solver runs these systems when it can) ``O(m³)``.
 
 :class:`RowSites` asks in-process sites for these rows (a summary kind only
 :class:`~skfedpriv.linear_model._dwd_solver.SiteData` answers: the rows'
