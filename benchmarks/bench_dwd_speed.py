@@ -361,6 +361,8 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
     from sklearn.metrics import roc_auc_score
     from sklearn.svm import LinearSVC
 
+    from skfedpriv.linear_model._factored_curvature import _ORDINARY_PAGES_FROM, _private_copy
+
     rows = []
     for n, p in shapes:
         X, y = _few_rows_data(n, p)
@@ -377,8 +379,10 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
         methods["DWD unreduced"] = unreduced
         # the Gram matrix alone (one syrk): the floor of every step in the span
         methods["X Xᵀ"] = lambda: X @ X.T
-        # the private copy of the rows the state keeps (fresh memory)
-        methods["X copy"] = lambda: X.copy()
+        # the private copy of the rows the state keeps (fresh memory), and
+        # numpy's (huge pages advised from 4 MiB on)
+        methods["X copy"] = lambda: _private_copy(X)
+        methods["numpy copy"] = lambda: X.copy()
         if p <= dense_max_p:
             def dense():
                 with _dense_form():
@@ -390,7 +394,7 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
                 model, seconds = _time(run)
                 times[name].append(seconds)
         fitted = {name: run() for name, run in methods.items()
-                  if name not in ("X Xᵀ", "X copy")}
+                  if name not in ("X Xᵀ", "X copy", "numpy copy")}
         accuracy = {name: float(np.mean(model.predict(X_test) == y_test))
                     for name, model in fitted.items()}
         # the direction alone, whatever the intercept
@@ -398,6 +402,8 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
                for name, model in fitted.items()}
         peaks = {name: _peak(methods[name])[1] for name in ("DWD", "DWD dense", "LinearSVC")
                  if name in methods}
+        # the state's copy of large rows lives in a memory map tracemalloc does not see
+        peaks["DWD"] += X.nbytes if X.nbytes >= _ORDINARY_PAGES_FROM else 0
         infos = _solver_info(methods["DWD"])
         rows.append(dict(n=n, p=p, seconds={k: float(np.median(v)) for k, v in times.items()},
                          accuracy=accuracy, auc=auc, peaks=peaks, data=X.nbytes,
@@ -750,21 +756,24 @@ def main():
                   "alone, the factored path without the span (every step over the p "
                   "columns), and up to p = 2000 the dense path), same run; "
                   "peak memory traced by tracemalloc (numpy's allocations: liblinear's "
-                  "own copy of the rows is not traced):", "",
-                  "| n, p | DWD s | X Xᵀ alone s | X copy alone s | DWD unreduced s | "
+                  "own copy of the rows is not traced; DWD's copy of rows of 4 MiB or "
+                  "more, in a memory map, is added):", "",
+                  "| n, p | DWD s | X Xᵀ alone s | state's copy of X alone s | numpy X.copy() s | "
+                  "DWD unreduced s | "
                   "DWD dense s | LinearSVC s | "
                   "LR s | DWD / LinearSVC | "
                   "DWD peak MB (× data) | dense peak MB | LinearSVC traced MB | "
                   "Newton steps | rounds | numbers sent per site | gap to L-BFGS-B | "
                   "accuracy DWD / DWD balanced / LinearSVC / LR | "
                   "test AUC DWD / LinearSVC / LR |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in few_rows:
             t, peaks, mb = r["seconds"], r["peaks"], 1e6
             dense = f"{t['DWD dense']:.3f}" if "DWD dense" in t else "not run"
             dense_peak = f"{peaks['DWD dense'] / mb:.0f}" if "DWD dense" in peaks else "not run"
             lines.append(
                 f"| {r['n']}, {r['p']} | {t['DWD']:.4f} | {t['X Xᵀ']:.4f} | {t['X copy']:.4f} | "
+                f"{t['numpy copy']:.4f} | "
                 f"{t['DWD unreduced']:.4f} | {dense} | {t['LinearSVC']:.4f} | "
                 f"{t['LR']:.4f} | {t['DWD'] / t['LinearSVC']:.2f}× | "
                 f"{peaks['DWD'] / mb:.0f} ({peaks['DWD'] / r['data']:.1f}×) | {dense_peak} | "

@@ -329,3 +329,18 @@ def test_the_state_keeps_its_own_rows_when_the_callers_change():
     clf.partial_fit(X[15:], y[15:])
     twin.partial_fit(X[15:], y[15:])
     np.testing.assert_array_equal(clf.coef_, twin.coef_)
+
+
+def test_a_large_private_copy_is_an_independent_array_that_pickles():
+    from skfedpriv.linear_model._factored_curvature import _ORDINARY_PAGES_FROM
+
+    X = np.arange(_ORDINARY_PAGES_FROM // 8, dtype=float).reshape(8, -1)  # 32 MiB
+    block = RowBlock(X, True)
+    assert block.X is not X and not np.shares_memory(block.X, X)
+    np.testing.assert_array_equal(block.X, X)
+    X[:] = 0.0
+    restored = pickle.loads(pickle.dumps(block))
+    for other in (restored, copy.deepcopy(block)):
+        np.testing.assert_array_equal(other.X, block.X)
+        assert not np.shares_memory(other.X, block.X)
+    assert block.X.any()

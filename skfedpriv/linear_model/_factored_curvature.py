@@ -25,6 +25,8 @@ chooses the form of a batch; :class:`CurvatureStack` is the state (and the
 public ``curvature_``), forming the dense matrices only on request.
 """
 
+import mmap
+
 import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
@@ -46,6 +48,27 @@ def factored_is_smaller(n_rows, p1):
     return n_rows * p1 + n_rows * n_rows < p1 * p1
 
 
+# numpy asks the kernel for huge pages for arrays from 4 MiB on (madvise),
+# and from 32 MiB on (glibc's largest mmap threshold) every allocation is
+# fresh memory: where the kernel compacts memory to find huge pages on the
+# first touch, a 64 MB copy took 0.1-0.28 s instead of 0.03-0.05 s on
+# ordinary pages (benchmarks/README.md, "Few rows"). Copies from this size
+# on are made in an anonymous memory map, which numpy does not advise
+# (below it, numpy's copy mostly reuses memory already mapped: 0.3 ms for
+# 6.4 MB where a fresh map took 7 ms)
+_ORDINARY_PAGES_FROM = 1 << 25
+
+
+def _private_copy(X):
+    """A copy of the rows ``X`` that no caller holds (dense rows of at least
+    ``_ORDINARY_PAGES_FROM`` bytes in an anonymous memory map)."""
+    if sp.issparse(X) or X.nbytes < _ORDINARY_PAGES_FROM:
+        return X.copy()
+    out = np.frombuffer(mmap.mmap(-1, X.nbytes), dtype=X.dtype).reshape(X.shape)
+    np.copyto(out, X)
+    return out
+
+
 class RowBlock:
     """One batch's rows ``X`` (a private copy unless ``copy=False``), with
     the Gram matrices ``X X_otherᵀ`` against other blocks kept once formed."""
@@ -55,7 +78,7 @@ class RowBlock:
     in_span = False
 
     def __init__(self, X, fit_intercept, copy=True):
-        self.X = X.copy() if copy else X
+        self.X = _private_copy(X) if copy else X
         self.fit_intercept = bool(fit_intercept)
         self._grams = {}
 
