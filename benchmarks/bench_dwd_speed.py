@@ -23,9 +23,11 @@ alternate the methods (a shared machine slows both alike).
   the old default 100.
 * Many sites (10 to 10 000) on ``n_jobs=None`` against ``n_jobs=2``.
 * Few rows, many features (``--parts fewrows``, not in the default): n in
-  {100, 400}, p in {2 000, 10 000, 20 000}, DWD's factored curvature beside
-  LinearSVC and LogisticRegression (time, peak traced memory, accuracy, the
-  gap to L-BFGS-B on the same objective) and, up to p = 2 000, the dense path.
+  {100, 400}, p in {2 000, 10 000, 20 000}, DWD's factored curvature (its
+  steps in the span of the rows) beside LinearSVC and LogisticRegression
+  (time, peak traced memory, accuracy, the gap to L-BFGS-B on the same
+  objective), the factored path without the span, the Gram matrix and the
+  copy of the rows alone and, up to p = 2 000, the dense path.
 * ``LogisticRegression`` and ``DecentralizedLogisticRegression`` beside
   ``SGDClassifier(loss="log_loss")`` on the same rows: time and accuracy.
 
