@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from _reference import gendwd_objective
+from scipy.linalg.lapack import dpotrf
 from scipy.optimize import minimize
 
 import skfedpriv.linear_model._renewable as renewable
@@ -266,6 +267,12 @@ def test_repeated_and_nearly_dependent_rows_reach_the_optimum():
         clf = DWDClassifier(q=q, alpha=ALPHA).fit(X, y)
         assert isinstance(clf.curvature_, CurvatureStack)
         assert np.all(_relative_gaps(clf, X, y, q) <= 1e-10)
+    # rows 1e-5 apart: the plain Cholesky factor holds, with tiny pivots
+    X, y = _rows(40, 300)
+    X[20:40], y[20:40] = X[:20] + 1e-5 * np.random.default_rng(9).standard_normal((20, 300)), y[:20]
+    assert dpotrf(X @ X.T, lower=1)[1] == 0
+    clf = DWDClassifier(alpha=ALPHA).fit(X, y)
+    assert np.all(_relative_gaps(clf, X, y, 1.0) <= 1e-10)
 
 
 def test_the_steps_ask_only_the_sites_in_the_span(monkeypatch):

@@ -37,10 +37,11 @@ _OUTSIDE = 1e-12
 
 
 def _factor_gram(gram):
-    """``(L, order, rank)`` with ``gram[order][:, order][:, :rank]`` spanned
-    as ``L Lᵀ``, ``L`` of shape (m, rank): Cholesky, pivoted (LAPACK
-    ``pstrf``, its default tolerance) when ``gram`` is not positive
-    definite (repeated or dependent rows)."""
+    """``(L, order, rank)`` with ``gram[order][:, order] = L Lᵀ``, ``L`` of
+    shape (m, rank): Cholesky, pivoted (LAPACK ``pstrf``, its default
+    tolerance: the rows it leaves out are within ``sqrt(m ε)`` of their norm
+    from the span of the others) when ``gram`` is not positive definite
+    (repeated or dependent rows)."""
     factor, info = dpotrf(gram, lower=1, clean=1)
     if info == 0:
         return factor, np.arange(len(gram)), len(gram)
@@ -200,6 +201,9 @@ def reduce_to_row_span(sites, Theta, prior, center, fit_intercept):
                    else span.in_span(center[start:]))
     if theta_span is None or center_span is None:
         return None
+    diags = [] if prior is None else [_diag_in_span(m.diag, start, span.rank) for m in prior]
+    if any(diag is None for diag in diags):
+        return None
     groups = [(i, i + 1) for i in range(len(old))] + [(len(old), len(old) + len(batch))]
     blocks = span.reduced_blocks(groups, fit_intercept)
     reduced = _Reduced(sites.on_rows(blocks[-1]), span, batch, blocks[-1],
@@ -207,13 +211,8 @@ def reduce_to_row_span(sites, Theta, prior, center, fit_intercept):
     prior_span = None
     if prior is not None:
         by_id = {id(original): block for original, block in reduced.old}
-        models = []
-        for model in prior:
-            diag = _diag_in_span(model.diag, start, span.rank)
-            if diag is None:
-                return None
-            models.append(RowCurvature([by_id[id(b)] for b in model.blocks], model.scales,
-                                       diag, model.intercept))
-        prior_span = CurvatureStack(models)
+        prior_span = CurvatureStack([
+            RowCurvature([by_id[id(b)] for b in model.blocks], model.scales, diag,
+                         model.intercept) for model, diag in zip(prior, diags)])
     center_out = None if center is None else reduced.to_span(center, center_span)
     return reduced, reduced.to_span(Theta, theta_span), prior_span, center_out
