@@ -23,9 +23,11 @@ alternate the methods (a shared machine slows both alike).
   the old default 100.
 * Many sites (10 to 10 000) on ``n_jobs=None`` against ``n_jobs=2``.
 * Few rows, many features (``--parts fewrows``, not in the default): n in
-  {100, 400}, p in {2 000, 10 000, 20 000}, DWD's factored curvature beside
-  LinearSVC and LogisticRegression (time, peak traced memory, accuracy, the
-  gap to L-BFGS-B on the same objective) and, up to p = 2 000, the dense path.
+  {100, 400}, p in {2 000, 10 000, 20 000}, DWD's factored curvature (its
+  steps in the span of the rows) beside LinearSVC and LogisticRegression
+  (time, peak traced memory, accuracy, the gap to L-BFGS-B on the same
+  objective), the factored path without the span, the Gram matrix and the
+  copy of the rows alone and, up to p = 2 000, the dense path.
 * Where the fit's time goes (``--parts profile``, not in the default):
   timers around the solver's steps (:mod:`_dwd_profile`) on the wide rows
   and digits: passes over the rows, L-BFGS iterations and their Python
@@ -340,6 +342,26 @@ def _dense_form():
     return patched()
 
 
+def _unreduced():
+    """A context in which the factored path does not move its steps into the
+    span of the rows (``linear_model/_row_span.py``): the factored path of
+    before, every Newton step passing over the ``p`` columns."""
+    import contextlib
+
+    import skfedpriv.linear_model._newton as newton
+
+    original = newton.reduce_to_row_span
+
+    @contextlib.contextmanager
+    def patched():
+        newton.reduce_to_row_span = lambda *args, **kwargs: None
+        try:
+            yield
+        finally:
+            newton.reduce_to_row_span = original
+    return patched()
+
+
 def _peak(func):
     """``func()`` and the peak memory tracemalloc traced while it ran."""
     tracemalloc.start()
@@ -373,10 +395,14 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
     LinearSVC and LogisticRegression on the same rows (time, test accuracy
     on 2 000 rows of the same simulation), DWD's peak traced memory over the
     data's, its rounds and numbers sent per site, its relative gap to
-    L-BFGS-B on the same objective, and, up to ``dense_max_p`` features, the
-    dense ``p1 x p1`` path of before in the same run."""
+    L-BFGS-B on the same objective, and in the same run the Gram matrix
+    ``X Xᵀ`` alone (the floor of the steps in the span), the factored path
+    without the span (``_unreduced``) and, up to ``dense_max_p`` features,
+    the dense ``p1 x p1`` path."""
     from sklearn.metrics import roc_auc_score
     from sklearn.svm import LinearSVC
+
+    from skfedpriv.linear_model._factored_curvature import _ORDINARY_PAGES_FROM, _private_copy
 
     rows = []
     for n, p in shapes:
@@ -388,6 +414,16 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
                    # weighted DWD (Qiao et al. 2010): DWD's intercept follows
                    # the class sizes in high dimension
                    "DWD balanced": lambda: DWDClassifier(class_weight="balanced").fit(X, y)}
+        def unreduced():
+            with _unreduced():
+                return DWDClassifier().fit(X, y)
+        methods["DWD unreduced"] = unreduced
+        # the Gram matrix alone (one syrk): the floor of every step in the span
+        methods["X Xᵀ"] = lambda: X @ X.T
+        # the private copy of the rows the state keeps (fresh memory), and
+        # numpy's (huge pages advised from 4 MiB on)
+        methods["X copy"] = lambda: _private_copy(X)
+        methods["numpy copy"] = lambda: X.copy()
         if p <= dense_max_p:
             def dense():
                 with _dense_form():
@@ -398,7 +434,8 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
             for name, run in methods.items():
                 model, seconds = _time(run)
                 times[name].append(seconds)
-        fitted = {name: run() for name, run in methods.items()}
+        fitted = {name: run() for name, run in methods.items()
+                  if name not in ("X Xᵀ", "X copy", "numpy copy")}
         accuracy = {name: float(np.mean(model.predict(X_test) == y_test))
                     for name, model in fitted.items()}
         # the direction alone, whatever the intercept
@@ -406,6 +443,8 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
                for name, model in fitted.items()}
         peaks = {name: _peak(methods[name])[1] for name in ("DWD", "DWD dense", "LinearSVC")
                  if name in methods}
+        # the state's copy of large rows lives in a memory map tracemalloc does not see
+        peaks["DWD"] += X.nbytes if X.nbytes >= _ORDINARY_PAGES_FROM else 0
         infos = _solver_info(methods["DWD"])
         rows.append(dict(n=n, p=p, seconds={k: float(np.median(v)) for k, v in times.items()},
                          accuracy=accuracy, auc=auc, peaks=peaks, data=X.nbytes,
@@ -417,21 +456,39 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
     return rows
 
 
-def few_rows_stream(p, n_batch=100, n_batches=4):
+def few_rows_stream(p, n_batch=100, n_batches=4, reps=3):
     """A stream of ``n_batches`` batches of ``n_batch`` rows (``fit`` on the
-    first, ``partial_fit`` on the rest): each call's time and the bytes of
-    the state it leaves, beside the dense ``(p+1)²`` matrix's."""
+    first, ``partial_fit`` on the rest): each call's time (median of
+    ``reps`` streams, alternated with the factored path without the span,
+    ``_unreduced``) and the bytes of the state it leaves, beside the dense
+    ``(p+1)²`` matrix's."""
+    import contextlib
+
     X, y = _few_rows_data(n_batch * n_batches, p, seed=2)
-    clf, calls = DWDClassifier(), []
-    for b in range(n_batches):
-        rows = slice(b * n_batch, (b + 1) * n_batch)
-        call = clf.fit if b == 0 else clf.partial_fit
-        _, seconds = _time(lambda: call(X[rows], y[rows]))
-        state = clf._training_state.curvature
-        calls.append(dict(rows_seen=(b + 1) * n_batch, seconds=seconds,
-                          state=state.nbytes, dense=8 * (p + 1) ** 2,
-                          data=X[:(b + 1) * n_batch].nbytes))
+
+    def stream(context):
+        clf, seconds, states = DWDClassifier(), [], []
+        with context:
+            for b in range(n_batches):
+                rows = slice(b * n_batch, (b + 1) * n_batch)
+                call = clf.fit if b == 0 else clf.partial_fit
+                seconds.append(_time(lambda: call(X[rows], y[rows]))[1])
+                states.append(clf._training_state.curvature.nbytes)
+        return seconds, states
+
+    runs = {"span": [], "unreduced": []}
+    for _ in range(reps):
+        runs["span"].append(stream(contextlib.nullcontext()))
+        runs["unreduced"].append(stream(_unreduced()))
+    seconds = {k: np.median([r[0] for r in v], axis=0) for k, v in runs.items()}
+    states = runs["span"][0][1]
+    calls = [dict(rows_seen=(b + 1) * n_batch, seconds=float(seconds["span"][b]),
+                  unreduced=float(seconds["unreduced"][b]), state=states[b],
+                  dense=8 * (p + 1) ** 2, data=X[:(b + 1) * n_batch].nbytes)
+             for b in range(n_batches)]
     return dict(p=p, n_batch=n_batch, calls=calls)
+
+
 def _wide_data(n, p, seed=0):
     """Non-separable wide rows (issue #23): the paper's two Gaussian classes
     with the mean offset ``0.2 sqrt(50 / p)`` (the separation of p = 50 at
@@ -648,6 +705,7 @@ def main():
                                       if p <= (args.max_p or 20_000)], reps)
             streams = [few_rows_stream(p) for p in (2_000, 10_000)
                        if p <= (args.max_p or 20_000)]
+            few_rows_load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         if "sites" in parts:
             many_sites = sites_rows(reps, n=20_000 if quick else 100_000,
                                     counts=(10, 1_000) if quick else (10, 1_000, 10_000))
@@ -746,35 +804,46 @@ def main():
     if few_rows:
         lines += ["", "**Few rows, many features** (simulation: 20 of p features "
                   "informative; test accuracy on 2 000 rows; DWD with the factored "
-                  "curvature, and up to p = 2000 the dense path of before), same run; "
+                  "curvature and its steps in the span of the rows, the Gram matrix X Xᵀ "
+                  "alone, the factored path without the span (every step over the p "
+                  "columns), and up to p = 2000 the dense path), same run; "
                   "peak memory traced by tracemalloc (numpy's allocations: liblinear's "
-                  "own copy of the rows is not traced):", "",
-                  "| n, p | DWD s | DWD dense s | LinearSVC s | LR s | DWD / LinearSVC | "
+                  "own copy of the rows is not traced; DWD's copy of rows of 4 MiB or "
+                  "more, in a memory map, is added):", "",
+                  "| n, p | DWD s | X Xᵀ alone s | state's copy of X alone s | numpy X.copy() s | "
+                  "DWD unreduced s | "
+                  "DWD dense s | LinearSVC s | "
+                  "LR s | DWD / LinearSVC | "
                   "DWD peak MB (× data) | dense peak MB | LinearSVC traced MB | "
                   "Newton steps | rounds | numbers sent per site | gap to L-BFGS-B | "
                   "accuracy DWD / DWD balanced / LinearSVC / LR | "
                   "test AUC DWD / LinearSVC / LR |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in few_rows:
             t, peaks, mb = r["seconds"], r["peaks"], 1e6
             dense = f"{t['DWD dense']:.3f}" if "DWD dense" in t else "not run"
             dense_peak = f"{peaks['DWD dense'] / mb:.0f}" if "DWD dense" in peaks else "not run"
             lines.append(
-                f"| {r['n']}, {r['p']} | {t['DWD']:.3f} | {dense} | {t['LinearSVC']:.3f} | "
-                f"{t['LR']:.3f} | {t['DWD'] / t['LinearSVC']:.1f}× | "
+                f"| {r['n']}, {r['p']} | {t['DWD']:.4f} | {t['X Xᵀ']:.4f} | {t['X copy']:.4f} | "
+                f"{t['numpy copy']:.4f} | "
+                f"{t['DWD unreduced']:.4f} | {dense} | {t['LinearSVC']:.4f} | "
+                f"{t['LR']:.4f} | {t['DWD'] / t['LinearSVC']:.2f}× | "
                 f"{peaks['DWD'] / mb:.0f} ({peaks['DWD'] / r['data']:.1f}×) | {dense_peak} | "
                 f"{peaks['LinearSVC'] / mb:.0f} | {r['iters']} | {r['rounds']} | "
                 f"{r['floats']:,} | {r['gap']:.1e} | {r['accuracy']['DWD']:.3f} / "
                 f"{r['accuracy']['DWD balanced']:.3f} / "
                 f"{r['accuracy']['LinearSVC']:.3f} / {r['accuracy']['LR']:.3f} | "
                 f"{r['auc']['DWD']:.3f} / {r['auc']['LinearSVC']:.3f} / {r['auc']['LR']:.3f} |")
+        lines += ["", f"Load average after this part: {few_rows_load:.1f}."]
     if streams:
         lines += ["", "**Few rows, a stream**: `fit` on 100 rows, then `partial_fit` "
                   "batches of 100; the state (`curvature_`) after each call beside the "
                   "dense matrix:", "",
-                  "| p | rows seen | call s | state MB | dense (p+1)² MB | rows seen MB |",
-                  "|---|---|---|---|---|---|"]
+                  "| p | rows seen | call s | call s, unreduced | state MB | dense (p+1)² MB | "
+                  "rows seen MB |",
+                  "|---|---|---|---|---|---|---|"]
         lines += [f"| {r['p']} | {c['rows_seen']} | {c['seconds']:.3f} | "
+                  f"{c['unreduced']:.3f} | "
                   f"{c['state'] / 1e6:.1f} | {c['dense'] / 1e6:.0f} | {c['data'] / 1e6:.1f} |"
                   for r in streams for c in r["calls"]]
     text = "\n".join(lines) + "\n"
