@@ -15,6 +15,7 @@ from skfedpriv._loss import GenDWDLoss
 from skfedpriv._param_validation import InvalidParameterError
 from skfedpriv.datasets import gaussian_gendwd_target, make_federated_gaussians
 from skfedpriv.linear_model._inference_private import (
+    CURVATURE_RELEASES,
     PRECISION,
     ROUNDS,
     curvature_noise_term,
@@ -96,8 +97,8 @@ def test_charge_counts_the_inference_summary_and_matches_dp_accounting():
     clf = _private(epsilon=1.0, budget=budget, online_steps=4).fit(X, y, sample_group=g)
     (entry,) = budget.ledger.entries
     # per model: 4 pilot gradients + 1 curvature, the Gram, and the refinement:
-    # 3 gradients, 3 curvatures and 1 score outer product at 1/3 the noise (9 each)
-    releases = (4 + 1) + 1 + (3 + 9 * 4)
+    # 2 x 10 gradients, 2 curvatures and 1 score outer product at 1/3 the noise (9 each)
+    releases = (4 + 1) + 1 + (2 * 10 + 9 * 3)
     assert local_gaussian_releases(1, 4, True) + inference_releases(1) == releases
     assert entry.sensitivity == pytest.approx(math.sqrt(releases))
     assert entry.sigma == pytest.approx(clf.noise_scale_)
@@ -289,8 +290,9 @@ def test_the_charge_covers_every_draw_the_multiclass_fit_makes(monkeypatch):
               score_outer_sensitivity(q, CLIP)}
     units = sum(blocks * (delta if delta is not None else bounds[round(std, 12)]) ** 2 / std**2
                 for std, delta, blocks in draws) * sigma**2 / n_sites
-    # pilot: K (2 gradients + 1 curvature) + the Gram; refinement: K (3 + 9 · 4)
-    assert units == pytest.approx(K * 3 + 1 + K * (ROUNDS + PRECISION**2 * (ROUNDS + 1)))
+    # pilot: K (2 gradients + 1 curvature) + the Gram; refinement: K (20 + 9 · 3)
+    assert units == pytest.approx(K * 3 + 1 + K * (ROUNDS + PRECISION**2 * (CURVATURE_RELEASES + 1)))
+    assert units == pytest.approx(K * 3 + 1 + K * (20 + 9 * 3))
     (entry,) = budget.ledger.entries
     assert entry.sensitivity**2 == pytest.approx(units)
     accountant = pld.PLDAccountant()
