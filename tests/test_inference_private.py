@@ -18,6 +18,7 @@ from skfedpriv.linear_model._inference_private import (
     CURVATURE_RELEASES,
     PRECISION,
     ROUNDS,
+    STAGE_PRECISION,
     curvature_noise_term,
     inference_releases,
 )
@@ -97,8 +98,9 @@ def test_charge_counts_the_inference_summary_and_matches_dp_accounting():
     clf = _private(epsilon=1.0, budget=budget, online_steps=4).fit(X, y, sample_group=g)
     (entry,) = budget.ledger.entries
     # per model: 4 pilot gradients + 1 curvature, the Gram, and the refinement:
-    # 2 x 10 gradients, 2 curvatures and 1 score outer product at 1/3 the noise (9 each)
-    releases = (4 + 1) + 1 + (2 * 10 + 9 * 3)
+    # 3 x 10 gradients, curvatures at 1/1.5, 1/1.5 and 1/5 the noise (2.25, 2.25
+    # and 25 each) and 1 score outer product at 1/3 the noise (9)
+    releases = (4 + 1) + 1 + (3 * 10 + 2.25 + 2.25 + 25 + 9)
     assert local_gaussian_releases(1, 4, True) + inference_releases(1) == releases
     assert entry.sensitivity == pytest.approx(math.sqrt(releases))
     assert entry.sigma == pytest.approx(clf.noise_scale_)
@@ -237,14 +239,15 @@ def test_private_coverage(simulated):
 
 
 def test_unresolved_curvature_publishes_no_interval():
-    """600 rows at 3 sites: the noised curvature is below its noise level,
-    the rounds cannot be trusted to have removed the pilot's error: the
-    covariance is NaN (no interval), with a warning; the model is kept."""
+    """600 rows of 5 features at 3 sites: the noised curvature is below its
+    noise level, the steps cannot be trusted to have removed the pilot's
+    error: the covariance is NaN (no interval), with a warning; the model
+    is kept."""
     from skfedpriv.privacy import NoiseDominatesWarning
 
-    X, y, g = _data(3, n=600, sites=3)
+    X, y, g = _data(3, n=600, sites=3, p=5)
     with pytest.warns(NoiseDominatesWarning, match="standard errors"):
-        clf = _private(epsilon=1.0).fit(X, y, sample_group=g)
+        clf = _private(epsilon=1.0, clip_norm=2.0 * math.sqrt(6.0)).fit(X, y, sample_group=g)
     assert np.isnan(clf.coef_se_).all() and np.isnan(clf.confint()).all()
     assert np.isfinite(clf.coef_).all()
 
@@ -284,15 +287,15 @@ def test_the_charge_covers_every_draw_the_multiclass_fit_makes(monkeypatch):
         clf = _private(epsilon=1.0, budget=budget, classes=[0, 1, 2], q=q, online_steps=2)
         clf.fit(X, y, sample_group=g)
     sigma = clf.noise_scale_
-    bounds = {round(sigma / PRECISION * exact_curvature_sensitivity(q, CLIP), 12):
-              exact_curvature_sensitivity(q, CLIP),
-              round(sigma / PRECISION * score_outer_sensitivity(q, CLIP), 12):
-              score_outer_sensitivity(q, CLIP)}
+    bounds = {round(sigma / kappa * exact_curvature_sensitivity(q, CLIP), 12):
+              exact_curvature_sensitivity(q, CLIP) for kappa in STAGE_PRECISION}
+    bounds[round(sigma / PRECISION * score_outer_sensitivity(q, CLIP), 12)] = \
+        score_outer_sensitivity(q, CLIP)
     units = sum(blocks * (delta if delta is not None else bounds[round(std, 12)]) ** 2 / std**2
                 for std, delta, blocks in draws) * sigma**2 / n_sites
-    # pilot: K (2 gradients + 1 curvature) + the Gram; refinement: K (20 + 9 · 3)
-    assert units == pytest.approx(K * 3 + 1 + K * (ROUNDS + PRECISION**2 * (CURVATURE_RELEASES + 1)))
-    assert units == pytest.approx(K * 3 + 1 + K * (20 + 9 * 3))
+    # pilot: K (2 gradients + 1 curvature) + the Gram; refinement: K (30 + 2.25 · 2 + 25 + 9)
+    assert CURVATURE_RELEASES == len(STAGE_PRECISION) == 3 and ROUNDS == 30
+    assert units == pytest.approx(K * 3 + 1 + K * (30 + 2.25 * 2 + 25 + 9))
     (entry,) = budget.ledger.entries
     assert entry.sensitivity**2 == pytest.approx(units)
     accountant = pld.PLDAccountant()

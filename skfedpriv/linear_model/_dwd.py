@@ -545,7 +545,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         sites; :meth:`fit_sites` refuses others). Under ``mechanism='local-gaussian'``: one batch
         (``fit`` or a stream's first ``partial_fit``; a later batch raises
         ``NotImplementedError`` and changes nothing), the fit refined by
-        gradient steps on 2 noised exact curvatures and the interval widened
+        gradient steps on 3 noised exact curvatures and the interval widened
         by the privacy noise (see Notes; coverage and width measured in
         ``benchmarks/README.md``), or replayed by a parametric bootstrap
         (``confint(method='bootstrap')``); the other mechanisms raise.
@@ -611,7 +611,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         this is the number of rows, public (batch sizes are public).
     n_iter_ : int
         Iterations of the last ``fit`` or ``partial_fit``; with a mechanism
-        it is ``online_steps`` ('local-gaussian'; plus the 20 refinement
+        it is ``online_steps`` ('local-gaussian'; plus the 30 refinement
         steps with ``inference=True``) or 1 (Algorithm 2,
         'local-tree', 'local-blt', 'secagg-tree'), data-independent.
     privacy_spent_ : tuple of float
@@ -678,16 +678,17 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
       mechanism of noise multiplier σ and sensitivity ``sqrt(releases)``
       of the first batch (every batch has the same ratio), so it composes
       exactly with other Gaussian charges. With ``inference=True`` the
-      fit (one batch) makes, per model, more releases from the pilot: 2
+      fit (one batch) makes, per model, more releases from the pilot: 3
       exact curvatures ``Σ V_q''(u_i) x̄_i x̄_iᵀ`` (upper triangle,
-      ``sqrt(2) (q+1)²/q C2²``), each followed by 10 gradient sums
-      (sensitivity ``2 C2``, noise ``σ`` per unit), and with the second
-      the score outer products ``Σ V_q'(u_i)² x̄_i x̄_iᵀ`` (``sqrt(2) C2²``),
-      the matrices at ``σ / 3`` per unit of sensitivity: each counts as 9
-      releases, so ``releases`` grows by ``K (20 + 9 · 3)`` and the one
-      charge (and the claim above, for every site message and every
-      released attribute, ``coef_se_``/``coef_cov_``/``private_refinement_``
-      included) covers them. ``confint(method='bootstrap')`` is
+      ``sqrt(2) (q+1)²/q C2²``) at ``σ / 1.5``, ``σ / 1.5`` and ``σ / 5``
+      per unit of sensitivity (2.25, 2.25 and 25 releases), each followed
+      by 10 gradient sums (sensitivity ``2 C2``, noise ``σ`` per unit), and
+      with the third the score outer products ``Σ V_q'(u_i)² x̄_i x̄_iᵀ``
+      (``sqrt(2) C2²``) at ``σ / 3`` (9 releases), so ``releases`` grows by
+      ``K (30 + 38.5)`` and the one charge (and the claim above, for every
+      site message and every released attribute,
+      ``coef_se_``/``coef_cov_``/``private_refinement_`` included) covers
+      them. ``confint(method='bootstrap')`` is
       post-processing of those releases (no further cost).
     * ``'laplace'`` / ``'gaussian'``: Algorithm 2 as published, one release
       per batch: ``θ_b`` minimizes the perturbed objective ``Q`` (eq. 41)

@@ -7,12 +7,15 @@ target): an interval around it would not cover. With ``inference=True``
 the fit is therefore refined from that pilot in :data:`CURVATURE_RELEASES`
 stages. A stage opens with every site releasing, per one-vs-rest model,
 its exact curvature ``Σ V_q''(u_i) x̄_i x̄_iᵀ`` at the current estimate
-(noise ``σ Δ_H / κ``, ``κ =`` :data:`PRECISION`); the server repairs it
-into the system ``A = [C̃]_F + αW P`` (eigenvalues floored at the noise's
-spectral norm ``F``, :func:`~._dwd_private._project_psd`) and takes
-:data:`GRADIENT_STEPS` steps ``θ ← θ - A⁻¹ (g̃(θ) + αW P θ)``, each on a
-fresh gradient release (noise ``σ Δ_g``). The last stage also releases
-the score outer products ``Σ V_q'(u_i)² x̄_i x̄_iᵀ`` (noise ``σ Δ_B / κ``;
+(noise ``σ Δ_H / κ_s``, ``κ_s`` of :data:`STAGE_PRECISION`); the server
+repairs it into the system ``A_s = [C̃_s]_F + αW P`` (eigenvalues floored
+at the noise's spectral norm ``F``, :func:`~._dwd_private._project_psd`)
+and takes :data:`GRADIENT_STEPS` steps ``θ ← θ - (d A_s)⁻¹ (g̃(θ) + αW P θ)``,
+each on a fresh gradient release (noise ``σ Δ_g``), the damping ``d``
+doubled when the released gradient grows (:func:`safeguarded_step`: a
+curvature taken short of the minimizer can be below the curvature there,
+and undamped steps diverge). The last stage also releases the score
+outer products ``Σ V_q'(u_i)² x̄_i x̄_iᵀ`` (noise ``σ Δ_B /`` :data:`PRECISION`;
 the sensitivities in :mod:`skfedpriv.privacy._score_outer`). A release at
 ``κ`` times less noise per unit of sensitivity costs as much as ``κ²``
 unit releases (:func:`inference_releases`); everything is charged, with
@@ -24,31 +27,31 @@ fraction ``h / F`` of the error along them, and three Newton rounds left
 part of the pilot's error (coverage 60-77 % in some cells at n = 20 000).
 The steps' fixed point is the minimizer of the noised gradient whatever
 ``A`` is: cheap gradient steps drive the pilot's error down geometrically,
-and the damped steps average the gradient noise.
+and the damped steps average the gradient noise. The first stages only
+set the steps' scale (low precision); the last, at a point near the
+minimizer, is precise: it is the variance's ``H``.
 
 The variance is noise-aware, from released numbers only. Linearizing the
 gradient at the non-private minimizer ``θ̂`` (``G(θ) ≈ H (θ - θ̂)``), the
-privacy error ``e = θ - θ̂`` of a step of stage ``s`` is
-``e ← M_s e - A_s⁻¹ ξ`` with ``M_s = I - A_s⁻¹ H`` and ``ξ`` the summed
-gradient noise (covariance ``S_g = n_sites σ_g² I``), so
+privacy error ``e = θ - θ̂`` of a step is ``e ← M e - (d A_s)⁻¹ ξ`` with
+``M = I - (d A_s)⁻¹ H`` and ``ξ`` the summed gradient noise (covariance
+``S_g = n_sites σ_g² I``), so
 
-``V ← M_s V M_sᵀ + A_s⁻¹ S_g A_s⁻¹``
+``V ← M V Mᵀ + (d A_s)⁻¹ S_g (d A_s)⁻¹``
 
 over every step from ``V = 0`` (the pilot's own error is left out: the
 steps remove it; :func:`_unresolved` withholds the interval where they
-may not have). ``H`` is known only through the last release
-``C̃ = H + Ξ``, whose noise law is known: the covariance is averaged over
-``H = [C̃ - Ξ_d]_0`` for draws ``Ξ_d`` of that law
-(:func:`privacy_error_covariance`; a plug-in ``H`` under-stated the
-spread by about 25 % at ε = 4, since ``M_s`` is the same noisy matrix at
-every step of a stage). The released covariance adds the sampling
-sandwich ``A⁻¹ B̃ A⁻¹`` with the noisy score outer products ``B̃`` and the
-last system for ``H``. :meth:`confint(method='bootstrap')
+may not have), with the plug-in ``H = [C̃_last]_0 + αW P`` (the nearest
+PSD matrix of the last release; :func:`privacy_error_covariance`). The
+released covariance adds the sampling sandwich ``A⁻¹ B̃ A⁻¹`` with the
+noisy score outer products ``B̃`` and the last system for ``H``. Where the
+last curvature is below its noise floor, the plug-in takes the lifted
+directions as nearly flat: the variance is then over-stated (intervals
+too wide, measured in benchmarks/README.md). :meth:`confint(method='bootstrap')
 <skfedpriv.linear_model._inference.CoefficientInferenceMixin.confint>`
 replays the whole refinement instead (:mod:`._inference_bootstrap`). The
-target is the population minimizer at the same
-``alpha`` **on clipped rows**: a ``clip_norm`` below the rows'
-norms changes the estimand.
+target is the population minimizer at the same ``alpha`` **on clipped
+rows**: a ``clip_norm`` below the rows' norms changes the estimand.
 
 References
 ----------
@@ -70,37 +73,44 @@ from ._dwd_private import _project_psd
 from ._dwd_sites import loss_message
 from ._inference import propagate_covariance, score_covariance
 from ._inference_sites import InferenceSummary, site_inference_summary
-from ._dwd_solver import _solve_psd
 
-__all__ = ["CURVATURE_RELEASES", "GRADIENT_STEPS", "INTEGRATION_DRAWS", "PRECISION", "RESOLVED",
-           "ROUNDS", "PrivateRefinement", "curvature_noise_term", "inference_releases",
+__all__ = ["CURVATURE_RELEASES", "GRADIENT_STEPS", "PRECISION", "RESOLVED", "STAGE_PRECISION",
+           "ROUNDS", "GROWTH", "PrivateRefinement", "curvature_noise_term", "inference_releases",
            "noised_inference_summary", "privacy_error_covariance", "private_newton_inference",
-           "private_refinement", "symmetric_draws"]
+           "private_refinement", "safeguarded_step"]
 
+#: Each stage's curvature precision ``κ_s``: its curvature gets ``1/κ_s`` of
+#: the gradient's noise per unit of sensitivity and costs ``κ_s²`` unit
+#: releases. The first stages only set the step's scale (the safeguard of
+#: :func:`safeguarded_step` covers a poor one); the last one is the
+#: variance's ``H``. Two stages at (3, 3) left the variance's ``H`` and
+#: ``B`` at a point short of the minimizer (q = 4, 4:1 classes: the
+#: sandwich 7 times too large without noise).
+STAGE_PRECISION = (1.5, 1.5, 5.0)
 #: Curvature releases (stages) of the refinement after the 'local-gaussian' pilot.
-CURVATURE_RELEASES = 2
+CURVATURE_RELEASES = len(STAGE_PRECISION)
 #: Gradient-only steps on each released curvature.
 GRADIENT_STEPS = 10
 #: Refinement steps in all (``n_iter_`` counts them).
 ROUNDS = CURVATURE_RELEASES * GRADIENT_STEPS
-#: The curvature and score outer products get ``1/PRECISION`` of the
-#: gradient's noise per unit of sensitivity (each costs ``PRECISION²``
-#: unit releases). At n = 20 000, p = 5, ε = 1, PRECISION = 4 widened the
-#: intervals and left more bias than 3 (the gradients get noisier).
+#: The score outer products (released with the last curvature) get
+#: ``1/PRECISION`` of the gradient's noise per unit of sensitivity.
 PRECISION = 3.0
+#: A step whose next gradient (in the system's norm) is more than this many
+#: times the last overshot: the stage's steps are halved from then on.
+GROWTH = 2.0
 #: The largest error the steps may leave of the pilot's, per parameter, as
 #: a fraction of the root mean standard error (:func:`_unresolved`): above
 #: it the Wald covariance is not published (NaN).
 RESOLVED = 0.5
-#: Draws of the quadrature over the curvature noise (:func:`privacy_error_covariance`).
-INTEGRATION_DRAWS = 200
 
 
 def inference_releases(n_models):
     """Unit-sensitivity releases the refinement adds to the stream's count:
-    per model ``ROUNDS`` gradients, and ``CURVATURE_RELEASES`` curvatures
-    plus one score outer product at ``PRECISION²`` each."""
-    return n_models * (ROUNDS + PRECISION**2 * (CURVATURE_RELEASES + 1))
+    per model ``ROUNDS`` gradients, the stages' curvatures at ``κ_s²`` each
+    (:data:`STAGE_PRECISION`) and one score outer product at
+    ``PRECISION²``."""
+    return n_models * (ROUNDS + sum(k**2 for k in STAGE_PRECISION) + PRECISION**2)
 
 
 def _site_matrix_noise(std, n_sites, p1, n_models, rng):
@@ -154,8 +164,8 @@ class PrivateRefinement:
         The refined estimate.
     curvatures : list of ndarray of shape (K, p1, p1)
         Each stage's summed noised curvature (no ridge, not repaired).
-    curvature_std : float
-        The noise std of one entry of one site's curvature release.
+    curvature_stds : list of float
+        Each stage's noise std of one entry of one site's curvature release.
     grad_std : float
         The noise std of one entry of one site's gradient release.
     n_sites : int
@@ -163,6 +173,9 @@ class PrivateRefinement:
         ``α W`` times the penalty mask.
     steps : int
         Gradient steps per stage.
+    damping : ndarray of shape (n_stages, steps, K)
+        The factor each step's system was multiplied by
+        (:func:`safeguarded_step`).
     sampling_cov : ndarray of shape (K, p1, p1)
         The sandwich ``A⁻¹ B̃ A⁻¹`` (sampling error of the non-private fit).
     cov : ndarray of shape (K, p1, p1)
@@ -172,14 +185,14 @@ class PrivateRefinement:
     def __init__(self, **fields):
         self.__dict__.update(fields)
 
-    @property
-    def floor_std(self):
-        """Entry std of the summed curvature noise (the repair's scale)."""
-        return math.sqrt(self.n_sites) * self.curvature_std
+    def floor_std(self, stage=-1):
+        """Entry std of a stage's summed curvature noise (the repair's scale)."""
+        return math.sqrt(self.n_sites) * self.curvature_stds[stage]
 
-    def system(self, curvature):
-        """``[C̃]_F + αW P``: the repaired system a stage solves."""
-        return _project_psd(curvature, self.floor_std) + np.diag(self.ridge)[None]
+    def system(self, stage):
+        """``[C̃_s]_F + αW P``: the repaired system stage ``s`` solves."""
+        return (_project_psd(self.curvatures[stage], self.floor_std(stage))
+                + np.diag(self.ridge)[None])
 
 
 def private_refinement(sites, theta, sigma, rng, *, loss, alpha, fit_intercept, clip_norm):
@@ -209,16 +222,19 @@ def private_refinement(sites, theta, sigma, rng, *, loss, alpha, fit_intercept, 
     penalty = alpha * penalty_mask(p1, fit_intercept)
     out = PrivateRefinement(
         pilot=theta.copy(), curvatures=[], n_sites=sites.n_sites, steps=GRADIENT_STEPS,
+        damping=np.ones((CURVATURE_RELEASES, GRADIENT_STEPS, n_models)),
         ridge=penalty * sites.weight_sum,
         grad_std=sigma * summary_sensitivity("gradient", loss, clip_norm),
-        curvature_std=sigma / PRECISION * exact_curvature_sensitivity(loss, clip_norm))
+        curvature_stds=[sigma / k * exact_curvature_sensitivity(loss, clip_norm)
+                        for k in STAGE_PRECISION])
     outer_std = sigma / PRECISION * score_outer_sensitivity(loss, clip_norm)
     for stage in range(CURVATURE_RELEASES):
         last = stage == CURVATURE_RELEASES - 1
-        curvature, outer = noised_inference_summary(sites, theta, loss, out.curvature_std,
+        curvature, outer = noised_inference_summary(sites, theta, loss, out.curvature_stds[stage],
                                                     outer_std if last else None, rng)
         out.curvatures.append(curvature)
-        system = out.system(curvature)
+        system = out.system(stage)
+        damping, last_norm = np.ones(n_models), np.full(n_models, np.inf)
         for step in range(GRADIENT_STEPS):
             grad = sites.noised_summary("gradient", theta, message, out.grad_std, rng)
             if last and step == 0:
@@ -226,52 +242,62 @@ def private_refinement(sites, theta, sigma, rng, *, loss, alpha, fit_intercept, 
                 summary = InferenceSummary(curvature, _project_psd(outer), grad, sites.weight_sum)
                 out.sampling_cov = propagate_covariance(
                     None, system, None, score_covariance(summary, theta, penalty))
-            theta = theta - _solve_psd(system, grad + out.ridge[:, None] * theta)
+            move, damping, last_norm = safeguarded_step(
+                (grad + out.ridge[:, None] * theta).T, system, damping, last_norm)
+            out.damping[stage, step] = damping
+            theta = theta - move.T
     out.theta = theta
     out.cov = privacy_error_covariance(out) + out.sampling_cov
     _withhold_unresolved(out)
     return out
 
 
-def symmetric_draws(std, n_draws, p1, rng):
-    """``n_draws`` symmetric ``p1 × p1`` matrices with i.i.d. ``N(0, std²)``
-    upper triangles (the law of a summed curvature noise, for simulation)."""
-    upper = np.triu(rng.normal(scale=std, size=(n_draws, p1, p1)))
-    return upper + np.triu(upper, 1).transpose(0, 2, 1)
+def safeguarded_step(gradient, system, damping, last_norm):
+    """A step ``(d A)⁻¹ g`` of each of a batch of systems, ``d`` doubled
+    where the gradient's norm ``sqrt(gᵀ A⁻¹ g)`` grew more than
+    :data:`GROWTH` times since the last step (that step overshot: the
+    system, from a curvature taken away from the minimizer, is below the
+    curvature along some direction). Post-processing of released numbers.
+
+    Parameters
+    ----------
+    gradient : ndarray of shape (B, p1)
+    system : ndarray of shape (B, p1, p1)
+    damping, last_norm : ndarray of shape (B,)
+
+    Returns
+    -------
+    step : ndarray of shape (B, p1)
+    damping, norm : ndarray of shape (B,)
+    """
+    direction = np.linalg.solve(system, gradient[..., None])[..., 0]
+    norm = np.sqrt(np.maximum(np.einsum("bi,bi->b", gradient, direction), 0.0))
+    damping = np.where(norm > GROWTH * last_norm, 2.0 * damping, damping)
+    return direction / damping[:, None], damping, norm
 
 
-def privacy_error_covariance(refinement, n_draws=INTEGRATION_DRAWS):
-    """Covariance of the refinement's privacy error ``θ̃ - θ̂`` (module doc).
-
-    Given the curvature ``H``, each gradient step maps the error by
-    ``M_s = I - A_s⁻¹ H`` and adds ``A_s⁻¹ ξ``: ``V ← M_s V M_sᵀ + A_s⁻¹ S_g A_s⁻¹``
-    over every step from ``V = 0``. ``H`` is known only through the last
-    release ``C̃ = H + Ξ``: the covariance is averaged over
-    ``H = [C̃ - Ξ_d]_0 + αW P``, ``Ξ_d`` drawn from the known noise law
-    (``n_draws`` draws of a fixed-seed generator: a quadrature over
-    released numbers, no privacy noise).
+def privacy_error_covariance(refinement):
+    """Covariance of the refinement's privacy error ``θ̃ - θ̂`` (module doc):
+    ``V ← M V Mᵀ + (dA_s)⁻¹ S_g (dA_s)⁻¹``, ``M = I - (dA_s)⁻¹ Ĥ``, over
+    every step (damping ``d``) from ``V = 0``, with ``Ĥ`` the nearest PSD
+    matrix of the last released curvature plus the ridge.
 
     Returns
     -------
     cov : ndarray of shape (K, p1, p1)
     """
-    quadrature = np.random.default_rng(0)
     curvature = refinement.curvatures[-1]
     n_models, p1, _ = curvature.shape
-    eye, ridge = np.eye(p1), np.diag(refinement.ridge)
+    eye = np.eye(p1)
+    hessian = _project_psd(curvature) + np.diag(refinement.ridge)[None]
     gradient_var = refinement.n_sites * refinement.grad_std**2
-    inverses = [np.linalg.inv(refinement.system(c)) for c in refinement.curvatures]
-    out = np.empty_like(curvature)
-    for k in range(n_models):
-        noise = symmetric_draws(refinement.floor_std, n_draws, p1, quadrature)
-        hessian = _project_psd(curvature[k] - noise)
-        cov = np.zeros((n_draws, p1, p1))
-        for inverse in inverses:
-            carried = eye - inverse[k] @ (hessian + ridge)
-            added = gradient_var * inverse[k] @ inverse[k]
-            for _ in range(refinement.steps):
-                cov = carried @ cov @ carried.transpose(0, 2, 1) + added
-        out[k] = cov.mean(axis=0)
+    out = np.zeros_like(curvature)
+    for stage in range(len(refinement.curvatures)):
+        inverse = np.linalg.inv(refinement.system(stage))
+        for damping in refinement.damping[stage]:
+            step = inverse / damping[:, None, None]
+            carried = eye - step @ hessian
+            out = carried @ out @ carried.transpose(0, 2, 1) + gradient_var * step @ step
     return out
 
 
@@ -286,7 +312,7 @@ def private_newton_inference(sites, theta, sigma, rng, *, loss, alpha, fit_inter
 def _withhold_unresolved(out):
     """NaN the Wald covariance of the models :func:`_unresolved` flags, with
     a warning."""
-    unresolved = _unresolved(out.curvatures[-1], out.floor_std, out.theta - out.pilot, out.cov)
+    unresolved = _unresolved(out.curvatures[-1], out.floor_std(), out.theta - out.pilot, out.cov)
     if unresolved.any():
         out.cov[unresolved] = np.nan
         warnings.warn(NoiseDominatesWarning(
