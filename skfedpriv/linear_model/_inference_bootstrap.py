@@ -38,7 +38,7 @@ References
 
 import numpy as np
 
-from ..privacy._mechanisms import as_generator
+from ..privacy._mechanisms import as_generator, gaussian_noise
 from ._dwd_private import _project_psd
 from ._inference_private import safeguarded_step
 
@@ -48,7 +48,7 @@ __all__ = ["bootstrap_errors", "bootstrap_intervals", "replayable"]
 def symmetric_draws(std, n_draws, p1, rng):
     """``n_draws`` symmetric ``p1 × p1`` matrices with i.i.d. ``N(0, std²)``
     upper triangles (the law of a summed curvature noise, for simulation)."""
-    upper = np.triu(rng.normal(scale=std, size=(n_draws, p1, p1)))
+    upper = np.triu(gaussian_noise(std, (n_draws, p1, p1), random_state=rng))
     return upper + np.triu(upper, 1).transpose(0, 2, 1)
 
 
@@ -58,8 +58,9 @@ def _model_errors(refinement, k, n_resamples, rng):
     ridge = np.diag(refinement.ridge)
     hessian = _project_psd(refinement.curvatures[-1][k:k + 1])[0] + ridge
     sampling = np.nan_to_num(refinement.sampling_cov[k])
-    minimizer = theta + rng.multivariate_normal(np.zeros(p1), sampling, size=n_resamples,
-                                                method="eigh")
+    eigenvalues, vectors = np.linalg.eigh(sampling)
+    root = vectors * np.sqrt(np.clip(eigenvalues, 0.0, None))
+    minimizer = theta + gaussian_noise(1.0, (n_resamples, p1), random_state=rng) @ root.T
     current = minimizer + (refinement.pilot[:, k] - theta)
     grad_std = np.sqrt(refinement.n_sites) * refinement.grad_std
     for stage, curvature in enumerate(refinement.curvatures):
@@ -68,8 +69,8 @@ def _model_errors(refinement, k, n_resamples, rng):
         system = _project_psd(noisy, floor_std) + ridge
         damping, last_norm = np.ones(n_resamples), np.full(n_resamples, np.inf)
         for _ in range(refinement.steps):
-            grad = (current - minimizer) @ hessian + rng.normal(scale=grad_std,
-                                                                 size=(n_resamples, p1))
+            grad = ((current - minimizer) @ hessian
+                    + gaussian_noise(grad_std, (n_resamples, p1), random_state=rng))
             move, damping, last_norm = safeguarded_step(grad, system, damping, last_norm)
             current = current - move
     return current - theta
