@@ -187,6 +187,8 @@ def boot_text(r):
     """The bootstrap's cells of a private row (``–`` for a non-private one)."""
     if r["mechanism"] == "none":
         return "– | – | –"
+    if r["boot_unresolved"] == 1.0:
+        return f"– | – | 100 %"
     return (f"{100 * r['boot_coverage']:.1f} % ({100 * r['boot_coverage_min']:.1f}–"
             f"{100 * r['boot_coverage_max']:.1f} %) | {r['boot_width_ratio']:.2f} | "
             f"{100 * r['boot_unresolved']:.0f} %")
