@@ -301,3 +301,30 @@ def test_the_charge_covers_every_draw_the_multiclass_fit_makes(monkeypatch):
     accountant = pld.PLDAccountant()
     accountant.compose(dp_accounting.GaussianDpEvent(sigma / math.sqrt(units)))
     assert accountant.get_epsilon(1e-5) == pytest.approx(1.0, abs=2e-3)
+
+
+def test_safeguarded_steps_converge_where_the_system_is_below_the_curvature(monkeypatch):
+    """A system 4 times below the curvature along one direction: undamped
+    steps diverge (factor |1 - 4| = 3 per step); the safeguard doubles the
+    damping when the gradient grows and the steps converge. A system equal
+    to the curvature is never damped (one step solves the quadratic)."""
+    from skfedpriv.linear_model import _inference_private
+    from skfedpriv.linear_model._inference_private import safeguarded_step
+
+    hessian, target = np.diag([4.0, 1.0]), np.array([1.0, -2.0])
+
+    def run(system, steps=40):
+        theta, damping, last = np.zeros((1, 2)), np.ones(1), np.full(1, np.inf)
+        for _ in range(steps):
+            move, damping, last = safeguarded_step((theta - target) @ hessian, system[None],
+                                                   damping, last)
+            theta = theta - move
+        return np.linalg.norm(theta - target), damping[0]
+
+    error, damping = run(np.eye(2))
+    assert error < 1e-6 and damping > 1
+    error, damping = run(hessian, steps=1)
+    assert error < 1e-12 and damping == 1
+    monkeypatch.setattr(_inference_private, "GROWTH", np.inf)
+    error, _ = run(np.eye(2), steps=10)
+    assert error > 1e3

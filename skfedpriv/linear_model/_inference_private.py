@@ -96,8 +96,8 @@ ROUNDS = CURVATURE_RELEASES * GRADIENT_STEPS
 #: The score outer products (released with the last curvature) get
 #: ``1/PRECISION`` of the gradient's noise per unit of sensitivity.
 PRECISION = 3.0
-#: A step whose next gradient (in the system's norm) is more than this many
-#: times the last overshot: the stage's steps are halved from then on.
+#: A gradient (in the system's norm) more than this many times the smallest
+#: of its stage means the steps overshoot: they are halved from then on.
 GROWTH = 2.0
 #: The largest error the steps may leave of the pilot's, per parameter, as
 #: a fraction of the root mean standard error (:func:`_unresolved`): above
@@ -252,28 +252,31 @@ def private_refinement(sites, theta, sigma, rng, *, loss, alpha, fit_intercept, 
     return out
 
 
-def safeguarded_step(gradient, system, damping, last_norm):
+def safeguarded_step(gradient, system, damping, smallest):
     """A step ``(d A)⁻¹ g`` of each of a batch of systems, ``d`` doubled
-    where the gradient's norm ``sqrt(gᵀ A⁻¹ g)`` grew more than
-    :data:`GROWTH` times since the last step (that step overshot: the
-    system, from a curvature taken away from the minimizer, is below the
-    curvature along some direction). Post-processing of released numbers.
+    where the gradient's norm ``sqrt(gᵀ A⁻¹ g)`` is more than
+    :data:`GROWTH` times the smallest of the stage so far (the steps
+    overshoot: the system, from a curvature taken away from the minimizer,
+    is below the curvature along some direction; a slow divergence or an
+    oscillation is caught too). Post-processing of released numbers.
 
     Parameters
     ----------
     gradient : ndarray of shape (B, p1)
     system : ndarray of shape (B, p1, p1)
-    damping, last_norm : ndarray of shape (B,)
+    damping, smallest : ndarray of shape (B,)
+        The stage's damping and smallest gradient norm so far (1 and inf
+        at its start).
 
     Returns
     -------
     step : ndarray of shape (B, p1)
-    damping, norm : ndarray of shape (B,)
+    damping, smallest : ndarray of shape (B,)
     """
     direction = np.linalg.solve(system, gradient[..., None])[..., 0]
     norm = np.sqrt(np.maximum(np.einsum("bi,bi->b", gradient, direction), 0.0))
-    damping = np.where(norm > GROWTH * last_norm, 2.0 * damping, damping)
-    return direction / damping[:, None], damping, norm
+    damping = np.where(norm > GROWTH * smallest, 2.0 * damping, damping)
+    return direction / damping[:, None], damping, np.minimum(smallest, norm)
 
 
 def privacy_error_covariance(refinement):
