@@ -125,14 +125,15 @@ def _matrix_entry_var(sites, sigma, loss, clip_norm):
     return sites.n_sites * (sigma / PRECISION * exact_curvature_sensitivity(loss, clip_norm))**2
 
 
-def private_stream_start(curvature, sites, sigma, settings):
-    """The stream's accumulated curvature after the one-batch fit: its last
-    noisy exact curvature plus the batch's ridge, and the entry variance of
-    the noise it carries."""
+def private_stream_start(refinement, sites, settings):
+    """The stream's accumulated curvature after the one-batch fit: the
+    refinement's last noised exact curvature plus the batch's ridge, and the
+    entry variance of the noise it carries (that release's own std, see
+    :class:`~._inference_private.PrivateRefinement`)."""
+    curvature = refinement.curvatures[-1]
     p1 = curvature.shape[-1]
     ridge = settings.alpha * sites.weight_sum * penalty_mask(p1, settings.fit_intercept)
-    return (curvature + np.diag(ridge)[None],
-            _matrix_entry_var(sites, sigma, settings.loss, settings.clip_norm))
+    return curvature + np.diag(ridge)[None], refinement.floor_std() ** 2
 
 
 def private_stream_step(sites, theta, prior, prior_noise_var, previous_cov, sigma, rng, *,
