@@ -177,6 +177,7 @@ def _local_gaussian(sites, stream, settings, *, first):
                        private_refinement_=refinement)
         # the refined fit's last noised exact curvature starts the stream's prior
         curvature, noise_var = private_stream_start(refinement, sites, settings)
+        stream.extra["first_batch_weight"] = sites.weight_sum  # public: batch sizes are
         n_iter += ROUNDS
     return theta, curvature, n_iter, release, (noise_var + stream.curvature_noise_var)
 
