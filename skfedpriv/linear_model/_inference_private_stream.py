@@ -2,7 +2,8 @@
 
 The first batch of a ``DWDClassifier(mechanism='local-gaussian',
 inference=True)`` stream is the one-batch fit of
-:mod:`._inference_private` (pilot, Newton rounds, noise-aware covariance).
+:mod:`._inference_private` (pilot, gradient steps on 3 released curvatures,
+noise-aware covariance).
 Every later batch ``b`` makes one renewable Newton step (the DWD paper's
 eq. 37, with the exact curvature) and propagates the covariance.
 
@@ -28,7 +29,7 @@ are the batch's own; nothing of an earlier batch's rows is released again.
 
 **The update** (post-processing). With ``C̃`` the sum of the earlier
 batches' released noisy curvatures plus their ridges (the first batch's
-is its last refinement round's curvature), ``R_b = α n_b P`` the batch's
+is its refinement's last released curvature), ``R_b = α n_b P`` the batch's
 ridge and ``H̃_b`` the released curvature, the system is
 ``L̃ = psd(C̃ + H̃_b + R_b)`` (eigenvalues floored at the spectral norm of
 the summed noise of every curvature in it, :func:`._dwd_private._project_psd`)
@@ -59,14 +60,18 @@ a term of the same order, and ``L̃`` holds ``Ξ_b`` too. A second-order
 expansion of one batch nets these to a negative correction, but the
 prior's noise is shared with ``Σ_{b-1}`` across batches, and that
 correction under-covered in simulation (SE / SD 0.5-0.8 at ε = 1, a
-first batch of 10 000 rows), while without it SE / SD is 1.0-1.2 where
-intervals are published (``benchmarks/README.md``, "Private streams"):
-the variance as published leans conservative. ``p1 × p1``
+first batch of 10 000 rows, with the first version of the one-batch
+refinement), while without it SE / SD is 1.1-1.7 where intervals are
+published (``benchmarks/README.md``, "Private streams"): the variance as
+published leans conservative. ``p1 × p1``
 numbers per model whatever the stream's length. A model whose first
 batch published no covariance (NaN: its refinement could not be trusted
 to converge) publishes none in later batches either: a stream's first
 batch must be large enough for the one-batch fit
-(``docs/guide_inference.md``).
+(``docs/guide_inference.md``). And a later batch publishes its interval
+only while the first batch holds at least :data:`FIRST_BATCH_SHARE` of
+the rows seen (a measured rule: streams of equal small batches
+under-covered), NaN with a warning from the batch that takes it below.
 
 **The claim.** Neighbouring data sets differ in one row replaced in one
 site's batch. Each site adds its own noise to everything it sends, so
