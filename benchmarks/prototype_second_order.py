@@ -91,6 +91,7 @@ def stream(X, y, bounds, q, order, c, rate):
     Xb_all = np.column_stack([np.ones(len(X)), X])
     mask = np.r_[0.0, np.ones(p1 - 1)]
     theta, C, S, r, cov, seen = np.zeros(p1), None, None, np.zeros(p1), None, 0.0
+    tv = None  # order 3: Σ_j W_j V_j over the batches seen
     for start, stop in bounds:
         Xb, yb = Xb_all[start:stop], y[start:stop]
         seen += stop - start
