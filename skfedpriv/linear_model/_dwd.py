@@ -1092,7 +1092,8 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
             rng=rng,
             curvature_noise_var=noise_var,
             extra=stream.extra or None,
-            coef_cov=step.get("coef_cov_"),
+            # a copy: the published coef_cov_ / private_refinement_ must not alias it
+            coef_cov=None if step.get("coef_cov_") is None else step["coef_cov_"].copy(),
             shift_ratio=shift_ratio,
         )
         release = dict(
