@@ -87,3 +87,20 @@ def test_the_published_refinement_holds_releases_and_public_numbers_only():
     for value in (secret.curvature, secret.coef_cov):
         for item in [*out.curvatures, out.cov, out.sampling_cov]:
             assert not np.shares_memory(value, item)
+
+
+def test_a_refinement_refused_by_its_warning_keeps_its_charge_and_fits_nothing():
+    """The refinement's NoiseDominatesWarning is decided from drawn noise:
+    raised as an error, the fit leaves the estimator unfitted and the
+    charge stands (a refund would make retries free)."""
+    X, y, g, _ = make_federated_gaussians(n_sites=3, n_batches=1, n_per_batch=200,
+                                          n_features=5, mu=0.2, sigma=1.0, random_state=3)
+    budget = PrivacyBudget(100.0, 1e-2)
+    clf = DWDClassifier(mechanism="local-gaussian", inference=True, epsilon=1.0,
+                        clip_norm=2.0 * math.sqrt(6.0), classes=[-1, 1], budget=budget)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoiseDominatesWarning)
+        with pytest.raises(NoiseDominatesWarning, match="standard errors are NaN"):
+            clf.fit(X, y, sample_group=g)
+    assert not hasattr(clf, "coef_") and not hasattr(clf, "private_refinement_")
+    assert budget.spent == pytest.approx((1.0, 1e-5))
