@@ -97,7 +97,8 @@ def test_a_refinement_refused_by_its_warning_keeps_its_charge_and_fits_nothing()
                                           n_features=5, mu=0.2, sigma=1.0, random_state=3)
     budget = PrivacyBudget(100.0, 1e-2)
     clf = DWDClassifier(mechanism="local-gaussian", inference=True, epsilon=1.0,
-                        clip_norm=2.0 * math.sqrt(6.0), classes=[-1, 1], budget=budget)
+                        clip_norm=2.0 * math.sqrt(6.0), classes=[-1, 1], budget=budget,
+                        random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", NoiseDominatesWarning)
         with pytest.raises(NoiseDominatesWarning, match="standard errors are NaN"):
