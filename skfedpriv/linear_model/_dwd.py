@@ -551,7 +551,9 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         widened by the privacy noise of every batch (see Notes; coverage
         and width measured in ``benchmarks/README.md``, where some cells
         under- or over-cover; a first batch too small for the refinement
-        publishes NaN for the whole stream); the one-batch fit's interval
+        publishes NaN for the whole stream, with a NoiseDominatesWarning
+        issued after the charge: raised as an error it refuses the fit, the
+        budget still charged); the one-batch fit's interval
         can also be replayed by a parametric bootstrap
         (``confint(method='bootstrap')``); the other mechanisms raise.
     honest_sites : int or None, default=None
@@ -1092,7 +1094,8 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
             rng=rng,
             curvature_noise_var=noise_var,
             extra=stream.extra or None,
-            coef_cov=step.get("coef_cov_"),
+            # a copy: the published coef_cov_ / private_refinement_ must not alias it
+            coef_cov=None if step.get("coef_cov_") is None else step["coef_cov_"].copy(),
             shift_ratio=shift_ratio,
         )
         release = dict(

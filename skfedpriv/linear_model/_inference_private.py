@@ -314,7 +314,10 @@ def private_newton_inference(sites, theta, sigma, rng, *, loss, alpha, fit_inter
 
 def _withhold_unresolved(out):
     """NaN the Wald covariance of the models :func:`_unresolved` flags, with
-    a warning."""
+    a warning. The warning comes after the noise is drawn: raised as an
+    error it refuses the fit with nothing fitted, but the charge stands (its
+    outcome is post-processing of the drawn releases; a refund would let
+    retries read it for free)."""
     unresolved = _unresolved(out.curvatures[-1], out.floor_std(), out.theta - out.pilot, out.cov)
     if unresolved.any():
         out.cov[unresolved] = np.nan
