@@ -75,9 +75,9 @@ from ._inference import propagate_covariance, score_covariance
 from ._inference_sites import InferenceSummary, site_inference_summary
 
 __all__ = ["CURVATURE_RELEASES", "GRADIENT_STEPS", "PRECISION", "RESOLVED", "STAGE_PRECISION",
-           "ROUNDS", "GROWTH", "PrivateRefinement", "curvature_noise_term", "inference_releases",
-           "noised_inference_summary", "privacy_error_covariance", "private_newton_inference",
-           "private_refinement", "safeguarded_step"]
+           "ROUNDS", "GROWTH", "PrivateRefinement", "inference_releases",
+           "noised_inference_summary", "privacy_error_covariance", "private_refinement",
+           "safeguarded_step"]
 
 #: Each stage's curvature precision ``κ_s``: its curvature gets ``1/κ_s`` of
 #: the gradient's noise per unit of sensitivity and costs ``κ_s²`` unit
@@ -139,16 +139,6 @@ def noised_inference_summary(sites, Theta, loss, curvature_std, outer_std, rng):
         return curvature, None
     return curvature, total.score_outer + _site_matrix_noise(outer_std, sites.n_sites, p1,
                                                              n_models, rng)
-
-
-def curvature_noise_term(cov, entry_var):
-    """``Cov(Ξ e)`` for a symmetric noise ``Ξ`` of entry variance
-    ``entry_var`` (upper triangle i.i.d.) independent of ``e`` with
-    covariance ``cov`` (K, p1, p1): ``s² (tr V I + V - diag V)``."""
-    eye = np.eye(cov.shape[-1])[None]
-    trace = np.trace(cov, axis1=1, axis2=2)[:, None, None]
-    diagonal = np.diagonal(cov, axis1=1, axis2=2)[:, :, None] * eye
-    return entry_var * (trace * eye + cov - diagonal)
 
 
 class PrivateRefinement:
@@ -302,14 +292,6 @@ def privacy_error_covariance(refinement):
             carried = eye - step @ hessian
             out = carried @ out @ carried.transpose(0, 2, 1) + gradient_var * step @ step
     return out
-
-
-def private_newton_inference(sites, theta, sigma, rng, *, loss, alpha, fit_intercept, clip_norm):
-    """``(theta, curvature, cov)`` of :func:`private_refinement`: the refined
-    estimate, the last stage's noised curvature and the Wald covariance."""
-    out = private_refinement(sites, theta, sigma, rng, loss=loss, alpha=alpha,
-                             fit_intercept=fit_intercept, clip_norm=clip_norm)
-    return out.theta, out.curvatures[-1], out.cov
 
 
 def _withhold_unresolved(out):
