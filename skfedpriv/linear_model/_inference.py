@@ -277,7 +277,8 @@ class CoefficientInferenceMixin:
         if refinement is None:
             raise ValueError(
                 "method='bootstrap' replays a private refinement: it is offered for "
-                "mechanism='local-gaussian' with inference=True; use method='wald'.")
+                "mechanism='local-gaussian' with inference=True, after fit or a stream's "
+                "first batch (not after its later batches); use method='wald'.")
         intervals = bootstrap_intervals(refinement, level, n_resamples, random_state)
         if not self.fit_intercept:
             intervals = np.concatenate([np.zeros_like(intervals[:, :1]), intervals], axis=1)

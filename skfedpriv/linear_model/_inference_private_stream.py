@@ -137,11 +137,6 @@ def stream_batch_releases(n_models):
     return n_models * (1 + 2 * PRECISION**2)
 
 
-def _matrix_entry_var(sites, sigma, loss, clip_norm):
-    """Entry variance of the sites' summed noise on the exact curvature."""
-    return sites.n_sites * (sigma / PRECISION * exact_curvature_sensitivity(loss, clip_norm))**2
-
-
 def private_stream_start(refinement, sites, settings):
     """The stream's accumulated curvature after the one-batch fit: the
     refinement's last noised exact curvature plus the batch's ridge, and the
@@ -188,10 +183,11 @@ def private_stream_step(sites, theta, prior, prior_noise_var, previous_cov, sigm
     ridge = penalty * sites.weight_sum
     grad_std = sigma * summary_sensitivity("gradient", loss, clip_norm)
     grad = sites.noised_summary("gradient", theta, loss_message(sites, loss), grad_std, rng)
+    curvature_std = sigma / PRECISION * exact_curvature_sensitivity(loss, clip_norm)
     exact, outer = noised_inference_summary(
-        sites, theta, loss, sigma / PRECISION * exact_curvature_sensitivity(loss, clip_norm),
+        sites, theta, loss, curvature_std,
         sigma / PRECISION * score_outer_sensitivity(loss, clip_norm), rng)
-    entry_var = _matrix_entry_var(sites, sigma, loss, clip_norm)
+    entry_var = sites.n_sites * curvature_std**2
     curvature = exact + np.diag(ridge)[None]
     system = _project_psd(prior + curvature, math.sqrt(prior_noise_var + entry_var))
     # the score sum is the gradient sum (rows weigh one): no new release
@@ -215,19 +211,22 @@ def private_stream_batch(sites, stream, settings):
     n_models = stream.theta.shape[1]
     sigma = local_gaussian_sigma(settings.epsilon, settings.delta,
                                  stream_batch_releases(n_models), settings.calibration)
-    theta, curvature, cov, entry_var = private_stream_step(
-        sites, stream.theta, stream.prior, stream.curvature_noise_var, stream.coef_cov, sigma,
-        stream.rng, loss=settings.loss, alpha=settings.alpha,
-        fit_intercept=settings.fit_intercept, clip_norm=settings.clip_norm)
+    # row counts only (public): decided before any noise is drawn
     first_weight = (stream.extra or {}).get("first_batch_weight", 0.0)
-    if first_weight < FIRST_BATCH_SHARE * (stream.seen + sites.weight_sum):
-        cov = np.full_like(cov, np.nan)
+    withheld = first_weight < FIRST_BATCH_SHARE * (stream.seen + sites.weight_sum)
+    if withheld:
         warnings.warn(NoiseDominatesWarning(
             "mechanism='local-gaussian', inference=True: the stream's first batch holds "
             f"less than {FIRST_BATCH_SHARE:.0%} of the rows seen; such private streams were "
             "measured to under-cover, so no interval is published (NaN standard errors) "
             "from this batch on. Start the stream with a larger first batch."),
             stacklevel=7)
+    theta, curvature, cov, entry_var = private_stream_step(
+        sites, stream.theta, stream.prior, stream.curvature_noise_var, stream.coef_cov, sigma,
+        stream.rng, loss=settings.loss, alpha=settings.alpha,
+        fit_intercept=settings.fit_intercept, clip_norm=settings.clip_norm)
+    if withheld:
+        cov = np.full_like(cov, np.nan)
     release = dict(privacy_spent_=stream.privacy_spent, noise_scale_=sigma, rho_=None,
                    **inference_attributes(cov, settings.fit_intercept))
     return theta, curvature, 1, release, stream.curvature_noise_var + entry_var
