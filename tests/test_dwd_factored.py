@@ -341,8 +341,13 @@ def test_the_state_keeps_its_own_rows_when_the_callers_change():
 def test_a_large_private_copy_is_an_independent_array_that_pickles():
     from skfedpriv.linear_model._factored_curvature import _ORDINARY_PAGES_FROM
 
-    X = np.arange(_ORDINARY_PAGES_FROM // 8, dtype=float).reshape(8, -1)  # 32 MiB
+    from skfedpriv.linear_model._factored_curvature import _HUGEPAGE_SWITCH
+
+    X = np.arange(_ORDINARY_PAGES_FROM // 8, dtype=float).reshape(8, -1)  # 4 MiB
+    advised = None if _HUGEPAGE_SWITCH is None else _HUGEPAGE_SWITCH(True)
     block = RowBlock(X, True)
+    if advised is not None:  # numpy's process-wide advice is left as it was
+        assert _HUGEPAGE_SWITCH(advised) is True
     assert block.X is not X and not np.shares_memory(block.X, X)
     np.testing.assert_array_equal(block.X, X)
     X[:] = 0.0

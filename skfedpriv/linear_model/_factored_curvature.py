@@ -26,6 +26,7 @@ public ``curvature_``), forming the dense matrices only on request.
 """
 
 import mmap
+import threading
 
 import numpy as np
 import scipy.sparse as sp
@@ -49,21 +50,31 @@ def factored_is_smaller(n_rows, p1):
 
 
 # numpy asks the kernel for huge pages for arrays from 4 MiB on (madvise),
-# and from 32 MiB on (glibc's largest mmap threshold) every allocation is
-# fresh memory: where the kernel compacts memory to find huge pages on the
-# first touch, a 64 MB copy took 0.1-0.28 s instead of 0.03-0.05 s on
-# ordinary pages (benchmarks/README.md, "Few rows"). Copies from this size
-# on are made in an anonymous memory map, which numpy does not advise
-# (below it, numpy's copy mostly reuses memory already mapped: 0.3 ms for
-# 6.4 MB where a fresh map took 7 ms)
-_ORDINARY_PAGES_FROM = 1 << 25
+# and where the kernel must compact memory to find them (defrag=madvise,
+# this machine's setting), the first touch of a fresh 32 MB copy stalled
+# 0.1-0.16 s instead of 9 ms on ordinary pages (benchmarks/README.md, "Few
+# rows"). Copies of the rows from this size on are made with numpy's advice
+# off (still reusing memory the allocator holds: 1.1 ms for 6.4 MB), or,
+# where numpy offers no switch, in an anonymous memory map
+_ORDINARY_PAGES_FROM = 1 << 22
+_HUGEPAGE_SWITCH = getattr(getattr(getattr(np, "_core", None), "multiarray", None),
+                           "_set_madvise_hugepage", None)
+_HUGEPAGE_LOCK = threading.Lock()
 
 
 def _private_copy(X):
     """A copy of the rows ``X`` that no caller holds (dense rows of at least
-    ``_ORDINARY_PAGES_FROM`` bytes in an anonymous memory map)."""
+    ``_ORDINARY_PAGES_FROM`` bytes on pages numpy does not advise as huge)."""
     if sp.issparse(X) or X.nbytes < _ORDINARY_PAGES_FROM:
         return X.copy()
+    if _HUGEPAGE_SWITCH is not None:
+        # a process-wide hint: ours are the only toggles, under one lock
+        with _HUGEPAGE_LOCK:
+            advised = _HUGEPAGE_SWITCH(False)
+            try:
+                return X.copy()
+            finally:
+                _HUGEPAGE_SWITCH(advised)
     out = np.frombuffer(mmap.mmap(-1, X.nbytes), dtype=X.dtype).reshape(X.shape)
     np.copyto(out, X)
     return out
