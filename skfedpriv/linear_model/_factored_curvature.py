@@ -248,7 +248,10 @@ class WoodburyFactor:
         M.flat[::len(s) + 1] += 1.0
         self.M = None
         if len(s):  # LAPACK directly: scipy's checks cost more than a small factor
-            self.M, info = dpotrf(M, lower=0, clean=0, overwrite_a=1)
+            # on M's Fortran view (M is symmetric: Mᵀ is M, its upper triangle
+            # read as the lower), so LAPACK factors in place: no copy to
+            # Fortran order (at m = 400 the copy took 1.6-3 ms, the factor 1.1)
+            self.M, info = dpotrf(M.T, lower=1, clean=0, overwrite_a=1)
             if info != 0:  # pragma: no cover - I + a PSD matrix
                 raise LinAlgError(f"potrf failed with info={info}")
         if curvature.intercept:
@@ -258,9 +261,10 @@ class WoodburyFactor:
             if sigma <= 0:  # no curvature along the intercept: the dense path's jitter
                 sigma = 1e-12 * max(diag.sum() / len(diag), 1e-12)
             self.sigma = sigma
+            self._gram_s2 = gram @ (s * s)
 
     def _m_solve(self, t):
-        return dpotrs(self.M, t, lower=0)[0] if self.M is not None else t
+        return dpotrs(self.M, t, lower=1)[0] if self.M is not None else t
 
     def _split(self, values):
         """Per block pieces of a vector over all rows."""
@@ -282,7 +286,7 @@ class WoodburyFactor:
         if start:
             x0 = (g[0] - self.Mz @ t / c) / self.sigma
             # Z_pen h for h = g_pen - Z_penᵀ z x0, with Z_pen Z_penᵀ z = s G s²
-            t = t - x0 * s * (self.gram @ (s * s))
+            t = t - x0 * s * self._gram_s2
         else:
             x0 = None
         weights = s * (self._m_solve(t) / c)

@@ -42,7 +42,7 @@ def _factor_gram(gram):
     tolerance: the rows it leaves out are within ``sqrt(m ε)`` of their norm
     from the span of the others) when ``gram`` is not positive definite
     (repeated or dependent rows)."""
-    factor, info = dpotrf(gram, lower=1, clean=1)
+    factor, info = dpotrf(gram.T, lower=1, clean=1)  # Fortran view: no transposing copy
     if info == 0:
         return factor, np.arange(len(gram)), len(gram)
     factor, piv, rank, _ = dpstrf(gram, lower=1)
