@@ -402,7 +402,11 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
     from sklearn.metrics import roc_auc_score
     from sklearn.svm import LinearSVC
 
-    from skfedpriv.linear_model._factored_curvature import _ORDINARY_PAGES_FROM, _private_copy
+    from skfedpriv.linear_model._factored_curvature import (
+        _HUGEPAGE_SWITCH,
+        _ORDINARY_PAGES_FROM,
+        _private_copy,
+    )
 
     rows = []
     for n, p in shapes:
@@ -443,8 +447,10 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
                for name, model in fitted.items()}
         peaks = {name: _peak(methods[name])[1] for name in ("DWD", "DWD dense", "LinearSVC")
                  if name in methods}
-        # the state's copy of large rows lives in a memory map tracemalloc does not see
-        peaks["DWD"] += X.nbytes if X.nbytes >= _ORDINARY_PAGES_FROM else 0
+        # without numpy's huge-page switch the state's copy of large rows lives
+        # in a memory map tracemalloc does not see
+        if _HUGEPAGE_SWITCH is None and X.nbytes >= _ORDINARY_PAGES_FROM:
+            peaks["DWD"] += X.nbytes
         infos = _solver_info(methods["DWD"])
         rows.append(dict(n=n, p=p, seconds={k: float(np.median(v)) for k, v in times.items()},
                          accuracy=accuracy, auc=auc, peaks=peaks, data=X.nbytes,
@@ -808,8 +814,8 @@ def main():
                   "alone, the factored path without the span (every step over the p "
                   "columns), and up to p = 2000 the dense path), same run; "
                   "peak memory traced by tracemalloc (numpy's allocations: liblinear's "
-                  "own copy of the rows is not traced; DWD's copy of rows of 4 MiB or "
-                  "more, in a memory map, is added):", "",
+                  "own copy of the rows is not traced; DWD's copy of the rows is, or is "
+                  "added where it is made in a memory map):", "",
                   "| n, p | DWD s | X Xᵀ alone s | state's copy of X alone s | numpy X.copy() s | "
                   "DWD unreduced s | "
                   "DWD dense s | LinearSVC s | "

@@ -356,3 +356,24 @@ def test_a_large_private_copy_is_an_independent_array_that_pickles():
         np.testing.assert_array_equal(other.X, block.X)
         assert not np.shares_memory(other.X, block.X)
     assert block.X.any()
+
+
+def test_the_issue_shape_reaches_the_optimum_and_continues_from_its_own_rows():
+    # n = 400, p = 2 000 (issue #23's few-rows shape; 6.4 MB of rows, the state's
+    # copy beyond _ORDINARY_PAGES_FROM): the optimum against L-BFGS-B, and a
+    # partial_fit from a state whose caller zeroed its rows equal to the one
+    # from a twin that kept them
+    from skfedpriv.linear_model._factored_curvature import _ORDINARY_PAGES_FROM
+
+    X, y = _rows(500, 2_000, seed=3)
+    rows = X[:400].copy()
+    assert rows.nbytes >= _ORDINARY_PAGES_FROM
+    clf = DWDClassifier(alpha=ALPHA).fit(rows, y[:400])
+    assert isinstance(clf.curvature_, CurvatureStack)
+    assert np.all(_relative_gaps(clf, X[:400], y[:400], 1.0) <= 1e-10)
+    twin = DWDClassifier(alpha=ALPHA).fit(X[:400], y[:400])
+    rows[:] = 0.0
+    clf.partial_fit(X[400:], y[400:])
+    twin.partial_fit(X[400:], y[400:])
+    np.testing.assert_array_equal(clf.coef_, twin.coef_)
+    np.testing.assert_array_equal(clf.intercept_, twin.intercept_)
