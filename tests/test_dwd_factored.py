@@ -358,14 +358,15 @@ def test_a_large_private_copy_is_an_independent_array_that_pickles():
     assert block.X.any()
 
 
-def test_the_issue_shape_reaches_the_optimum_and_continues_from_its_own_rows():
-    # n = 400, p = 2 000 (issue #23's few-rows shape; 6.4 MB of rows, the state's
+@pytest.mark.parametrize("p", [2_000, 10_000])
+def test_the_issue_shape_reaches_the_optimum_and_continues_from_its_own_rows(p):
+    # n = 400 (issue #23's few-rows shapes; 6.4 and 32 MB of rows, the state's
     # copy beyond _ORDINARY_PAGES_FROM): the optimum against L-BFGS-B, and a
     # partial_fit from a state whose caller zeroed its rows equal to the one
     # from a twin that kept them
     from skfedpriv.linear_model._factored_curvature import _ORDINARY_PAGES_FROM
 
-    X, y = _rows(500, 2_000, seed=3)
+    X, y = _rows(500, p, seed=3)
     rows = X[:400].copy()
     assert rows.nbytes >= _ORDINARY_PAGES_FROM
     clf = DWDClassifier(alpha=ALPHA).fit(rows, y[:400])
