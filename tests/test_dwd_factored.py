@@ -3,6 +3,7 @@ and Newton systems solved through ``m x m`` systems give the dense path's
 optimum, state and continuation."""
 
 import copy
+import mmap
 import pickle
 
 import numpy as np
@@ -338,17 +339,27 @@ def test_the_state_keeps_its_own_rows_when_the_callers_change():
     np.testing.assert_array_equal(clf.coef_, twin.coef_)
 
 
-def test_a_large_private_copy_is_an_independent_array_that_pickles():
-    from skfedpriv.linear_model._factored_curvature import _ORDINARY_PAGES_FROM
+@pytest.mark.parametrize("numpy_switch", [True, False])
+def test_a_large_private_copy_is_an_independent_array_that_pickles(monkeypatch, numpy_switch):
+    import skfedpriv.linear_model._factored_curvature as factored
 
-    from skfedpriv.linear_model._factored_curvature import _HUGEPAGE_SWITCH
-
-    X = np.arange(_ORDINARY_PAGES_FROM // 8, dtype=float).reshape(8, -1)  # 4 MiB
-    advised = None if _HUGEPAGE_SWITCH is None else _HUGEPAGE_SWITCH(True)
+    switch = factored._HUGEPAGE_SWITCH
+    if numpy_switch and switch is None:
+        pytest.skip("this numpy has no huge-page switch")
+    if not numpy_switch:  # the memory map
+        monkeypatch.setattr(factored, "_HUGEPAGE_SWITCH", None)
+    X = np.arange(factored._ORDINARY_PAGES_FROM // 8, dtype=float).reshape(8, -1)  # 4 MiB
+    advised = switch(True) if numpy_switch else None
     block = RowBlock(X, True)
-    if advised is not None:  # numpy's process-wide advice is left as it was
-        assert _HUGEPAGE_SWITCH(advised) is True
+    if numpy_switch:  # numpy's process-wide advice is left as it was
+        assert switch(advised) is True
+    else:
+        owner = block.X
+        while isinstance(owner, np.ndarray):
+            owner = owner.base
+        assert isinstance(owner, mmap.mmap)
     assert block.X is not X and not np.shares_memory(block.X, X)
+    assert block.X.flags.c_contiguous and block.X.flags.writeable
     np.testing.assert_array_equal(block.X, X)
     X[:] = 0.0
     restored = pickle.loads(pickle.dumps(block))
