@@ -355,8 +355,8 @@ def test_a_large_private_copy_is_an_independent_array_that_pickles(monkeypatch, 
         assert switch(advised) is True
     else:
         owner = block.X
-        while isinstance(owner, np.ndarray):
-            owner = owner.base
+        while isinstance(owner, (np.ndarray, memoryview)):
+            owner = owner.base if isinstance(owner, np.ndarray) else owner.obj
         assert isinstance(owner, mmap.mmap)
     assert block.X is not X and not np.shares_memory(block.X, X)
     assert block.X.flags.c_contiguous and block.X.flags.writeable
