@@ -148,8 +148,8 @@ _SLOW = 0.5
 _SAFETY = 10.0
 # the first Levenberg-Marquardt damping of a model (per unit weight)
 _DAMPING_START = 1e-3
-# the kink phase: a model whose full Newton step decreased the objective by
-# less than _KINK_DECREASE of the half decrement it predicted, or, from within
+# the kink phase: a model whose last _KINK_POOR full Newton steps decreased the
+# objective by less than _KINK_DECREASE of the half decrement they predicted, or, from within
 # _KINK_LOCAL of |F|, cut its decrement by less than the factor _KINK_RATE
 # (the smoothed curvature wrong for rows that sit next to genDWD's kink at
 # the optimum) takes semismooth steps: CG on V_q'' products to _KINK_RTOL
@@ -158,8 +158,9 @@ _DAMPING_START = 1e-3
 # smoothed matrix stops is checked by _CONFIRM_CG iterations of the same CG
 # (a lower bound of the semismooth decrement)
 _KINK_DECREASE = 0.1
+_KINK_POOR = 2
 _KINK_LOCAL = 1e-6
-_KINK_RATE = 0.25
+_KINK_RATE = 0.75
 _KINK_RTOL = 1e-3
 _KINK_CG = 12
 _CONFIRM_CG = 1
@@ -405,7 +406,7 @@ class NewtonSolver:
         # the kink phase (see _KINK_LOCAL), per model, and the half decrement
         # on the smoothed matrix where one was formed this round (inf: none)
         self.kink = np.zeros(n_models, dtype=bool)
-        self.poor_step = np.zeros(n_models, dtype=bool)
+        self.poor_steps = np.zeros(n_models, dtype=int)  # poor full steps in a row
         self.smoothed_decrement = np.full(n_models, np.inf)
         self.steps = np.zeros(n_models)
         self.expected = np.full(n_models, np.inf)  # the predicted gap / |F| here (inf: none)
@@ -603,9 +604,10 @@ class NewtonSolver:
         return candidates & (_decrement(self.grad, semismooth) <= bound)
 
     def detect_kink(self, relative):
-        """Enter the kink phase: a model whose last Newton step was taken in
-        full and decreased the objective by less than ``_KINK_DECREASE`` of
-        the half decrement it predicted, or, from within ``_KINK_LOCAL`` of
+        """Enter the kink phase: a model whose last ``_KINK_POOR`` Newton
+        steps were taken in full and each decreased the objective by less
+        than ``_KINK_DECREASE`` of the half decrement it predicted (one such
+        step is often a passing row crossing the kink), or, from within ``_KINK_LOCAL`` of
         ``|F|``, cut its half decrement by less than ``_KINK_RATE`` (where
         Newton's local rate is quadratic).
         Rows whose margins sit next to genDWD's kink at the optimum (e.g. a
@@ -615,7 +617,7 @@ class NewtonSolver:
         underestimates the gap (25-40x on issue #23's conflicting rows)."""
         if not self.exact_products:
             return
-        crawl = self.active & self.full_step & (self.poor_step | (
+        crawl = self.active & self.full_step & ((self.poor_steps >= _KINK_POOR) | (
             (self.last_relative > 0) & (self.last_relative <= _KINK_LOCAL)
             & (relative > _KINK_RATE * self.last_relative)))
         started = crawl & ~self.kink
@@ -826,8 +828,9 @@ class NewtonSolver:
                 newton, self.active & ~recheck)
             if self.refresh:
                 self.predict_landing(predicted, moved)
-                self.poor_step = (moved & self.full_step
-                                  & (self.value - value_new < _KINK_DECREASE * predicted))
+                poor = (moved & self.full_step
+                        & (self.value - value_new < _KINK_DECREASE * predicted))
+                self.poor_steps = np.where(poor, self.poor_steps + 1, 0)
         self.accept(Theta_new, value_new, moved, grad_new, grid, recheck)
         if grid and moved.any() and self.quasi_newton_pays():
             self.quasi_newton = LBFGSPhase(self, start, start_grad, max_iter=self.max_iter // 2,
