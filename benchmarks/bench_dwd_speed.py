@@ -20,7 +20,9 @@ alternate the methods (a shared machine slows both alike).
   wine, iris; all rows and a 70 % split, standardized, 3 sites) beside
   ``LogisticRegression``: time, Newton steps and rounds (nearly separable
   rows make the path long), converged at the default ``max_iter`` and at
-  the old default 100.
+  the old default 100; and rows repeated under conflicting labels (rows
+  next to genDWD's kink at the optimum; factored and dense path) beside
+  LogisticRegression and LinearSVC, with the gap to L-BFGS-B.
 * Many sites (10 to 10 000) on ``n_jobs=None`` against ``n_jobs=2``.
 * Few rows, many features (``--parts fewrows``, not in the default): n in
   {100, 400}, p in {2 000, 10 000, 20 000}, DWD's factored curvature (its
@@ -818,7 +820,8 @@ def main():
                   "twice with independent random labels, 3 sites, alpha = 1e-3) beside "
                   "LogisticRegression (max_iter = 1000) and LinearSVC, same run:", "",
                   "| n, p | path | q | DWD fit s | LR s | LinearSVC s | Newton steps | rounds | "
-                  "converged | relative gap to L-BFGS-B |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "converged | relative gap to L-BFGS-B |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['n']}, {r['p']} | {r['path']} | {r['q']} | {r['dwd']:.3f} | "
                   f"{r['lr']:.3f} | {r['svc']:.3f} | {r['iters']} | {r['rounds']} | "
                   f"{'yes' if r['converged'] else 'NO'} | {r['gap']:.1e} |" for r in conflicting]

@@ -65,9 +65,9 @@ curvature, so the undamped direction is unbounded along what only those
 rows see until one crosses the kink (digits, q = 1: 104 Newton steps, ~50
 of them cut to 1/16, without it; 28 with it).
 
-The kink phase: a model whose full Newton step decreased the objective by
-less than a tenth of what it predicted, or whose decrement stopped
-shrinking in the local phase, takes semismooth steps on ``V_q''`` (CG on
+The kink phase: a model whose last two full Newton steps each decreased the
+objective by less than a tenth of what they predicted, or whose decrement
+stopped shrinking in the local phase, takes semismooth steps on ``V_q''`` (CG on
 curvature products, preconditioned by its smoothed matrix) with the best
 value among the full, longer and every halved step in one round. Rows that
 sit next to the kink at the optimum (a row repeated under both labels at
@@ -148,11 +148,12 @@ _SLOW = 0.5
 _SAFETY = 10.0
 # the first Levenberg-Marquardt damping of a model (per unit weight)
 _DAMPING_START = 1e-3
-# the kink phase: a model whose last _KINK_POOR full Newton steps decreased the
-# objective by less than _KINK_DECREASE of the half decrement they predicted, or, from within
-# _KINK_LOCAL of |F|, cut its decrement by less than the factor _KINK_RATE
-# (the smoothed curvature wrong for rows that sit next to genDWD's kink at
-# the optimum) takes semismooth steps: CG on V_q'' products to _KINK_RTOL
+# the kink phase: a model whose last _KINK_POOR full Newton steps each
+# decreased the objective by less than _KINK_DECREASE of the half decrement
+# they predicted, or, from within _KINK_LOCAL of |F|, cut its decrement by
+# less than the factor _KINK_RATE (the smoothed curvature wrong for rows that
+# sit next to genDWD's kink at the optimum) takes semismooth steps: CG on
+# V_q'' products to _KINK_RTOL
 # (its decrement then within about _KINK_RTOL² of the exact one's), at most
 # _KINK_CG iterations, preconditioned by its smoothed matrix. A model the
 # smoothed matrix stops is checked by _CONFIRM_CG iterations of the same CG
@@ -403,7 +404,7 @@ class NewtonSolver:
         # Levenberg-Marquardt damping of the damped phase, per model, in units
         # of the weight sum (0: none)
         self.damping = np.zeros(n_models)
-        # the kink phase (see _KINK_LOCAL), per model, and the half decrement
+        # the kink phase (see _KINK_DECREASE), per model, and the half decrement
         # on the smoothed matrix where one was formed this round (inf: none)
         self.kink = np.zeros(n_models, dtype=bool)
         self.poor_steps = np.zeros(n_models, dtype=int)  # poor full steps in a row
@@ -578,8 +579,8 @@ class NewtonSolver:
             converged = self.confirm_semismooth(direct & within & ~kink, bound)
             recheck = (iterative | (kink & ~direct)) & within
             # the kink phase: the semismooth decrement and the one on the
-            # smoothed matrix formed here both within tol (each model of the
-            # gap misses what the other sees next to the kink)
+            # smoothed matrix formed here both within tol (each quadratic
+            # model misses what the other sees next to the kink)
             converged |= kink & within & (self.smoothed_decrement <= bound)
             self.stale |= recheck
             self.detect_kink(predicted / np.abs(self.value))
@@ -607,10 +608,10 @@ class NewtonSolver:
         """Enter the kink phase: a model whose last ``_KINK_POOR`` Newton
         steps were taken in full and each decreased the objective by less
         than ``_KINK_DECREASE`` of the half decrement it predicted (one such
-        step is often a passing row crossing the kink), or, from within ``_KINK_LOCAL`` of
-        ``|F|``, cut its half decrement by less than ``_KINK_RATE`` (where
-        Newton's local rate is quadratic).
-        Rows whose margins sit next to genDWD's kink at the optimum (e.g. a
+        step is often a row passing the kink), or, from within
+        ``_KINK_LOCAL`` of ``|F|``, cut its half decrement by less than
+        ``_KINK_RATE`` (where Newton's local rate is quadratic). Rows whose
+        margins sit next to genDWD's kink at the optimum (e.g. a
         row repeated under both labels, whose pair loss is flat left of the
         kink) make the smoothed curvature wrong by up to its whole value on
         them: the smoothed steps crawl, and the smoothed decrement
