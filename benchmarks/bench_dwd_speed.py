@@ -20,7 +20,9 @@ alternate the methods (a shared machine slows both alike).
   wine, iris; all rows and a 70 % split, standardized, 3 sites) beside
   ``LogisticRegression``: time, Newton steps and rounds (nearly separable
   rows make the path long), converged at the default ``max_iter`` and at
-  the old default 100.
+  the old default 100; and rows repeated under conflicting labels (rows
+  next to genDWD's kink at the optimum; factored and dense path) beside
+  LogisticRegression and LinearSVC, with the gap to L-BFGS-B.
 * Many sites (10 to 10 000) on ``n_jobs=None`` against ``n_jobs=2``.
 * Few rows, many features (``--parts fewrows``, not in the default): n in
   {100, 400}, p in {2 000, 10 000, 20 000}, DWD's factored curvature (its
@@ -274,6 +276,48 @@ def bundled_rows(qs, reps, names=("breast_cancer", "digits", "wine", "iris")):
                                  converged_100=not warned_100))
                 print(rows[-1], flush=True)
     return rows
+
+
+def conflicting_rows(qs, reps, shapes=((40, 2_000, False), (20, 300, True),
+                                        (150, 120, True))):
+    """Rows repeated under conflicting labels (issue #23's "found, not
+    fixed"): ``n`` Gaussian rows, each twice with independent random labels,
+    3 sites, intercept; the factored path at p > n (``dense`` False) or the
+    dense path. A pair's loss is flat left of genDWD's kink, so at the
+    optimum rows sit next to it. DWD beside LogisticRegression and LinearSVC:
+    time, Newton steps, rounds, converged at the default ``max_iter``, the
+    relative gap to L-BFGS-B on the same objective."""
+    from sklearn.svm import LinearSVC
+
+    rows = []
+    for n, p, dense in shapes:
+        rng = np.random.default_rng(0)
+        X = np.vstack([rng.standard_normal((n, p))] * 2)
+        y = rng.integers(0, 2, len(X))
+        g = np.arange(len(X)) % 3
+        for q in qs:
+            ours, peer, svc = [], [], []
+            for _ in range(reps):
+                with _dense_form() if dense else _no_context():
+                    clf, seconds = _time(lambda: _fit_warned(lambda: DWDClassifier(q=q),
+                                                             X, y, g))
+                ours.append(seconds)
+                peer.append(_time(lambda: SkLogisticRegression(max_iter=1000).fit(X, y))[1])
+                svc.append(_time(lambda: LinearSVC().fit(X, y))[1])
+            model, warned = clf
+            with _dense_form() if dense else _no_context():
+                info = _solver_info(lambda: DWDClassifier(q=q).fit(X, y, sample_group=g))[0]
+            rows.append(dict(n=len(X), p=p, path="dense" if dense else "factored", q=q,
+                             dwd=np.median(ours), lr=np.median(peer), svc=np.median(svc),
+                             iters=info["n_iter"], rounds=info["rounds"],
+                             converged=not warned, gap=_lbfgs_gap(model, X, y, q)))
+            print(rows[-1], flush=True)
+    return rows
+
+
+def _no_context():
+    import contextlib
+    return contextlib.nullcontext()
 
 
 def _digits(split):
@@ -684,6 +728,7 @@ def main():
         sizes = [size for size in sizes if size[1] >= args.min_p] or sizes[-1:]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     offline = bundled = private = logistic = many_sites = few_rows = streams = wide = []
+    conflicting = []
     profile = []
     through = fixed = memory = {}
     with threadpool_limits(1):
@@ -695,6 +740,7 @@ def main():
             profile = profile_rows([int(p) for p in args.wide_p.split(",")], qs, reps)
         if "bundled" in parts:
             bundled = bundled_rows(qs, reps)
+            conflicting = conflicting_rows(qs, reps)
         elif "digits" in parts:
             bundled = bundled_rows(qs, reps, names=("digits",))
         if "private" in parts:
@@ -775,6 +821,16 @@ def main():
                   f"{r['dwd']:.3f} | {r['lr']:.3f} | {r['dwd'] / r['lr']:.1f}× | {r['iters']} | "
                   f"{r['rounds']} | {r['floats']:,} | {'yes' if r['converged'] else 'NO'} | "
                   f"{'yes' if r['converged_100'] else 'NO'} |" for r in bundled]
+    if conflicting:
+        lines += ["", "**Rows repeated under conflicting labels** (each of n/2 Gaussian rows "
+                  "twice with independent random labels, 3 sites, alpha = 1e-3) beside "
+                  "LogisticRegression (max_iter = 1000) and LinearSVC, same run:", "",
+                  "| n, p | path | q | DWD fit s | LR s | LinearSVC s | Newton steps | rounds | "
+                  "converged | relative gap to L-BFGS-B |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['n']}, {r['p']} | {r['path']} | {r['q']} | {r['dwd']:.3f} | "
+                  f"{r['lr']:.3f} | {r['svc']:.3f} | {r['iters']} | {r['rounds']} | "
+                  f"{'yes' if r['converged'] else 'NO'} | {r['gap']:.1e} |" for r in conflicting]
     if private:
         lines += ["", f"Private one-batch fit at n={sizes[0][0]}, p={sizes[0][1]} (same run, "
                   "LR beside):", "", "| mechanism | seconds | LR s |", "|---|---|---|"]

@@ -345,8 +345,10 @@ def test_offline_newton_steps_in_the_local_phase_are_one_request(q):
     last_search = len(requests) - 1 - requests[::-1].index("line")
     assert requests[last_search + 1] == "summary"
     local = "".join(r[0] for r in requests[last_search + 2:])  # p, s, m
-    assert local.endswith("sm") or local.endswith("m")
-    steps = local.rstrip("m").split("s")[:-1]
+    # the stop: the matrix at the returned point, then one product round
+    # (a lower bound of the semismooth decrement there)
+    assert local.endswith("mp")
+    steps = local[:-1].rstrip("m").split("s")[:-1]
     assert len(steps) >= 2 and all(step and set(step) == {"p"} for step in steps)
     # the local phase's products use V_q'' itself, the damped phase's the
     # smoothed curvature (the first product follows the grid step)

@@ -65,6 +65,16 @@ curvature, so the undamped direction is unbounded along what only those
 rows see until one crosses the kink (digits, q = 1: 104 Newton steps, ~50
 of them cut to 1/16, without it; 28 with it).
 
+The kink phase: a model whose last two full Newton steps each decreased the
+objective by less than a tenth of what they predicted, or whose decrement
+stopped shrinking in the local phase, takes semismooth steps on ``V_q''`` (CG on
+curvature products, preconditioned by its smoothed matrix) with the best
+value among the full, longer and every halved step in one round. Rows that
+sit next to the kink at the optimum (a row repeated under both labels at
+p >> n: the pair's loss is flat left of the kink) make the smoothed
+curvature wrong there, and its steps crawl (issue #23: 300 steps at an
+estimated gap of 1e-9; now 30-60 steps to L-BFGS-B's optimum).
+
 Requests per step: online, and offline once a model's last Newton step
 was taken in full (the local phase), the full step is asked as one
 summary request (its loss and gradient, which the next step needs) and
@@ -80,7 +90,13 @@ Stopping rule: a model stops at ``θ`` once half its Newton decrement
 land within ``tol / _SAFETY`` forms the matrix where it
 lands, and a CG whose own (lower-bound) decrement falls within ``tol``
 has the matrix formed where it is, before the model stops. So the
-matrix that stops a model is the returned curvature.
+matrix that stops a model is the returned curvature. A model that matrix
+stops is checked by one more product round (offline, sites that answer
+products on ``V_q''``): one preconditioned CG iteration on ``V_q''``, a
+lower bound of the semismooth decrement, within ``tol`` as well (the
+smoothed decrement misses what the smoothing window hides: on issue #23's
+conflicting rows it stopped a fit at tol = 1e-8 126x above it). In the kink
+phase both decrements are within ``tol`` at the returned point.
 """
 
 import warnings
@@ -132,6 +148,23 @@ _SLOW = 0.5
 _SAFETY = 10.0
 # the first Levenberg-Marquardt damping of a model (per unit weight)
 _DAMPING_START = 1e-3
+# the kink phase: a model whose last _KINK_POOR full Newton steps each
+# decreased the objective by less than _KINK_DECREASE of the half decrement
+# they predicted, or, from within _KINK_LOCAL of |F|, cut its decrement by
+# less than the factor _KINK_RATE (the smoothed curvature wrong for rows that
+# sit next to genDWD's kink at the optimum) takes semismooth steps: CG on
+# V_q'' products to _KINK_RTOL
+# (its decrement then within about _KINK_RTOL² of the exact one's), at most
+# _KINK_CG iterations, preconditioned by its smoothed matrix. A model the
+# smoothed matrix stops is checked by _CONFIRM_CG iterations of the same CG
+# (a lower bound of the semismooth decrement)
+_KINK_DECREASE = 0.1
+_KINK_POOR = 2
+_KINK_LOCAL = 1e-6
+_KINK_RATE = 0.75
+_KINK_RTOL = 1e-3
+_KINK_CG = 12
+_CONFIRM_CG = 1
 # offline from a flat start, with at least this many parameters per model and
 # as many rows (row weight), L-BFGS rounds first (:mod:`._quasi_newton`): there one
 # curvature matrix costs more gradient rounds than L-BFGS needs; so with at
@@ -371,6 +404,11 @@ class NewtonSolver:
         # Levenberg-Marquardt damping of the damped phase, per model, in units
         # of the weight sum (0: none)
         self.damping = np.zeros(n_models)
+        # the kink phase (see _KINK_DECREASE), per model, and the half decrement
+        # on the smoothed matrix where one was formed this round (inf: none)
+        self.kink = np.zeros(n_models, dtype=bool)
+        self.poor_steps = np.zeros(n_models, dtype=int)  # poor full steps in a row
+        self.smoothed_decrement = np.full(n_models, np.inf)
         self.steps = np.zeros(n_models)
         self.expected = np.full(n_models, np.inf)  # the predicted gap / |F| here (inf: none)
         self.quasi_newton = None  # the L-BFGS phase while it runs
@@ -432,7 +470,7 @@ class NewtonSolver:
     def applied_damping(self):
         """The multiple of the identity added to each model's Newton system:
         its damping in the damped phase, none in the local phase."""
-        return np.where(self.full_step, 0.0, self.damping * self.sites.weight_sum)
+        return np.where(self.full_step | self.kink, 0.0, self.damping * self.sites.weight_sum)
 
     def newton_direction(self):
         """``-H⁻¹ g`` of the active models; offline also which models took a
@@ -455,28 +493,55 @@ class NewtonSolver:
                     newton[:, k] = -_cho_solve(damped, grad[:, k])
                 else:
                     newton[:, k] = -_cho_solve(self.preconditioner[k], grad[:, k])
-        iterative = self.active & ~direct
+        kink = self.kink & self.active
+        self.smoothed_decrement = np.where(direct, _decrement(grad, newton), np.inf)
+        iterative = self.active & ~direct & ~kink
         self.stale[:] = False
         if iterative.any():
             newton[:, iterative] = self.inner_cg(iterative)[:, iterative]
+        if kink.any():
+            newton[:, kink] = self.kink_direction(kink)[0][:, kink]
         return newton, direct, iterative
+
+    def curvature_operator(self, exact):
+        """``V -> H_k v_k`` for every model: the sites' curvature products at
+        ``Theta`` (``V_q''`` for the models in ``exact``, else the smoothed
+        curvature) plus ridge, damping and prior."""
+        prior, ridge, sites = self.prior, self.ridge, self.sites
+        shift = self.applied_damping()
+
+        def product(V, _T=self.Theta):
+            out = (sites.curvature_product(_T, V, self.message, exact)
+                   + (ridge[:, None] + shift) * V)
+            if prior is not None:
+                out = out + prior_product(prior, V)
+            return out
+
+        return product
+
+    def kink_direction(self, kink, max_iter=_KINK_CG):
+        """The semismooth Newton direction of the models in the kink phase:
+        CG on the loss's own curvature ``V_q''`` (its right limit at the kink,
+        an element of the generalized Hessian), preconditioned by the
+        model's smoothed matrix, which differs from it only in the rows
+        within the smoothing window of the kink (so CG needs about as many
+        iterations as those rows). A CG that runs out marks its matrix stale;
+        returns the direction and the models whose CG ran out."""
+        solution, used = _conjugate_gradient(
+            self.curvature_operator(kink), -np.where(kink, 1.0, 0.0) * self.grad,
+            self.preconditioner, _KINK_RTOL, max_iter)
+        ran_out = kink & (used >= max_iter)
+        if max_iter == _KINK_CG:
+            self.stale |= ran_out
+        return solution, ran_out
 
     def inner_cg(self, iterative):
         """Inexact Newton: CG on the curvature at ``Theta`` through the
         sites' curvature-vector products (in the local phase on the loss's
         own curvature, see the module doc); marks stale the models whose CG
         needed too many iterations."""
-        prior, ridge, sites = self.prior, self.ridge, self.sites
         exact = (self.full_step & iterative) if self.exact_products else None
-        shift = self.applied_damping()
-
-        def product(V, _T=self.Theta, _exact=exact):
-            out = (sites.curvature_product(_T, V, self.message, _exact)
-                   + (ridge[:, None] + shift) * V)
-            if prior is not None:
-                out = out + prior_product(prior, V)
-            return out
-
+        product = self.curvature_operator(exact)
         # forcing terms: loose after a damped step; in the local phase tight
         # enough for fast convergence, but no tighter than a step needs to
         # land within tol / _SAFETY (an inexact step leaves about rtol² of
@@ -502,21 +567,63 @@ class NewtonSolver:
         rechecked on the matrix next round). Returns the decrements and the
         models to recheck."""
         predicted = _decrement(self.grad, newton)
+        bound = self.tol * self.stream_weight * np.abs(self.value)
         # a damped system's decrement underestimates the gap: it never stops a model
-        within = ((predicted <= self.tol * self.stream_weight * np.abs(self.value))
-                  & (self.applied_damping() == 0))
+        within = (predicted <= bound) & (self.applied_damping() == 0)
         recheck = np.zeros(self.n_models, dtype=bool)
         if self.refresh:
             # only the matrix formed here stops a model; CG's decrement is a
             # lower bound of the exact one: a model it puts within tol is
             # checked exactly (the matrix formed here) before it stops
-            converged = direct & within
-            recheck = iterative & within
+            kink = self.kink & self.active
+            converged = self.confirm_semismooth(direct & within & ~kink, bound)
+            recheck = (iterative | (kink & ~direct)) & within
+            # the kink phase: the semismooth decrement and the one on the
+            # smoothed matrix formed here both within tol (each quadratic
+            # model misses what the other sees next to the kink)
+            converged |= kink & within & (self.smoothed_decrement <= bound)
             self.stale |= recheck
+            self.detect_kink(predicted / np.abs(self.value))
         else:
             converged = self.active & within
         self.active &= ~converged
         return predicted, recheck
+
+    def confirm_semismooth(self, candidates, bound):
+        """Of the models the smoothed matrix puts within tol, those whose
+        semismooth decrement is not known to exceed tol: ``_CONFIRM_CG``
+        iterations of :meth:`kink_direction` (one product round) give a lower
+        bound of it (CG's iterates underestimate ``½ gᵀH⁻¹g``), equal to the
+        smoothed decrement when no row is within the smoothing window of the
+        kink. The others take their smoothed step and are tested again where
+        it lands. The smoothed decrement misses what the window hides
+        (issue #23's conflicting rows: 2.6e-9 where the gap was 6.4e-8, and
+        a fit at tol = 1e-8 stopped there, 126x above tol at q = 0.5)."""
+        if not (self.exact_products and candidates.any()):
+            return candidates
+        semismooth, _ = self.kink_direction(candidates, _CONFIRM_CG)
+        return candidates & (_decrement(self.grad, semismooth) <= bound)
+
+    def detect_kink(self, relative):
+        """Enter the kink phase: a model whose last ``_KINK_POOR`` Newton
+        steps were taken in full and each decreased the objective by less
+        than ``_KINK_DECREASE`` of the half decrement it predicted (one such
+        step is often a row passing the kink), or, from within
+        ``_KINK_LOCAL`` of ``|F|``, cut its half decrement by less than
+        ``_KINK_RATE`` (where Newton's local rate is quadratic). Rows whose
+        margins sit next to genDWD's kink at the optimum (e.g. a
+        row repeated under both labels, whose pair loss is flat left of the
+        kink) make the smoothed curvature wrong by up to its whole value on
+        them: the smoothed steps crawl, and the smoothed decrement
+        underestimates the gap (25-40x on issue #23's conflicting rows)."""
+        if not self.exact_products:
+            return
+        crawl = self.active & self.full_step & ((self.poor_steps >= _KINK_POOR) | (
+            (self.last_relative > 0) & (self.last_relative <= _KINK_LOCAL)
+            & (relative > _KINK_RATE * self.last_relative)))
+        started = crawl & ~self.kink
+        self.kink |= crawl
+        self.stale |= started & np.array([f is None for f in self.preconditioner])
 
     # -- the line search -------------------------------------------------------
 
@@ -526,12 +633,15 @@ class NewtonSolver:
         parameters, objective, the models moved and the gradient there
         (None when not formed by the step)."""
         grad_new = None
-        if self.refresh and not np.all(self.full_step[searching]):
-            # the damped phase: the full step and longer ones in one round
+        kink = self.kink & searching
+        if self.refresh and (kink.any() or not np.all(self.full_step[searching])):
+            # the damped phase: the full step and longer ones in one round (in
+            # the kink phase every halving too, the best value taken)
             Theta_new, value_new, moved = self.line_search(
-                newton, searching, self.value, self.grad, _NEWTON_HALVINGS,
-                expand=~self.full_step)
-            self.adapt_damping(searching)
+                newton, searching, self.value, self.grad,
+                _MAX_HALVINGS if kink.any() else _NEWTON_HALVINGS,
+                expand=~self.full_step, best=kink)
+            self.adapt_damping(searching & ~kink)
         else:
             # online, and offline once the last steps were full (Newton's
             # local phase): the full step's loss and gradient in one round
@@ -566,12 +676,16 @@ class NewtonSolver:
                                        self.damping[long_] / 4)
 
     def line_search(self, direction, searching, value, grad, max_halvings, expand=None,
-                    full_step_known_bad=False):
+                    full_step_known_bad=False, best=None):
         """Armijo backtracking for the classes in ``searching``: the full step
         first, then all halvings in one round. Models in ``expand`` also try
         the longer steps ``_EXPANSIONS`` in the first round and take the best
         value among the steps there that pass the test. With
-        ``full_step_known_bad`` the full step is skipped (it failed already)."""
+        ``full_step_known_bad`` the full step is skipped (it failed already).
+        Models in ``best`` (the kink phase) search the full step, the longer
+        ones and every halving in one round and take the lowest value among
+        those that pass: a line search to within a factor 2 of the exact
+        minimizer along the direction."""
         sites, Theta, full_step = self.sites, self.Theta, self.full_step
         slope = (grad * direction).sum(axis=0)
         searching_at_start = searching.copy()
@@ -583,12 +697,17 @@ class NewtonSolver:
         accepted = np.zeros(self.n_models, dtype=bool)
         new_value = value.copy()
         halvings = _HALVINGS[:max_halvings]
+        best = np.zeros(self.n_models, dtype=bool) if best is None else best & searching
         expand = np.zeros(self.n_models, dtype=bool) if expand is None else expand & searching
+        expand = expand | best
         first = [1.0] + (list(_EXPANSIONS) if expand.any() else [])
+        if best.any() and not full_step_known_bad:
+            first, halvings = first + list(halvings), []
         trials = (first, halvings) if getattr(sites, "batched_line_search", True) else (
             [first] + [[t] for t in halvings])
         if full_step_known_bad:
             trials = trials[1:]
+        trials = [trial for trial in trials if len(trial)]
         searched = []  # the direction each round asked the sites about
         for trial in trials:
             if not searching.any():
@@ -607,7 +726,7 @@ class NewtonSolver:
                 if t > 1.0:
                     ok &= expand & (trial_value < new_value)
                 else:
-                    ok &= ~passed
+                    ok &= ~passed | (best & (trial_value < new_value))
                 steps[ok], new_value[ok] = t, trial_value[ok]
                 passed |= ok
             accepted |= passed
@@ -710,6 +829,9 @@ class NewtonSolver:
                 newton, self.active & ~recheck)
             if self.refresh:
                 self.predict_landing(predicted, moved)
+                poor = (moved & self.full_step
+                        & (self.value - value_new < _KINK_DECREASE * predicted))
+                self.poor_steps = np.where(poor, self.poor_steps + 1, 0)
         self.accept(Theta_new, value_new, moved, grad_new, grid, recheck)
         if grid and moved.any() and self.quasi_newton_pays():
             self.quasi_newton = LBFGSPhase(self, start, start_grad, max_iter=self.max_iter // 2,
