@@ -598,8 +598,12 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         With ``inference=True``: the estimated covariance of each model's
         parameters ``(intercept, coef)`` (intercept first when
         ``fit_intercept``); NaN for a model without an estimate yet. Under
-        'local-gaussian' it includes the privacy noise and is formed from
-        noised releases only (post-processing, covered as ``coef_``).
+        'local-gaussian' it includes the privacy noise and, from the
+        refined fit, the square of a bound on the pilot's error the
+        refinement may have left, added to each variance (a bound on the
+        mean squared error; NaN, with a NoiseDominatesWarning, where that
+        bound exceeds 2 standard errors); it is formed from noised releases
+        only (post-processing, covered as ``coef_``).
     coef_se_ : ndarray of shape (n_models, n_features)
         With ``inference=True``: standard errors of ``coef_``.
     intercept_se_ : ndarray of shape (n_models,)

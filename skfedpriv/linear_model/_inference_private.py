@@ -325,7 +325,7 @@ def _withhold_unresolved(out):
         warnings.warn(NoiseDominatesWarning(
             "mechanism='local-gaussian', inference=True: the sites' noised curvature is "
             "too close to its noise level for some models to bound the pilot's error the "
-            "refinement may have left within RESOLVED standard errors, so an interval "
+            f"refinement may have left within {RESOLVED:g} standard errors, so an interval "
             "around the estimate could under-cover; their standard errors are NaN. More "
             "rows per site, fewer sites or features, or a larger epsilon resolve it."),
             stacklevel=7)
