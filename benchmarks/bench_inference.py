@@ -268,13 +268,15 @@ def markdown(rows, footer=True):
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         eps = "–" if r["mechanism"] == "none" else f"{r['epsilon']:g}"
+        published = ("– | – | – | – | " if float(r["unresolved"]) == 1.0 else
+                     f"{100 * r['coverage']:.1f} % | {100 * r['coverage_min']:.1f}–"
+                     f"{100 * r['coverage_max']:.1f} % | {r['width_coef']:.4f} / "
+                     f"{r['width_intercept']:.4f} | {r['width_ratio']:.2f} | ")
+        spread = ("–" if float(r["unresolved"]) == 1.0 else
+                  f"{r['se_ratio_min']:.2f}–{r['se_ratio_max']:.2f}")
         lines.append(
             f"| {r['n']} | {r['p']} | {r['q']:g} | {r['classes']} | {r['mode']} | {eps} | "
-            f"{100 * r['coverage']:.1f} % | {100 * r['coverage_min']:.1f}–"
-            f"{100 * r['coverage_max']:.1f} % | {r['width_coef']:.4f} / "
-            f"{r['width_intercept']:.4f} | {r['width_ratio']:.2f} | "
-            f"{100 * r['unresolved']:.0f} % | "
-            f"{r['se_ratio_min']:.2f}–{r['se_ratio_max']:.2f} | "
+            f"{published}{100 * r['unresolved']:.0f} % | {spread} | "
             f"{r['bias_max']:.2f} | {boot_text(r)} | {r['reps']} |")
     if footer:
         lines.append("| 2000, 20000 | 5, 20 | 1, 4 | both | stream | 1, 4 | see \"Private "
