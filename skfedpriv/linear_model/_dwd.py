@@ -548,10 +548,12 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         (sites in this process only): ``fit`` (or a stream's first
         ``partial_fit``) refined by gradient steps on 3 noised exact
         curvatures, then one renewable step per later batch, the interval
-        widened by the privacy noise of every batch (see Notes; coverage
-        and width measured in ``benchmarks/README.md``, where some cells
-        under- or over-cover; a first batch too small for the refinement
-        publishes NaN for the whole stream, with a NoiseDominatesWarning
+        widened by the privacy noise of every batch and by a bound on the
+        pilot's error the refinement may have left (see Notes; coverage,
+        width and the share of fits that publish none measured in
+        ``benchmarks/README.md``; a first batch whose bound exceeds 2
+        standard errors publishes NaN for the whole stream, with a
+        NoiseDominatesWarning
         issued after the charge: raised as an error it refuses the fit, the
         budget still charged); the one-batch fit's interval
         can also be replayed by a parametric bootstrap
