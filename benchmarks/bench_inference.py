@@ -53,7 +53,8 @@ Two more studies (``--study``):
   ``StreamShiftWarning`` is raised on.
 
     python benchmarks/bench_inference.py [--quick] [--reps R] [--n-jobs J]
-        [--private-only | --private-stream] [--features P ...]
+        [--private-only | --private-stream] [--features P ...] [--sizes N ...]
+        [--no-bootstrap]
         [--study {dwd,multinomial,batch-size}]
 
 Writes inference.csv and inference.md (``inference_private_stream.*`` with
@@ -85,7 +86,7 @@ FIELDS = ["n", "p", "q", "classes", "mode", "mechanism", "epsilon", "reps", "cov
           "coverage_min", "coverage_max", "mc_se", "width_coef", "width_intercept",
           "width_ratio", "unresolved", "se_ratio_min", "se_ratio_max", "bias_max",
           "boot_coverage", "boot_coverage_min", "boot_coverage_max", "boot_width_ratio",
-          "boot_unresolved",
+          "boot_unresolved", "boot_run",
           "seconds"]
 #: Replays of the private cells' parametric bootstrap.
 BOOTSTRAP_RESAMPLES = 500
@@ -98,9 +99,10 @@ def private_estimator(q, p, epsilon, seed):
                          random_state=10**6 + seed)
 
 
-def one_replication(seed, n, p, q, ratio, mode, epsilon=None):
+def one_replication(seed, n, p, q, ratio, mode, epsilon=None, bootstrap=True):
     """The 95 % intervals of every parameter, and (private cells) the
-    non-private intervals on the same rows."""
+    non-private intervals on the same rows (and the bootstrap's, NaN
+    without ``bootstrap``)."""
     X, y, g, b = make_federated_gaussians(
         n_sites=SITES, n_batches=BATCHES, n_per_batch=n // (SITES * BATCHES), n_features=p,
         mu=MU, sigma=SIGMA, ratio=ratio, random_state=seed)
@@ -113,8 +115,9 @@ def one_replication(seed, n, p, q, ratio, mode, epsilon=None):
             private = private_estimator(q, p, epsilon, seed).fit(X, y, sample_group=g)
         public = DWDClassifier(q=q, inference=True).fit(X, y, sample_group=g)
         estimate = np.r_[private.intercept_, private.coef_[0]]
-        boot = private.confint(0.95, method="bootstrap", n_resamples=BOOTSTRAP_RESAMPLES,
-                               random_state=seed)
+        boot = (private.confint(0.95, method="bootstrap", n_resamples=BOOTSTRAP_RESAMPLES,
+                                random_state=seed) if bootstrap
+                else np.full((1, p + 1, 2), np.nan))
         return np.stack([private.confint(0.95)[0], public.confint(0.95)[0],
                          np.column_stack([estimate, estimate]), boot[0]])
     clf = DWDClassifier(q=q, inference=True)
@@ -174,8 +177,8 @@ def private_stream_cells(quick):
             for ratio in (1.0, 4.0) for eps in (4.0, 1.0)]
 
 
-def replications(seeds, *cell, replication=one_replication):
-    return [replication(int(seed), *cell) for seed in seeds]
+def replications(seeds, *cell, replication=one_replication, **options):
+    return [replication(int(seed), *cell, **options) for seed in seeds]
 
 
 def coverage_row(intervals, target, estimates=None, **fields):
@@ -199,13 +202,16 @@ def coverage_row(intervals, target, estimates=None, **fields):
                 se_ratio_min=se_ratio.min(), se_ratio_max=se_ratio.max(), bias_max=bias.max())
 
 
-def run_cell(n, p, q, ratio, mode, epsilon, reps, n_jobs):
+def run_cell(n, p, q, ratio, mode, epsilon, reps, n_jobs, bootstrap=True):
     intercept, coef = gaussian_gendwd_target(p, MU, SIGMA, ratio, q=q)
     target = np.r_[intercept, coef]
     start = time.perf_counter()
     chunks = np.array_split(np.arange(reps), max(1, n_jobs * 4))
     results = Parallel(n_jobs=n_jobs)(
-        delayed(replications)(chunk, n, p, q, ratio, mode, epsilon) for chunk in chunks)
+        delayed(replications)(chunk, n, p, q, ratio, mode, epsilon,
+                              **({} if epsilon is None or mode != "offline"
+                                 else {"bootstrap": bootstrap}))
+        for chunk in chunks)
     both = np.array([r for chunk in results for r in chunk])  # (reps, 4, p+1, 2)
     intervals = both[:, 0]
     public_width = both[:, 1, :, 1] - both[:, 1, :, 0]
@@ -222,7 +228,7 @@ def run_cell(n, p, q, ratio, mode, epsilon, reps, n_jobs):
         boot_coverage=boot["coverage"], boot_coverage_min=boot["coverage_min"],
         boot_coverage_max=boot["coverage_max"],
         boot_width_ratio=np.nanmean(boot_width / public_width),
-        boot_unresolved=boot["unresolved"])
+        boot_unresolved=boot["unresolved"], boot_run=bootstrap and epsilon is not None)
 
 
 def cells(quick, private_only=False):
@@ -245,6 +251,8 @@ def boot_text(r):
     """The bootstrap's cells of a private row (``–`` for a non-private one)."""
     if r["mechanism"] == "none":
         return "– | – | –"
+    if not r.get("boot_run", True):
+        return "not run | – | –"
     if r["boot_unresolved"] == 1.0:
         return f"– | – | 100 %"
     return (f"{100 * r['boot_coverage']:.1f} % ({100 * r['boot_coverage_min']:.1f}–"
@@ -260,13 +268,15 @@ def markdown(rows, footer=True):
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         eps = "–" if r["mechanism"] == "none" else f"{r['epsilon']:g}"
+        published = ("– | – | – | – | " if float(r["unresolved"]) == 1.0 else
+                     f"{100 * r['coverage']:.1f} % | {100 * r['coverage_min']:.1f}–"
+                     f"{100 * r['coverage_max']:.1f} % | {r['width_coef']:.4f} / "
+                     f"{r['width_intercept']:.4f} | {r['width_ratio']:.2f} | ")
+        spread = ("–" if float(r["unresolved"]) == 1.0 else
+                  f"{r['se_ratio_min']:.2f}–{r['se_ratio_max']:.2f}")
         lines.append(
             f"| {r['n']} | {r['p']} | {r['q']:g} | {r['classes']} | {r['mode']} | {eps} | "
-            f"{100 * r['coverage']:.1f} % | {100 * r['coverage_min']:.1f}–"
-            f"{100 * r['coverage_max']:.1f} % | {r['width_coef']:.4f} / "
-            f"{r['width_intercept']:.4f} | {r['width_ratio']:.2f} | "
-            f"{100 * r['unresolved']:.0f} % | "
-            f"{r['se_ratio_min']:.2f}–{r['se_ratio_max']:.2f} | "
+            f"{published}{100 * r['unresolved']:.0f} % | {spread} | "
             f"{r['bias_max']:.2f} | {boot_text(r)} | {r['reps']} |")
     if footer:
         lines.append("| 2000, 20000 | 5, 20 | 1, 4 | both | stream | 1, 4 | see \"Private "
@@ -470,7 +480,7 @@ def main():
     parser.add_argument("--study", choices=("dwd", "multinomial", "batch-size"), default="dwd",
                         help="which simulation (default: the DWD cells)")
     parser.add_argument("--sizes", type=int, nargs="+", default=(2000, 20000),
-                        help="n of the multinomial study's cells (default: 2000 20000)")
+                        help="n of the cells to run (default: 2000 20000)")
     parser.add_argument("--reps", type=int, default=None,
                         help="replications per cell (default 1000, 100 with --quick)")
     parser.add_argument("--n-jobs", type=int, default=1, help="joblib processes")
@@ -480,6 +490,8 @@ def main():
                         help="run the private 20-batch stream cells only")
     parser.add_argument("--features", type=int, nargs="*", default=None,
                         help="run the cells of these p only (default: all)")
+    parser.add_argument("--no-bootstrap", action="store_true",
+                        help="skip the private cells' parametric bootstrap (its columns '–')")
     args = parser.parse_args()
     reps = args.reps or (100 if args.quick else 1000)
     folder = output_dir(args.output_dir)
@@ -493,11 +505,14 @@ def main():
     rows = []
     if args.features:
         stem += "_p" + "_".join(map(str, args.features))
+    if tuple(args.sizes) != (2000, 20000):
+        stem += "_n" + "_".join(map(str, args.sizes))
     chosen = [c for c in (private_stream_cells(args.quick) if args.private_stream
                           else cells(args.quick, args.private_only))
-              if not args.features or c[1] in args.features]
+              if (not args.features or c[1] in args.features) and c[0] in args.sizes]
     for n, p, q, ratio, mode, epsilon in chosen:
-        row = run_cell(n, p, q, ratio, mode, epsilon, reps, args.n_jobs)
+        row = run_cell(n, p, q, ratio, mode, epsilon, reps, args.n_jobs,
+                       bootstrap=not args.no_bootstrap)
         rows.append(row)
         print(" ".join(f"{k}={row[k]:.4g}" if isinstance(row[k], float) else f"{k}={row[k]}"
                        for k in FIELDS), flush=True)

@@ -548,10 +548,12 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         (sites in this process only): ``fit`` (or a stream's first
         ``partial_fit``) refined by gradient steps on 3 noised exact
         curvatures, then one renewable step per later batch, the interval
-        widened by the privacy noise of every batch (see Notes; coverage
-        and width measured in ``benchmarks/README.md``, where some cells
-        under- or over-cover; a first batch too small for the refinement
-        publishes NaN for the whole stream, with a NoiseDominatesWarning
+        widened by the privacy noise of every batch and by a bound on the
+        pilot's error the refinement may have left (see Notes; coverage,
+        width and the share of fits that publish none measured in
+        ``benchmarks/README.md``; a first batch whose bound exceeds 2
+        standard errors publishes NaN for the whole stream, with a
+        NoiseDominatesWarning
         issued after the charge: raised as an error it refuses the fit, the
         budget still charged); the one-batch fit's interval
         can also be replayed by a parametric bootstrap
@@ -598,8 +600,12 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         With ``inference=True``: the estimated covariance of each model's
         parameters ``(intercept, coef)`` (intercept first when
         ``fit_intercept``); NaN for a model without an estimate yet. Under
-        'local-gaussian' it includes the privacy noise and is formed from
-        noised releases only (post-processing, covered as ``coef_``).
+        'local-gaussian' it includes the privacy noise and, from the
+        refined fit, the square of a bound on the pilot's error the
+        refinement may have left, added to each variance (a bound on the
+        mean squared error; NaN, with a NoiseDominatesWarning, where that
+        bound exceeds 2 standard errors); it is formed from noised releases
+        only (post-processing, covered as ``coef_``).
     coef_se_ : ndarray of shape (n_models, n_features)
         With ``inference=True``: standard errors of ``coef_``.
     intercept_se_ : ndarray of shape (n_models,)

@@ -39,9 +39,11 @@ privacy error ``e = θ - θ̂`` of a step is ``e ← M e - (d A_s)⁻¹ ξ`` wit
 
 ``V ← M V Mᵀ + (d A_s)⁻¹ S_g (d A_s)⁻¹``
 
-over every step from ``V = 0`` (the pilot's own error is left out: the
-steps remove it; :func:`_unresolved` withholds the interval where they
-may not have), with the plug-in ``H = [C̃_last]_0 + αW P`` (the nearest
+over every step from ``V = 0`` (the pilot's own error is not noise: what
+the steps leave of it is a bias, bounded from released numbers in
+:mod:`._inference_residual`; the published covariance adds the bound's
+square to each parameter's variance, or is withheld where the bound is
+above :data:`RESOLVED` standard errors, :func:`_withhold_unresolved`), with the plug-in ``H = [C̃_last]_0 + αW P`` (the nearest
 PSD matrix of the last release; :func:`privacy_error_covariance`). The
 released covariance adds the sampling sandwich ``A⁻¹ B̃ A⁻¹`` with the
 noisy score outer products ``B̃`` and the last system for ``H``. Where the
@@ -72,6 +74,7 @@ from ..privacy._score_outer import exact_curvature_sensitivity, score_outer_sens
 from ._dwd_private import _project_psd
 from ._dwd_sites import loss_message
 from ._inference import propagate_covariance, score_covariance
+from ._inference_residual import residual_bound
 from ._inference_sites import InferenceSummary, site_inference_summary
 
 __all__ = ["CURVATURE_RELEASES", "GRADIENT_STEPS", "PRECISION", "RESOLVED", "STAGE_PRECISION",
@@ -99,10 +102,11 @@ PRECISION = 3.0
 #: A gradient (in the system's norm) more than this many times the smallest
 #: of its stage means the steps overshoot: they are halved from then on.
 GROWTH = 2.0
-#: The largest error the steps may leave of the pilot's, per parameter, as
-#: a fraction of the root mean standard error (:func:`_unresolved`): above
-#: it the Wald covariance is not published (NaN).
-RESOLVED = 0.5
+#: The largest bound on the pilot's residual error
+#: (:mod:`._inference_residual`) a parameter may have, in its standard
+#: errors, for the model's Wald covariance to be published (widened by the
+#: bound); above it in some parameter the model's covariance is NaN.
+RESOLVED = 2.0
 
 
 def inference_releases(n_models):
@@ -168,8 +172,13 @@ class PrivateRefinement:
         (:func:`safeguarded_step`).
     sampling_cov : ndarray of shape (K, p1, p1)
         The sandwich ``A⁻¹ B̃ A⁻¹`` (sampling error of the non-private fit).
+    residual_bound : ndarray of shape (K, p1)
+        The bound on the pilot's error left in each parameter
+        (:func:`~._inference_residual.residual_bound`).
     cov : ndarray of shape (K, p1, p1)
-        The Wald covariance (NaN for models :func:`_unresolved` withholds).
+        The published Wald covariance: the noise-aware covariance plus
+        ``diag(residual_bound²)``; NaN for the models
+        :func:`_withhold_unresolved` withholds.
     """
 
     def __init__(self, **fields):
@@ -295,42 +304,35 @@ def privacy_error_covariance(refinement):
 
 
 def _withhold_unresolved(out):
-    """NaN the Wald covariance of the models :func:`_unresolved` flags, with
-    a warning. The warning comes after the noise is drawn: raised as an
-    error it refuses the fit with nothing fitted, but the charge stands (its
-    outcome is post-processing of the drawn releases; a refund would let
-    retries read it for free)."""
-    unresolved = _unresolved(out.curvatures[-1], out.floor_std(), out.theta - out.pilot, out.cov)
+    """Widen the Wald covariance by the pilot's residual error, or withhold it.
+
+    ``out.residual_bound`` (:func:`~._inference_residual.residual_bound`,
+    post-processing of the releases) bounds the pilot's error left in each
+    parameter. A model whose bound is at most :data:`RESOLVED` standard
+    errors in every parameter publishes ``cov + diag(bound²)`` (a bound on
+    the mean squared error: a 95 % Wald interval on it covers at least
+    95 % of the time whenever the bound holds, whatever the bias below
+    it); the others publish NaN, with a warning. The warning comes after
+    the noise is drawn: raised as an error it refuses the fit with nothing
+    fitted, but the charge stands (its outcome is post-processing of the
+    drawn releases; a refund would let retries read it for free)."""
+    out.residual_bound = residual_bound(out, out.cov - out.sampling_cov)
+    unresolved = _unresolved(out.residual_bound, out.cov)
+    widening = np.where(unresolved[:, None], 0.0, out.residual_bound) ** 2
+    out.cov = out.cov + widening[:, :, None] * np.eye(widening.shape[1])[None]
     if unresolved.any():
         out.cov[unresolved] = np.nan
         warnings.warn(NoiseDominatesWarning(
             "mechanism='local-gaussian', inference=True: the sites' noised curvature is "
-            "below its noise level for some models, so the refined estimate may not have "
-            "converged and an interval around it would under-cover; their standard "
-            "errors are NaN. More rows per site, fewer sites or features, or a larger "
-            "epsilon resolve it."),
+            "too close to its noise level for some models to bound the pilot's error the "
+            f"refinement may have left within {RESOLVED:g} standard errors, so an interval "
+            "around the estimate could under-cover; their standard errors are NaN. More "
+            "rows per site, fewer sites or features, or a larger epsilon resolve it."),
             stacklevel=7)
 
 
-def _unresolved(curvature, noise_std, moved, cov):
-    """Models whose pilot error the steps may not have removed (from
-    released sums only: post-processing).
-
-    With ``m`` the mean eigenvalue of the last noised curvature (trace /
-    p1) and ``F = 2 noise_std sqrt(p1)`` the repair floor of
-    :func:`~._dwd_private._project_psd`, a step removes about a fraction
-    ``m / max(F, m)`` of the error: after :data:`ROUNDS` steps a fraction
-    ``r = (1 - m / max(F, m))^ROUNDS`` of the pilot's error is left, and
-    the estimate ``moved`` from the pilot by ``1 - r`` of it. The error
-    left, ``r / (1 - r)`` times the move, per parameter, is compared with
-    the root mean standard error: above :data:`RESOLVED` times it, the
-    interval would be centred off target.
-    """
-    p1 = curvature.shape[-1]
-    mean_eigenvalue = np.trace(curvature, axis1=1, axis2=2) / p1
-    level = np.maximum(2.0 * noise_std * math.sqrt(p1), mean_eigenvalue)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        left = np.where(mean_eigenvalue > 0, (1.0 - mean_eigenvalue / level) ** ROUNDS, 1.0)
-        error = np.linalg.norm(moved, axis=0) * left / (1.0 - left)
-    rms_se = np.sqrt(np.trace(cov, axis1=1, axis2=2) / p1)
-    return ~(error / math.sqrt(p1) <= RESOLVED * rms_se)
+def _unresolved(bound, cov):
+    """Models with a parameter whose residual ``bound`` (shape ``(K, p1)``)
+    is above :data:`RESOLVED` times its standard error (or not finite)."""
+    std_err = np.sqrt(np.clip(np.diagonal(cov, axis1=1, axis2=2), 0.0, None))
+    return ~(bound <= RESOLVED * std_err).all(axis=1)
