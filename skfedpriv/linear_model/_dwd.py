@@ -40,8 +40,7 @@ from ._dwd_settings import CONTINUAL, dwd_settings
 from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step
 from ._inference_private import ROUNDS, inference_releases, private_refinement
-from ._inference_private_stream import (private_stream_batch, private_stream_start,
-                                        private_stream_sums)
+from ._inference_private_stream import private_stream_batch, private_stream_start
 from ._inference import (
     CoefficientInferenceMixin,
     inference_attributes,
@@ -178,7 +177,7 @@ def _local_gaussian(sites, stream, settings, *, first):
                        private_refinement_=refinement)
         # the refined fit's last noised exact curvature starts the stream's prior
         curvature, noise_var = private_stream_start(refinement, sites, settings)
-        stream.extra["sums"] = private_stream_sums(refinement)
+        stream.extra["first_batch_weight"] = sites.weight_sum  # public: batch sizes are
         n_iter += ROUNDS
     return theta, curvature, n_iter, release, (noise_var + stream.curvature_noise_var)
 

@@ -113,8 +113,7 @@ from ..privacy._score_outer import exact_curvature_sensitivity, score_outer_sens
 from ._dwd_private import _project_psd
 from ._dwd_sites import loss_message
 from ._inference import inference_attributes, propagate_covariance, score_covariance
-from ._inference_private import (PRECISION, noised_inference_summary,
-                                 privacy_error_covariance)
+from ._inference_private import PRECISION, noised_inference_summary
 from ._inference_sites import InferenceSummary
 from ._newton import _solve_psd
 
@@ -149,50 +148,22 @@ def private_stream_start(refinement, sites, settings):
     return curvature + np.diag(ridge)[None], refinement.floor_std() ** 2
 
 
-def private_stream_sums(refinement):
-    """The stream's running sums after its one-batch fit (module doc), kept in
-    the estimator's secret training state (post-processing of releases).
-
-    Returns
-    -------
-    sums : dict
-        ``rhs`` (p1, K): ``(C̃_1 + R_1) θ_1``; ``middle`` (K, p1, p1):
-        ``(C̃_1 + R_1) Σ_1 (C̃_1 + R_1)``; ``cov`` (K, p1, p1): ``Σ_1``, the
-        refinement's covariance before any withholding.
-    """
-    curvature = refinement.curvatures[-1] + np.diag(refinement.ridge)[None]
-    cov = privacy_error_covariance(refinement) + refinement.sampling_cov
-    return dict(rhs=np.einsum("kij,jk->ik", curvature, refinement.theta),
-                middle=curvature @ cov @ curvature, cov=cov)
-
-
-def carried_noise_covariance(entry_var, cov):
-    """``E[Ξ e eᵀ Ξ]`` for symmetric noise ``Ξ`` (iid entries of variance
-    ``entry_var`` on and above the diagonal, mirrored) independent of ``e``,
-    ``E[e eᵀ] = S``: ``v (tr(S) I + S - diag(S))`` per model."""
-    eye = np.eye(cov.shape[-1])
-    trace = np.trace(cov, axis1=1, axis2=2)[:, None, None]
-    diagonal = np.diagonal(cov, axis1=1, axis2=2)[:, :, None]
-    return entry_var * (trace * eye + cov - diagonal * eye)
-
-
-def private_stream_step(sites, theta, prior, prior_noise_var, sums, sigma, rng, *,
+def private_stream_step(sites, theta, prior, prior_noise_var, previous_cov, sigma, rng, *,
                         loss, alpha, fit_intercept, clip_norm):
-    """One later batch's releases, the re-solved estimate and its covariance
-    (module doc).
+    """One later batch's releases, renewable step and covariance (module doc).
 
     Parameters
     ----------
     sites : SiteData
         The batch's sites in this process, prepared with ``clip_norm``.
     theta : ndarray of shape (p1, K)
-        ``θ_{b-1}``, where the batch's summaries are taken.
+        ``θ_{b-1}``.
     prior : ndarray of shape (K, p1, p1)
         ``C̃``: the earlier batches' noisy curvatures plus ridges (raw).
     prior_noise_var : float
         The entry variance of the noise ``prior`` carries.
-    sums : dict
-        The running sums of :func:`private_stream_sums` (not changed).
+    previous_cov : ndarray of shape (K, p1, p1)
+        ``Σ_{b-1}``.
     sigma : float
         The batch's unit noise multiplier.
     rng : numpy.random.Generator
@@ -206,11 +177,10 @@ def private_stream_step(sites, theta, prior, prior_noise_var, sums, sigma, rng, 
     cov : ndarray of shape (K, p1, p1)
     entry_var : float
         The entry variance of the noise in ``curvature``.
-    sums : dict
-        The updated running sums.
     """
     p1, n_models = theta.shape
     penalty = alpha * penalty_mask(p1, fit_intercept)
+    ridge = penalty * sites.weight_sum
     grad_std = sigma * summary_sensitivity("gradient", loss, clip_norm)
     grad = sites.noised_summary("gradient", theta, loss_message(sites, loss), grad_std, rng)
     curvature_std = sigma / PRECISION * exact_curvature_sensitivity(loss, clip_norm)
@@ -218,18 +188,15 @@ def private_stream_step(sites, theta, prior, prior_noise_var, sums, sigma, rng, 
         sites, theta, loss, curvature_std,
         sigma / PRECISION * score_outer_sensitivity(loss, clip_norm), rng)
     entry_var = sites.n_sites * curvature_std**2
-    curvature = exact + np.diag(penalty * sites.weight_sum)[None]
-    total = prior + curvature
-    system = _project_psd(total, math.sqrt(prior_noise_var + entry_var))
+    curvature = exact + np.diag(ridge)[None]
+    system = _project_psd(prior + curvature, math.sqrt(prior_noise_var + entry_var))
     # the score sum is the gradient sum (rows weigh one): no new release
     summary = InferenceSummary(exact, outer, grad, sites.weight_sum)
-    middle = (sums["middle"] + score_covariance(summary, theta, penalty)
-              + sites.n_sites * grad_std**2 * np.eye(p1)[None]
-              + carried_noise_covariance(entry_var, sums["cov"]))
-    rhs = sums["rhs"] + np.einsum("kij,jk->ik", exact, theta) - grad
-    cov = propagate_covariance(None, system, None, middle)
-    theta = _solve_psd(system, rhs)
-    return theta, curvature, cov, entry_var, dict(rhs=rhs, middle=middle, cov=cov)
+    middle = sites.n_sites * grad_std**2 * np.eye(p1)[None] + score_covariance(summary, theta,
+                                                                               penalty)
+    cov = propagate_covariance(previous_cov, system, system - curvature, middle)
+    theta = theta - _solve_psd(system, grad + ridge[:, None] * theta)
+    return theta, curvature, cov, entry_var
 
 
 def private_stream_batch(sites, stream, settings):
@@ -244,11 +211,22 @@ def private_stream_batch(sites, stream, settings):
     n_models = stream.theta.shape[1]
     sigma = local_gaussian_sigma(settings.epsilon, settings.delta,
                                  stream_batch_releases(n_models), settings.calibration)
-    theta, curvature, cov, entry_var, sums = private_stream_step(
-        sites, stream.theta, stream.prior, stream.curvature_noise_var, stream.extra["sums"],
-        sigma, stream.rng, loss=settings.loss, alpha=settings.alpha,
+    # row counts only (public): decided before any noise is drawn
+    first_weight = (stream.extra or {}).get("first_batch_weight", 0.0)
+    withheld = first_weight < FIRST_BATCH_SHARE * (stream.seen + sites.weight_sum)
+    if withheld:
+        warnings.warn(NoiseDominatesWarning(
+            "mechanism='local-gaussian', inference=True: the stream's first batch holds "
+            f"less than {FIRST_BATCH_SHARE:.0%} of the rows seen; such private streams were "
+            "measured to under-cover, so no interval is published (NaN standard errors) "
+            "from this batch on. Start the stream with a larger first batch."),
+            stacklevel=7)
+    theta, curvature, cov, entry_var = private_stream_step(
+        sites, stream.theta, stream.prior, stream.curvature_noise_var, stream.coef_cov, sigma,
+        stream.rng, loss=settings.loss, alpha=settings.alpha,
         fit_intercept=settings.fit_intercept, clip_norm=settings.clip_norm)
-    stream.extra["sums"] = sums
+    if withheld:
+        cov = np.full_like(cov, np.nan)
     release = dict(privacy_spent_=stream.privacy_spent, noise_scale_=sigma, rho_=None,
                    **inference_attributes(cov, settings.fit_intercept))
     return theta, curvature, 1, release, stream.curvature_noise_var + entry_var
