@@ -27,11 +27,13 @@ width against the non-private one and the share of fits that give none
 
 Private stream cells (``--private-stream``): the same private estimator
 fed a 20-batch ``partial_fit`` stream over the 5 sites, n = 20 000, p = 5,
-q in {1, 4}, balanced and 4:1, ε in {1, 4}, with two schedules: "stream"
-(20 equal batches of 1 000 rows, the generator's) and "stream, first n/2"
-(a first batch of 10 000 rows, the generator's first 10 batches, then 19
-batches of about 526 rows, each site's rows spread evenly). The
-non-private interval is the non-private stream on the same batches.
+q in {1, 4}, balanced and 4:1, ε in {1, 4}, with two schedules: "stream,
+rule off" (20 equal batches of 1 000 rows, the generator's, measured with
+``FIRST_BATCH_SHARE`` set to 0: with it, such a stream publishes no
+interval from its third batch on) and "stream, first n/2" (a first batch
+of 10 000 rows, the generator's first 10 batches, then 19 batches of about
+526 rows, each site's rows spread evenly). The non-private interval is the
+non-private stream on the same batches.
 The bootstrap replays the one-batch refinement only: the stream cells
 have none.
 
@@ -77,6 +79,7 @@ from joblib import Parallel, delayed  # noqa: E402
 
 from skfedpriv import DWDClassifier, LogisticRegression  # noqa: E402
 from skfedpriv.datasets import gaussian_gendwd_target, make_federated_gaussians  # noqa: E402
+from skfedpriv.linear_model import _inference_private_stream as share_rule  # noqa: E402
 
 from _output import benchmark_parser, output_dir, wrote  # noqa: E402
 
@@ -106,7 +109,7 @@ def one_replication(seed, n, p, q, ratio, mode, epsilon=None):
         mu=MU, sigma=SIGMA, ratio=ratio, random_state=seed)
     if epsilon is not None and mode != "offline":
         batches = stream_batches(b, g, PRIVATE_SCHEDULES[mode])
-        return private_stream_replication(X, y, g, batches, q, p, epsilon, seed)
+        return private_stream_replication(X, y, g, batches, q, p, epsilon, seed, mode)
     if epsilon is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -131,8 +134,9 @@ def one_replication(seed, n, p, q, ratio, mode, epsilon=None):
 
 
 #: The private stream schedules: mode -> the first batch's share of the
-#: rows (None: the generator's 20 equal batches).
-PRIVATE_SCHEDULES = {"stream": None, "stream, first n/2": 0.5}
+#: rows (None: the generator's 20 equal batches). "rule off": the equal
+#: batches with ``FIRST_BATCH_SHARE`` set to 0, to measure what it withholds.
+PRIVATE_SCHEDULES = {"stream, rule off": None, "stream, first n/2": 0.5}
 
 
 def stream_batches(b, g, first_share):
@@ -149,17 +153,22 @@ def stream_batches(b, g, first_share):
     return out
 
 
-def private_stream_replication(X, y, g, batches, q, p, epsilon, seed):
+def private_stream_replication(X, y, g, batches, q, p, epsilon, seed, mode):
     """The private stream's 95 % intervals and estimate after its last
     batch, and the non-private stream's intervals on the same batches."""
     private = private_estimator(q, p, epsilon, seed)
     public = DWDClassifier(q=q, inference=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for k in range(BATCHES):
-            rows = batches == k
-            private.partial_fit(X[rows], y[rows], sample_group=g[rows])
-            public.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=[-1, 1])
+    rule = share_rule.FIRST_BATCH_SHARE
+    share_rule.FIRST_BATCH_SHARE = 0.0 if mode.endswith("rule off") else rule
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for k in range(BATCHES):
+                rows = batches == k
+                private.partial_fit(X[rows], y[rows], sample_group=g[rows])
+                public.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=[-1, 1])
+    finally:
+        share_rule.FIRST_BATCH_SHARE = rule
     estimate = np.r_[private.intercept_, private.coef_[0]]
     no_bootstrap = np.full((p + 1, 2), np.nan)
     return np.stack([private.confint(0.95)[0], public.confint(0.95)[0],

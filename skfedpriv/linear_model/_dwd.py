@@ -40,7 +40,8 @@ from ._dwd_settings import CONTINUAL, dwd_settings
 from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step
 from ._inference_private import ROUNDS, inference_releases, private_refinement
-from ._inference_private_stream import private_stream_batch, private_stream_start
+from ._inference_private_stream import (private_stream_batch, private_stream_rates,
+                                        private_stream_start)
 from ._inference import (
     CoefficientInferenceMixin,
     inference_attributes,
@@ -177,7 +178,8 @@ def _local_gaussian(sites, stream, settings, *, first):
                        private_refinement_=refinement)
         # the refined fit's last noised exact curvature starts the stream's prior
         curvature, noise_var = private_stream_start(refinement, sites, settings)
-        stream.extra["first_batch_weight"] = sites.weight_sum  # public: batch sizes are
+        stream.extra.update(first_batch_weight=sites.weight_sum,  # a row count: public
+                            rates=private_stream_rates(refinement, sites.weight_sum))
         n_iter += ROUNDS
     return theta, curvature, n_iter, release, (noise_var + stream.curvature_noise_var)
 

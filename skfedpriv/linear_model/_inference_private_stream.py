@@ -131,26 +131,41 @@ FIRST_BATCH_SHARE = 0.5
 
 
 def stream_batch_releases(n_models):
-    """Unit-sensitivity releases of one later batch: per model one gradient,
-    one curvature and one score outer product, the two matrices at
-    ``PRECISION²`` each."""
-    return n_models * (1 + 2 * PRECISION**2)
+    """Unit-sensitivity releases of one later batch: one gradient per model."""
+    return n_models
 
 
 def private_stream_start(refinement, sites, settings):
     """The stream's accumulated curvature after the one-batch fit: the
-    refinement's last noised exact curvature plus the batch's ridge, and the
-    entry variance of the noise it carries (that release's own std, see
-    :class:`~._inference_private.PrivateRefinement`)."""
-    curvature = refinement.curvatures[-1]
-    p1 = curvature.shape[-1]
-    ridge = settings.alpha * sites.weight_sum * penalty_mask(p1, settings.fit_intercept)
-    return curvature + np.diag(ridge)[None], refinement.floor_std() ** 2
+    refinement's last repaired system (its floored curvature plus the batch's
+    ridge), and the entry variance of the noise it carries."""
+    return refinement.system(-1), refinement.floor_std() ** 2
 
 
-def private_stream_step(sites, theta, prior, prior_noise_var, previous_cov, sigma, rng, *,
+def private_stream_rates(refinement, weight):
+    """The first batch's per-row curvature and score variance, from its
+    releases only (post-processing), which every later batch's update and
+    covariance scale by the batch's rows (module doc).
+
+    Returns
+    -------
+    rates : dict
+        ``system`` (K, p1, p1): the repaired curvature (floored at its noise,
+        no ridge) per unit of row weight; ``curvature``: the nearest PSD
+        matrix of the released curvature per unit; ``outer``: ``B̃`` per unit
+        (``A Σ_s A`` from the refinement's sandwich ``Σ_s`` and system ``A``).
+    """
+    system = refinement.system(-1)
+    ridge = np.diag(refinement.ridge)[None]
+    return dict(system=(system - ridge) / weight,
+                curvature=_project_psd(refinement.curvatures[-1]) / weight,
+                outer=system @ refinement.sampling_cov @ system / weight)
+
+
+def private_stream_step(sites, theta, prior, rates, previous_cov, sigma, rng, *,
                         loss, alpha, fit_intercept, clip_norm):
-    """One later batch's releases, renewable step and covariance (module doc).
+    """One later batch's gradient release, renewable step and covariance
+    (module doc).
 
     Parameters
     ----------
@@ -159,9 +174,9 @@ def private_stream_step(sites, theta, prior, prior_noise_var, previous_cov, sigm
     theta : ndarray of shape (p1, K)
         ``θ_{b-1}``.
     prior : ndarray of shape (K, p1, p1)
-        ``C̃``: the earlier batches' noisy curvatures plus ridges (raw).
-    prior_noise_var : float
-        The entry variance of the noise ``prior`` carries.
+        ``L_{b-1}``: the system of the earlier batches.
+    rates : dict
+        :func:`private_stream_rates`.
     previous_cov : ndarray of shape (K, p1, p1)
         ``Σ_{b-1}``.
     sigma : float
@@ -172,31 +187,22 @@ def private_stream_step(sites, theta, prior, prior_noise_var, previous_cov, sigm
     Returns
     -------
     theta : ndarray of shape (p1, K)
-    curvature : ndarray of shape (K, p1, p1)
-        ``H̃_b + R_b`` (raw), the batch's increment of ``prior``.
+    increment : ndarray of shape (K, p1, p1)
+        ``W_b Ĥ + R_b``, the batch's increment of the system.
     cov : ndarray of shape (K, p1, p1)
-    entry_var : float
-        The entry variance of the noise in ``curvature``.
     """
-    p1, n_models = theta.shape
-    penalty = alpha * penalty_mask(p1, fit_intercept)
-    ridge = penalty * sites.weight_sum
+    p1 = theta.shape[0]
+    ridge = np.diag(alpha * penalty_mask(p1, fit_intercept) * sites.weight_sum)[None]
     grad_std = sigma * summary_sensitivity("gradient", loss, clip_norm)
     grad = sites.noised_summary("gradient", theta, loss_message(sites, loss), grad_std, rng)
-    curvature_std = sigma / PRECISION * exact_curvature_sensitivity(loss, clip_norm)
-    exact, outer = noised_inference_summary(
-        sites, theta, loss, curvature_std,
-        sigma / PRECISION * score_outer_sensitivity(loss, clip_norm), rng)
-    entry_var = sites.n_sites * curvature_std**2
-    curvature = exact + np.diag(ridge)[None]
-    system = _project_psd(prior + curvature, math.sqrt(prior_noise_var + entry_var))
-    # the score sum is the gradient sum (rows weigh one): no new release
-    summary = InferenceSummary(exact, outer, grad, sites.weight_sum)
-    middle = sites.n_sites * grad_std**2 * np.eye(p1)[None] + score_covariance(summary, theta,
-                                                                               penalty)
-    cov = propagate_covariance(previous_cov, system, system - curvature, middle)
-    theta = theta - _solve_psd(system, grad + ridge[:, None] * theta)
-    return theta, curvature, cov, entry_var
+    weight = sites.weight_sum
+    increment = weight * rates["system"] + ridge
+    system = prior + increment
+    middle = sites.n_sites * grad_std**2 * np.eye(p1)[None] + weight * rates["outer"]
+    carried = system - weight * rates["curvature"] - ridge
+    cov = propagate_covariance(previous_cov, system, carried, middle)
+    theta = theta - _solve_psd(system, grad + np.diagonal(ridge[0])[:, None] * theta)
+    return theta, increment, cov
 
 
 def private_stream_batch(sites, stream, settings):
@@ -212,7 +218,7 @@ def private_stream_batch(sites, stream, settings):
     sigma = local_gaussian_sigma(settings.epsilon, settings.delta,
                                  stream_batch_releases(n_models), settings.calibration)
     # row counts only (public): decided before any noise is drawn
-    first_weight = (stream.extra or {}).get("first_batch_weight", 0.0)
+    first_weight = stream.extra["first_batch_weight"]
     withheld = first_weight < FIRST_BATCH_SHARE * (stream.seen + sites.weight_sum)
     if withheld:
         warnings.warn(NoiseDominatesWarning(
@@ -221,12 +227,12 @@ def private_stream_batch(sites, stream, settings):
             "measured to under-cover, so no interval is published (NaN standard errors) "
             "from this batch on. Start the stream with a larger first batch."),
             stacklevel=7)
-    theta, curvature, cov, entry_var = private_stream_step(
-        sites, stream.theta, stream.prior, stream.curvature_noise_var, stream.coef_cov, sigma,
+    theta, increment, cov = private_stream_step(
+        sites, stream.theta, stream.prior, stream.extra["rates"], stream.coef_cov, sigma,
         stream.rng, loss=settings.loss, alpha=settings.alpha,
         fit_intercept=settings.fit_intercept, clip_norm=settings.clip_norm)
     if withheld:
         cov = np.full_like(cov, np.nan)
     release = dict(privacy_spent_=stream.privacy_spent, noise_scale_=sigma, rho_=None,
                    **inference_attributes(cov, settings.fit_intercept))
-    return theta, curvature, 1, release, stream.curvature_noise_var + entry_var
+    return theta, increment, 1, release, stream.curvature_noise_var
