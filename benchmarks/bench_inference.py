@@ -175,6 +175,51 @@ def private_stream_replication(X, y, g, batches, q, p, epsilon, seed, mode):
                      np.column_stack([estimate, estimate]), no_bootstrap])
 
 
+def curvature_noise_rows(n=20000, p=5, sample=400_000):
+    """Why equal small batches cannot each release their curvature: the
+    spectral norm ``2 sqrt(p1) s`` of the summed noise of ``BATCHES``
+    per-batch curvature releases (entry std ``s = sqrt(BATCHES SITES) σ Δ_H
+    / κ``) against the eigenvalues of the stream's curvature at the target
+    (``Σ V_q''(u) x̄ x̄ᵀ`` over n rows, from a large sample of the design).
+    Two release plans: the gradient, the curvature and the score outer
+    products at κ = 3 (the re-solve attempt's, 19 units), and the curvature
+    alone (κ = 1, 1 unit: a batch's whole budget on it). Data-independent
+    numbers: σ from the calibration, Δ_H from ``clip_norm``."""
+    from skfedpriv._loss import GenDWDLoss
+    from skfedpriv._losses import gendwd_curvature
+    from skfedpriv.privacy._objective_perturbation import local_gaussian_sigma
+    from skfedpriv.privacy._score_outer import exact_curvature_sensitivity
+
+    clip = 2.0 * np.sqrt(1.0 + p)
+    rows = []
+    for q, ratio in itertools.product((1.0, 4.0), (1.0, 4.0)):
+        intercept, coef = gaussian_gendwd_target(p, MU, SIGMA, ratio, q=q)
+        X, y, _, _ = make_federated_gaussians(n_sites=1, n_batches=1, n_per_batch=sample,
+                                              n_features=p, mu=MU, sigma=SIGMA, ratio=ratio,
+                                              random_state=0)
+        Xb = np.c_[np.ones(len(X)), X]
+        weight = gendwd_curvature(y * (Xb @ np.r_[intercept, coef]), q)
+        eigenvalues = np.linalg.eigvalsh((Xb * weight[:, None]).T @ Xb * (n / sample))
+        sensitivity = exact_curvature_sensitivity(GenDWDLoss(q), clip)
+        for epsilon in (4.0, 1.0):
+            norms = [2.0 * np.sqrt(p + 1.0) * np.sqrt(BATCHES * SITES) * sensitivity / kappa
+                     * local_gaussian_sigma(epsilon, 1e-5, units, "analytic")
+                     for kappa, units in ((3.0, 19), (1.0, 1))]
+            rows.append(dict(q=q, classes="balanced" if ratio == 1 else "4:1", epsilon=epsilon,
+                             smallest=eigenvalues[0], largest=eigenvalues[-1],
+                             noise_plan=norms[0], noise_alone=norms[1]))
+    return rows
+
+
+def curvature_noise_markdown(rows):
+    return markdown_table(
+        ["q", "classes", "ε", "curvature eigenvalues (min–max)",
+         "summed noise, gradient + curvature + outer (κ = 3)", "summed noise, curvature alone"],
+        [[f"{r['q']:g}", r["classes"], f"{r['epsilon']:g}",
+          f"{r['smallest']:.0f}–{r['largest']:.0f}", f"{r['noise_plan']:.0f}",
+          f"{r['noise_alone']:.0f}"] for r in rows])
+
+
 def private_stream_cells(quick):
     """``(n, p, q, ratio, mode, epsilon)`` of the private stream cells."""
     if quick:
@@ -489,9 +534,16 @@ def main():
                         help="run the private 20-batch stream cells only")
     parser.add_argument("--features", type=int, nargs="*", default=None,
                         help="run the cells of these p only (default: all)")
+    parser.add_argument("--curvature-noise", action="store_true",
+                        help="only the table of summed per-batch curvature noise against "
+                             "the stream's curvature (private streams)")
     args = parser.parse_args()
     reps = args.reps or (100 if args.quick else 1000)
     folder = output_dir(args.output_dir)
+    if args.curvature_noise:
+        (folder / "inference_private_stream_curvature.md").write_text(
+            curvature_noise_markdown(curvature_noise_rows()))
+        return wrote(folder / "inference_private_stream_curvature.md")
     if args.study != "dwd":
         return run_study(args.study, args, reps, folder)
     stem = "inference_quick" if args.quick else "inference"
