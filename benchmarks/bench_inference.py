@@ -55,11 +55,12 @@ Two more studies (``--study``):
   ``StreamShiftWarning`` is raised on.
 
     python benchmarks/bench_inference.py [--quick] [--reps R] [--n-jobs J]
-        [--private-only | --private-stream] [--features P ...]
+        [--private-only | --private-stream | --curvature-noise] [--features P ...]
         [--study {dwd,multinomial,batch-size}]
 
 Writes inference.csv and inference.md (``inference_private_stream.*`` with
-``--private-stream``; ``*_quick`` with ``--quick``) into
+``--private-stream``, ``inference_private_stream_curvature.md`` with
+``--curvature-noise``; ``*_quick`` with ``--quick``) into
 ``--output-dir`` (default ``benchmarks/results``); the CSV is rewritten after
 each cell, so an interrupted run keeps the cells it finished.
 """

@@ -21,10 +21,11 @@ are the batch's own; nothing of an earlier batch's rows is released again.
 ``sqrt(2) (q+1)²/q C2²`` whatever its size: released by each of 20 equal
 batches of 1 000 rows, the summed noise is ``sqrt(20)`` times one batch's,
 and on the benchmark's design (n = 20 000, p = 5, 5 sites) its spectral
-norm is above the whole stream's curvature at ε = 4 and 5 times it at
-ε = 1, even with each batch's whole budget on it (``benchmarks/README.md``,
-"Private streams"): a stream that re-solved the sum of the batches'
-released quadratic models was measured, and under-covered (21-73 %).
+norm is 1.0-2.6 times the smallest eigenvalue of the whole stream's
+curvature at ε = 4 and 3.6-9.1 times at ε = 1, even with each batch's
+whole budget on it (``benchmarks/README.md``, "Private streams"): the
+summed curvature does not resolve, and a stream that re-solved the sum of
+the batches' released quadratic models under-covered (21-73 %).
 The per-row curvature and score variance are the same in every batch of a
 stream of rows from one distribution (what the renewable estimator's
 normality assumes), so the first batch's released ones serve every batch,
@@ -108,12 +109,11 @@ __all__ = ["FIRST_BATCH_SHARE", "private_stream_batch", "private_stream_rates",
            "private_stream_start", "private_stream_step", "stream_batch_releases"]
 
 #: A later batch publishes its interval only while the stream's first batch
-#: holds at least this share of the rows seen: the 20 equal batches of
-#: ``benchmarks/README.md`` ("Private streams", first batch 5 % of the rows)
-#: under-covered (62.7–91.2 % in 7 of 8 cells), the streams whose first
-#: batch held half the rows covered 96.7–98.5 % in all 8 (a measured rule,
-#: not a theorem: the renewable steps keep part of each early batch's
-#: privacy error, more the smaller the first batch).
+#: holds at least this share of the rows seen: its curvature is the
+#: stream's. Measured (``benchmarks/README.md``, "Private streams"): with 20
+#: equal batches (first batch 5 % of the rows) the streams under-covered in
+#: 6 of 8 cells (41.7–88.8 %), with a first batch of half the rows none did
+#: (96.0–99.0 %). A measured rule, not a theorem.
 FIRST_BATCH_SHARE = 0.5
 
 
