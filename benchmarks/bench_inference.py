@@ -55,12 +55,14 @@ Two more studies (``--study``):
   ``StreamShiftWarning`` is raised on.
 
     python benchmarks/bench_inference.py [--quick] [--reps R] [--n-jobs J]
-        [--private-only | --private-stream | --curvature-noise] [--features P ...]
+        [--private-only | --private-stream | --curvature-noise | --every-batch]
+        [--features P ...]
         [--study {dwd,multinomial,batch-size}]
 
 Writes inference.csv and inference.md (``inference_private_stream.*`` with
 ``--private-stream``, ``inference_private_stream_curvature.md`` with
-``--curvature-noise``; ``*_quick`` with ``--quick``) into
+``--curvature-noise``, ``inference_private_stream_every_batch.md`` with
+``--every-batch``; ``*_quick`` with ``--quick``) into
 ``--output-dir`` (default ``benchmarks/results``); the CSV is rewritten after
 each cell, so an interrupted run keeps the cells it finished.
 """
@@ -219,6 +221,34 @@ def curvature_noise_markdown(rows):
         [[f"{r['q']:g}", r["classes"], f"{r['epsilon']:g}",
           f"{r['smallest']:.0f}–{r['largest']:.0f}", f"{r['noise_plan']:.0f}",
           f"{r['noise_alone']:.0f}"] for r in rows])
+
+
+#: The batches after which ``--every-batch`` checks the interval (1-based).
+CHECKED_BATCHES = (2, 3, 6, 11, 20)
+
+
+def every_batch_coverage(q, ratio, epsilon, reps):
+    """Pooled coverage of the private stream's intervals after each of
+    :data:`CHECKED_BATCHES` ("stream, first n/2" schedule, n = 20 000, p = 5)."""
+    intercept, coef = gaussian_gendwd_target(5, MU, SIGMA, ratio, q=q)
+    target = np.r_[intercept, coef]
+    covered = {k: [] for k in CHECKED_BATCHES}
+    for seed in range(reps):
+        X, y, g, b = make_federated_gaussians(
+            n_sites=SITES, n_batches=BATCHES, n_per_batch=20000 // (SITES * BATCHES),
+            n_features=5, mu=MU, sigma=SIGMA, ratio=ratio, random_state=seed)
+        batches = stream_batches(b, g, PRIVATE_SCHEDULES["stream, first n/2"])
+        private = private_estimator(q, 5, epsilon, seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for k in range(BATCHES):
+                rows = batches == k
+                private.partial_fit(X[rows], y[rows], sample_group=g[rows])
+                if k + 1 in covered:
+                    low, high = private.confint(0.95)[0].T
+                    covered[k + 1].append((low <= target) & (target <= high))
+    return [f"{q:g}", "balanced" if ratio == 1 else "4:1", f"{epsilon:g}", str(reps)] + [
+        f"{100 * np.mean(covered[k]):.1f} %" for k in CHECKED_BATCHES]
 
 
 def private_stream_cells(quick):
@@ -535,12 +565,23 @@ def main():
                         help="run the private 20-batch stream cells only")
     parser.add_argument("--features", type=int, nargs="*", default=None,
                         help="run the cells of these p only (default: all)")
+    parser.add_argument("--every-batch", action="store_true",
+                        help="only the private stream's coverage after several of its "
+                             "batches (first n/2 schedule, 3 cells, 300 reps by default)")
     parser.add_argument("--curvature-noise", action="store_true",
                         help="only the table of summed per-batch curvature noise against "
                              "the stream's curvature (private streams)")
     args = parser.parse_args()
     reps = args.reps or (100 if args.quick else 1000)
     folder = output_dir(args.output_dir)
+    if args.every_batch:
+        lines = [every_batch_coverage(q, ratio, eps, args.reps or 300)
+                 for q, ratio, eps in ((1.0, 1.0, 4.0), (1.0, 1.0, 1.0), (4.0, 4.0, 4.0))]
+        target = folder / "inference_private_stream_every_batch.md"
+        target.write_text(markdown_table(
+            ["q", "classes", "ε", "reps"] + [f"after batch {k}" for k in CHECKED_BATCHES],
+            lines))
+        return wrote(target)
     if args.curvature_noise:
         (folder / "inference_private_stream_curvature.md").write_text(
             curvature_noise_markdown(curvature_noise_rows()))
