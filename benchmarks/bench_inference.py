@@ -30,10 +30,11 @@ fed a 20-batch ``partial_fit`` stream over the 5 sites, n = 20 000, p = 5,
 q in {1, 4}, balanced and 4:1, ε in {1, 4}, with two schedules: "stream,
 rule off" (20 equal batches of 1 000 rows, the generator's, measured with
 ``FIRST_BATCH_SHARE`` set to 0: with it, such a stream publishes no
-interval from its third batch on) and "stream, first n/2" (a first batch
+interval from its third batch on), "stream, first n/2" (a first batch
 of 10 000 rows, the generator's first 10 batches, then 19 batches of about
-526 rows, each site's rows spread evenly). The non-private interval is the
-non-private stream on the same batches.
+526 rows, each site's rows spread evenly) and "stream, first n/4, rule
+off" (a first batch of 5 000 rows, then 19 of about 789). The non-private
+interval is the non-private stream on the same batches.
 The bootstrap replays the one-batch refinement only: the stream cells
 have none.
 
@@ -137,9 +138,10 @@ def one_replication(seed, n, p, q, ratio, mode, epsilon=None):
 
 
 #: The private stream schedules: mode -> the first batch's share of the
-#: rows (None: the generator's 20 equal batches). "rule off": the equal
-#: batches with ``FIRST_BATCH_SHARE`` set to 0, to measure what it withholds.
-PRIVATE_SCHEDULES = {"stream, rule off": None, "stream, first n/2": 0.5}
+#: rows (None: the generator's 20 equal batches). "rule off": with
+#: ``FIRST_BATCH_SHARE`` set to 0, to measure what it withholds.
+PRIVATE_SCHEDULES = {"stream, rule off": None, "stream, first n/2": 0.5,
+                     "stream, first n/4, rule off": 0.25}
 
 
 def stream_batches(b, g, first_share):
