@@ -27,11 +27,14 @@ width against the non-private one and the share of fits that give none
 
 Private stream cells (``--private-stream``): the same private estimator
 fed a 20-batch ``partial_fit`` stream over the 5 sites, n = 20 000, p = 5,
-q in {1, 4}, balanced and 4:1, ε in {1, 4}, with two schedules: "stream"
-(20 equal batches of 1 000 rows, the generator's) and "stream, first n/2"
-(a first batch of 10 000 rows, the generator's first 10 batches, then 19
-batches of about 526 rows, each site's rows spread evenly). The
-non-private interval is the non-private stream on the same batches.
+q in {1, 4}, balanced and 4:1, ε in {1, 4}, with two schedules: "stream,
+rule off" (20 equal batches of 1 000 rows, the generator's, measured with
+``FIRST_BATCH_SHARE`` set to 0: with it, such a stream publishes no
+interval from its third batch on), "stream, first n/2" (a first batch
+of 10 000 rows, the generator's first 10 batches, then 19 batches of about
+526 rows, each site's rows spread evenly) and "stream, first n/4, rule
+off" (a first batch of 5 000 rows, then 19 of about 789). The non-private
+interval is the non-private stream on the same batches.
 The bootstrap replays the one-batch refinement only: the stream cells
 have none.
 
@@ -53,12 +56,14 @@ Two more studies (``--study``):
   ``StreamShiftWarning`` is raised on.
 
     python benchmarks/bench_inference.py [--quick] [--reps R] [--n-jobs J]
-        [--private-only | --private-stream] [--features P ...] [--sizes N ...]
-        [--no-bootstrap]
+        [--private-only | --private-stream | --curvature-noise | --every-batch]
+        [--features P ...] [--sizes N ...] [--no-bootstrap]
         [--study {dwd,multinomial,batch-size}]
 
 Writes inference.csv and inference.md (``inference_private_stream.*`` with
-``--private-stream``; ``*_quick`` with ``--quick``) into
+``--private-stream``, ``inference_private_stream_curvature.md`` with
+``--curvature-noise``, ``inference_private_stream_every_batch.md`` with
+``--every-batch``; ``*_quick`` with ``--quick``) into
 ``--output-dir`` (default ``benchmarks/results``); the CSV is rewritten after
 each cell, so an interrupted run keeps the cells it finished.
 """
@@ -78,6 +83,7 @@ from joblib import Parallel, delayed  # noqa: E402
 
 from skfedpriv import DWDClassifier, LogisticRegression  # noqa: E402
 from skfedpriv.datasets import gaussian_gendwd_target, make_federated_gaussians  # noqa: E402
+from skfedpriv.linear_model import _inference_private_stream as share_rule  # noqa: E402
 
 from _output import benchmark_parser, output_dir, wrote  # noqa: E402
 
@@ -108,7 +114,7 @@ def one_replication(seed, n, p, q, ratio, mode, epsilon=None, bootstrap=True):
         mu=MU, sigma=SIGMA, ratio=ratio, random_state=seed)
     if epsilon is not None and mode != "offline":
         batches = stream_batches(b, g, PRIVATE_SCHEDULES[mode])
-        return private_stream_replication(X, y, g, batches, q, p, epsilon, seed)
+        return private_stream_replication(X, y, g, batches, q, p, epsilon, seed, mode)
     if epsilon is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -134,8 +140,10 @@ def one_replication(seed, n, p, q, ratio, mode, epsilon=None, bootstrap=True):
 
 
 #: The private stream schedules: mode -> the first batch's share of the
-#: rows (None: the generator's 20 equal batches).
-PRIVATE_SCHEDULES = {"stream": None, "stream, first n/2": 0.5}
+#: rows (None: the generator's 20 equal batches). "rule off": with
+#: ``FIRST_BATCH_SHARE`` set to 0, to measure what it withholds.
+PRIVATE_SCHEDULES = {"stream, rule off": None, "stream, first n/2": 0.5,
+                     "stream, first n/4, rule off": 0.25}
 
 
 def stream_batches(b, g, first_share):
@@ -152,21 +160,99 @@ def stream_batches(b, g, first_share):
     return out
 
 
-def private_stream_replication(X, y, g, batches, q, p, epsilon, seed):
+def private_stream_replication(X, y, g, batches, q, p, epsilon, seed, mode):
     """The private stream's 95 % intervals and estimate after its last
     batch, and the non-private stream's intervals on the same batches."""
     private = private_estimator(q, p, epsilon, seed)
     public = DWDClassifier(q=q, inference=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for k in range(BATCHES):
-            rows = batches == k
-            private.partial_fit(X[rows], y[rows], sample_group=g[rows])
-            public.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=[-1, 1])
+    rule = share_rule.FIRST_BATCH_SHARE
+    share_rule.FIRST_BATCH_SHARE = 0.0 if mode.endswith("rule off") else rule
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for k in range(BATCHES):
+                rows = batches == k
+                private.partial_fit(X[rows], y[rows], sample_group=g[rows])
+                public.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=[-1, 1])
+    finally:
+        share_rule.FIRST_BATCH_SHARE = rule
     estimate = np.r_[private.intercept_, private.coef_[0]]
     no_bootstrap = np.full((p + 1, 2), np.nan)
     return np.stack([private.confint(0.95)[0], public.confint(0.95)[0],
                      np.column_stack([estimate, estimate]), no_bootstrap])
+
+
+def curvature_noise_rows(n=20000, p=5, sample=400_000):
+    """Why equal small batches cannot each release their curvature: the
+    spectral norm ``2 sqrt(p1) s`` of the summed noise of ``BATCHES``
+    per-batch curvature releases (entry std ``s = sqrt(BATCHES SITES) σ Δ_H
+    / κ``) against the eigenvalues of the stream's curvature at the target
+    (``Σ V_q''(u) x̄ x̄ᵀ`` over n rows, from a large sample of the design).
+    Two release plans: the gradient, the curvature and the score outer
+    products at κ = 3 (the re-solve attempt's, 19 units), and the curvature
+    alone (κ = 1, 1 unit: a batch's whole budget on it). Data-independent
+    numbers: σ from the calibration, Δ_H from ``clip_norm``."""
+    from skfedpriv._loss import GenDWDLoss
+    from skfedpriv._losses import gendwd_curvature
+    from skfedpriv.privacy._objective_perturbation import local_gaussian_sigma
+    from skfedpriv.privacy._score_outer import exact_curvature_sensitivity
+
+    clip = 2.0 * np.sqrt(1.0 + p)
+    rows = []
+    for q, ratio in itertools.product((1.0, 4.0), (1.0, 4.0)):
+        intercept, coef = gaussian_gendwd_target(p, MU, SIGMA, ratio, q=q)
+        X, y, _, _ = make_federated_gaussians(n_sites=1, n_batches=1, n_per_batch=sample,
+                                              n_features=p, mu=MU, sigma=SIGMA, ratio=ratio,
+                                              random_state=0)
+        Xb = np.c_[np.ones(len(X)), X]
+        weight = gendwd_curvature(y * (Xb @ np.r_[intercept, coef]), q)
+        eigenvalues = np.linalg.eigvalsh((Xb * weight[:, None]).T @ Xb * (n / sample))
+        sensitivity = exact_curvature_sensitivity(GenDWDLoss(q), clip)
+        for epsilon in (4.0, 1.0):
+            norms = [2.0 * np.sqrt(p + 1.0) * np.sqrt(BATCHES * SITES) * sensitivity / kappa
+                     * local_gaussian_sigma(epsilon, 1e-5, units, "analytic")
+                     for kappa, units in ((3.0, 19), (1.0, 1))]
+            rows.append(dict(q=q, classes="balanced" if ratio == 1 else "4:1", epsilon=epsilon,
+                             smallest=eigenvalues[0], largest=eigenvalues[-1],
+                             noise_plan=norms[0], noise_alone=norms[1]))
+    return rows
+
+
+def curvature_noise_markdown(rows):
+    return markdown_table(
+        ["q", "classes", "ε", "curvature eigenvalues (min–max)",
+         "summed noise, gradient + curvature + outer (κ = 3)", "summed noise, curvature alone"],
+        [[f"{r['q']:g}", r["classes"], f"{r['epsilon']:g}",
+          f"{r['smallest']:.0f}–{r['largest']:.0f}", f"{r['noise_plan']:.0f}",
+          f"{r['noise_alone']:.0f}"] for r in rows])
+
+
+#: The batches after which ``--every-batch`` checks the interval (1-based).
+CHECKED_BATCHES = (2, 3, 6, 11, 20)
+
+
+def every_batch_coverage(q, ratio, epsilon, reps):
+    """Pooled coverage of the private stream's intervals after each of
+    :data:`CHECKED_BATCHES` ("stream, first n/2" schedule, n = 20 000, p = 5)."""
+    intercept, coef = gaussian_gendwd_target(5, MU, SIGMA, ratio, q=q)
+    target = np.r_[intercept, coef]
+    covered = {k: [] for k in CHECKED_BATCHES}
+    for seed in range(reps):
+        X, y, g, b = make_federated_gaussians(
+            n_sites=SITES, n_batches=BATCHES, n_per_batch=20000 // (SITES * BATCHES),
+            n_features=5, mu=MU, sigma=SIGMA, ratio=ratio, random_state=seed)
+        batches = stream_batches(b, g, PRIVATE_SCHEDULES["stream, first n/2"])
+        private = private_estimator(q, 5, epsilon, seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for k in range(BATCHES):
+                rows = batches == k
+                private.partial_fit(X[rows], y[rows], sample_group=g[rows])
+                if k + 1 in covered:
+                    low, high = private.confint(0.95)[0].T
+                    covered[k + 1].append((low <= target) & (target <= high))
+    return [f"{q:g}", "balanced" if ratio == 1 else "4:1", f"{epsilon:g}", str(reps)] + [
+        f"{100 * np.mean(covered[k]):.1f} %" for k in CHECKED_BATCHES]
 
 
 def private_stream_cells(quick):
@@ -492,9 +578,27 @@ def main():
                         help="run the cells of these p only (default: all)")
     parser.add_argument("--no-bootstrap", action="store_true",
                         help="skip the private cells' parametric bootstrap (its columns '–')")
+    parser.add_argument("--every-batch", action="store_true",
+                        help="only the private stream's coverage after several of its "
+                             "batches (first n/2 schedule, 3 cells, 300 reps by default)")
+    parser.add_argument("--curvature-noise", action="store_true",
+                        help="only the table of summed per-batch curvature noise against "
+                             "the stream's curvature (private streams)")
     args = parser.parse_args()
     reps = args.reps or (100 if args.quick else 1000)
     folder = output_dir(args.output_dir)
+    if args.every_batch:
+        lines = [every_batch_coverage(q, ratio, eps, args.reps or 300)
+                 for q, ratio, eps in ((1.0, 1.0, 4.0), (1.0, 1.0, 1.0), (4.0, 4.0, 4.0))]
+        target = folder / "inference_private_stream_every_batch.md"
+        target.write_text(markdown_table(
+            ["q", "classes", "ε", "reps"] + [f"after batch {k}" for k in CHECKED_BATCHES],
+            lines))
+        return wrote(target)
+    if args.curvature_noise:
+        (folder / "inference_private_stream_curvature.md").write_text(
+            curvature_noise_markdown(curvature_noise_rows()))
+        return wrote(folder / "inference_private_stream_curvature.md")
     if args.study != "dwd":
         return run_study(args.study, args, reps, folder)
     stem = "inference_quick" if args.quick else "inference"

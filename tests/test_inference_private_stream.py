@@ -94,8 +94,8 @@ def test_every_draw_of_a_later_batch_is_counted_and_matches_dp_accounting(monkey
         clf.partial_fit(X[1200:], y[1200:], sample_group=g[1200:])
     sigma = clf.noise_scale_
     units = draws.unit_releases(sigma, n_sites)
-    # per model: the gradient, the curvature and the score outer products (9 each)
-    assert units == pytest.approx(K * (1 + 2 * 9)) == stream_batch_releases(K)
+    # per model: one gradient (the curvature and score variance are the first batch's)
+    assert units == pytest.approx(K) and stream_batch_releases(K) == K
     accountant = pld.PLDAccountant()
     accountant.compose(dp_accounting.GaussianDpEvent(sigma / math.sqrt(units)))
     assert accountant.get_epsilon(1e-5) == pytest.approx(1.0, abs=2e-3)
@@ -156,6 +156,41 @@ def test_a_first_batch_without_interval_leaves_the_stream_without_one():
 
 
 # -- the variance ------------------------------------------------------------------
+
+
+def test_a_later_batch_adds_its_gradient_noise_through_the_scaled_first_system():
+    """Fixed rows and first batch, 2 000 draws of a later batch's noise: the
+    empirical covariance of the step's estimate is ``L⁻¹ (n_sites σ_g² I) L⁻¹``,
+    computed here from public values only (``L`` the first batch's released
+    system per row times the rows seen, ``σ_g`` the one-release calibration
+    times the gradient's sensitivity ``2 C2``); the published covariance
+    adds the carried and sampling terms to it."""
+    from skfedpriv._loss import GenDWDLoss
+    from skfedpriv.linear_model._dwd_solver import SiteData
+    from skfedpriv.linear_model._inference_private_stream import (private_stream_rates,
+                                                                  private_stream_step)
+
+    X, y, g = _data(5, 3000)
+    clf = _private(epsilon=4.0).fit(X[:2000], y[:2000], sample_group=g[:2000])
+    refinement, state = clf.private_refinement_, clf._training_state
+    sigma = local_gaussian_sigma(4.0, 1e-5, stream_batch_releases(1), "analytic")
+    inverse = np.linalg.inv((3000.0 / 2000.0) * refinement.system(-1)[0])  # rows scale all
+    expected = 2 * (sigma * 2.0 * CLIP) ** 2 * inverse @ inverse  # 2 sites
+    sites = SiteData.from_site_codes(X[2000:], y[2000:], np.ones(1000), g[2000:], 2)
+    sites.prepare(np.array([-1, 1]), fit_intercept=True, clip_norm=CLIP)
+    rates = private_stream_rates(refinement, 2000.0)
+    estimates = []
+    for seed in range(2000):
+        theta, _, cov = private_stream_step(
+            sites, state.theta, state.curvature, rates, state.coef_cov, sigma,
+            np.random.default_rng(seed), loss=GenDWDLoss(1.0), alpha=clf.alpha,
+            fit_intercept=True, clip_norm=CLIP)
+        estimates.append(theta[:, 0])
+    empirical = np.cov(np.array(estimates).T)
+    scale = np.sqrt(np.outer(np.diag(expected), np.diag(expected)))
+    # 2 000 draws: the relative standard error of a variance is sqrt(2/1999) = 3 %
+    np.testing.assert_allclose(empirical / scale, expected / scale, atol=0.1)
+    assert np.linalg.eigvalsh(cov[0] - expected).min() > 0
 
 
 def _replication(seed):

@@ -40,7 +40,8 @@ from ._dwd_settings import CONTINUAL, dwd_settings
 from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step
 from ._inference_private import ROUNDS, inference_releases, private_refinement
-from ._inference_private_stream import private_stream_batch, private_stream_start
+from ._inference_private_stream import (private_stream_batch, private_stream_rates,
+                                        private_stream_start)
 from ._inference import (
     CoefficientInferenceMixin,
     inference_attributes,
@@ -175,9 +176,11 @@ def _local_gaussian(sites, stream, settings, *, first):
         theta = refinement.theta
         release.update(inference_attributes(refinement.cov, settings.fit_intercept),
                        private_refinement_=refinement)
-        # the refined fit's last noised exact curvature starts the stream's prior
+        # the refined fit's repaired system starts the stream's; its rates per
+        # row serve the later batches
         curvature, noise_var = private_stream_start(refinement, sites, settings)
-        stream.extra["first_batch_weight"] = sites.weight_sum  # public: batch sizes are
+        stream.extra.update(first_batch_weight=sites.weight_sum,  # a row count: public
+                            rates=private_stream_rates(refinement, sites.weight_sum))
         n_iter += ROUNDS
     return theta, curvature, n_iter, release, (noise_var + stream.curvature_noise_var)
 
@@ -704,8 +707,8 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
       them. ``confint(method='bootstrap')`` is
       post-processing of those releases (no further cost).
       Each later batch of such a stream releases instead, per model and
-      at the previous estimate, the gradient sum, the exact curvature and
-      the score outer products (the matrices at ``σ_b / 3``): ``K (1 + 2 · 9)``
+      at the previous estimate, the gradient sum only (its curvature and
+      score variance are the first batch's released ones per row): ``K``
       unit releases, counted before any noise is drawn and calibrated, as
       one Gaussian mechanism, to the same ``(epsilon, delta)`` (the same
       ratio as the first batch's: the one charge covers them; see
