@@ -65,6 +65,9 @@ from skfedpriv.datasets import gaussian_gendwd_target, make_federated_gaussians 
 from _output import benchmark_parser, output_dir, wrote  # noqa: E402
 
 MU, SIGMA, SITES, BATCHES = 0.2, 1.0, 5, 20
+#: The stream modes: the default renewable stream and the one published with
+#: ``shift_correction='second-order'`` (same chain, corrected estimate).
+SHIFT_CORRECTION = {"stream": None, "stream-2nd": "second-order"}
 FIELDS = ["n", "p", "q", "classes", "mode", "mechanism", "epsilon", "reps", "coverage",
           "coverage_min", "coverage_max", "mc_se", "width_coef", "width_intercept",
           "width_ratio", "unresolved", "se_ratio_min", "se_ratio_max", "bias_max", "seconds"]
@@ -91,7 +94,7 @@ def one_replication(seed, n, p, q, ratio, mode, epsilon=None):
         estimate = np.r_[private.intercept_, private.coef_[0]]
         return np.stack([private.confint(0.95)[0], public.confint(0.95)[0],
                          np.column_stack([estimate, estimate])])
-    clf = DWDClassifier(q=q, inference=True)
+    clf = DWDClassifier(q=q, inference=True, shift_correction=SHIFT_CORRECTION.get(mode))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if mode == "offline":
@@ -149,9 +152,14 @@ def run_cell(n, p, q, ratio, mode, epsilon, reps, n_jobs):
         width_ratio=np.nanmean(width / public_width), seconds=time.perf_counter() - start)
 
 
-def cells(quick, private_only=False):
+def cells(quick, private_only=False, second_order=False):
     """``(n, p, q, ratio, mode, epsilon)`` of every cell to run (epsilon None:
-    non-private)."""
+    non-private); ``second_order``: the streams only, each with and without
+    ``shift_correction='second-order'``."""
+    if second_order:
+        sizes = (2000,) if quick else (20000, 2000)
+        grid = itertools.product(sizes, (5,) if quick else (20,), (1.0, 4.0), (4.0, 1.0))
+        return [cell + (mode, None) for cell in grid for mode in SHIFT_CORRECTION]
     if quick:
         public = [(2000, 5, 1.0, 1.0, mode, None) for mode in ("offline", "stream")]
         private = [(20000, 5, 1.0, 1.0, "offline", eps) for eps in (4.0, 1.0)]
@@ -301,8 +309,8 @@ def batch_size_replication(seed, n, p, q, ratio):
     out = [DWDClassifier(q=q, inference=True).fit(X, y, sample_group=g).confint(0.95)[0]]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for schedule in SCHEDULES:
-            clf = DWDClassifier(q=q, inference=True)
+        for schedule, correction in itertools.product(SCHEDULES, SHIFT_CORRECTION.values()):
+            clf = DWDClassifier(q=q, inference=True, shift_correction=correction)
             for start, stop in batch_bounds(schedule, n):
                 clf.partial_fit(X[start:stop], y[start:stop], sample_group=g[start:stop],
                                 classes=[-1, 1])
@@ -317,30 +325,33 @@ def run_batch_size(n, p, q, ratio, reps, n_jobs):
     results = Parallel(n_jobs=n_jobs)(
         delayed(replications)(c, n, p, q, ratio, replication=batch_size_replication)
         for c in chunks)
-    intervals = np.array([r for chunk in results for r in chunk])  # (reps, 1 + S, p1, 2)
+    intervals = np.array([r for chunk in results for r in chunk])  # (reps, 1 + 2S, p1, 2)
     estimates = intervals.mean(axis=-1)
     rows = []
-    for k, schedule in enumerate(("offline",) + SCHEDULES):
+    runs = [("offline", "–")] + [(schedule, "2nd order" if correction else "1st order")
+                                 for schedule, correction in itertools.product(
+                                     SCHEDULES, SHIFT_CORRECTION.values())]
+    for k, (schedule, update) in enumerate(runs):
         stream = estimates[:, k]
         shift = (stream - estimates[:, 0]).mean(axis=0) / stream.std(axis=0, ddof=1)
         index = 0.0 if k == 0 else shift_index(schedule, n, p + 1)
         rows.append(coverage_row(
             intervals[:, k], target, n=n, p=p, q=q, classes="balanced" if ratio == 1 else "4:1",
-            batches=schedule, index=index, shift_max=np.abs(shift).max(),
+            batches=schedule, update=update, index=index, shift_max=np.abs(shift).max(),
             warns=index > 0.2))
     return rows
 
 
-BATCH_FIELDS = ["n", "p", "q", "classes", "batches", "reps", "index", "warns", "shift_max",
+BATCH_FIELDS = ["n", "p", "q", "classes", "batches", "update", "reps", "index", "warns", "shift_max",
                 "coverage", "coverage_min", "coverage_max", "se_ratio_min", "se_ratio_max",
                 "bias_max"]
 
 
 def batch_size_markdown(rows):
     return markdown_table(
-        ["classes", "batches (rows)", "shift index I", "warns", "max shift / SD",
+        ["classes", "batches (rows)", "update", "shift index I", "warns", "max shift / SD",
          "coverage (pooled)", "min–max over parameters", "SE / SD", "reps"],
-        [[r["classes"], r["batches"], f"{r['index']:.2f}", "yes" if r["warns"] else "no",
+        [[r["classes"], r["batches"], r["update"], f"{r['index']:.2f}", "yes" if r["warns"] else "no",
           f"{r['shift_max']:.2f}", coverage_text(r), str(r["reps"])] for r in rows])
 
 
@@ -387,6 +398,9 @@ def main():
     parser.add_argument("--n-jobs", type=int, default=1, help="joblib processes")
     parser.add_argument("--private-only", action="store_true",
                         help="run the private (epsilon in {1, 4}) cells only")
+    parser.add_argument("--second-order", action="store_true",
+                        help="the p = 20 stream cells (p = 5 with --quick), each with and "
+                             "without shift_correction='second-order'")
     parser.add_argument("--features", type=int, nargs="*", default=None,
                         help="run the cells of these p only (default: all)")
     args = parser.parse_args()
@@ -397,10 +411,12 @@ def main():
     stem = "inference_quick" if args.quick else "inference"
     if args.private_only:
         stem += "_private"
+    if args.second_order:
+        stem += "_second_order"
     rows = []
     if args.features:
         stem += "_p" + "_".join(map(str, args.features))
-    chosen = [c for c in cells(args.quick, args.private_only)
+    chosen = [c for c in cells(args.quick, args.private_only, args.second_order)
               if not args.features or c[1] in args.features]
     for n, p, q, ratio, mode, epsilon in chosen:
         row = run_cell(n, p, q, ratio, mode, epsilon, reps, args.n_jobs)

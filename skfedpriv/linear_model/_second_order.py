@@ -1,0 +1,197 @@
+"""A second-order correction of the renewable stream's shift (opt-in).
+
+The renewable estimate ``θ_B`` solves ``Σ_j Ũ_j(θ) = 0``, each batch's
+score linearized at the estimate ``θ_j`` the stream had after it (see
+:mod:`._inference_stream`); the offline estimate solves ``Σ_j U_j(θ) = 0``.
+Their difference is ``C_B⁻¹ Σ_j R_j(θ_B)`` (``C_B`` the accumulated
+curvature), and the linearization remainder has the expectation
+
+``E R_j ≈ ½ T_j : Cov(θ_B - θ_j) = ½ T_j : (V_j - V_B)``,
+
+with ``T_j = Σ_{i∈j} w_i y_i ℓ'''(u_i) x̄_i^{⊗3}`` (``p1³`` numbers) and
+``V_j`` the covariance of ``θ_j`` (nested estimators:
+``Cov(θ_j, θ_B) = V_B``). Taking ``T_j ≈ (W_j / N_B) S_B`` (the batches
+share one expected third derivative; ``S_B = Σ_j T_j``) the correction
+aggregates exactly into a stream-length-independent state,
+
+``b_B = ½ S_B : (M_B / N_B - V_B)``,  ``M_B = Σ_j W_j V_j``,
+
+and the published estimate is ``θ_B - C_B⁻¹ b_B`` (one step of the
+corrected equation). The chain itself (the estimate the next batch starts
+from) is left as it is: the default stream is unchanged.
+
+The loss's third derivative is smoothed by a uniform kernel of half-width
+``h``: ``ℓ'''_h(u) = (ℓ''(u + h) - ℓ''(u - h)) / 2h``. For genDWD the
+jump of ``V_q''`` at the kink ``q/(q+1)`` enters as a bin count of the
+margins within ``h`` of it (the empirical third derivative is zero almost
+surely). The expected remainder is a Gaussian smoothing of ``ℓ'`` at the
+scale of the perturbation ``θ_B - θ_j`` (heat equation: its second-order
+term is ``ℓ'''`` smoothed at scales up to that one), so ``h`` follows that
+scale: ``h_j = (tr(V_j G_j) / W_j)^½`` (``G_j`` the batch's Gram matrix),
+the root mean square of the margin's standard deviation over the batch's
+rows, of order ``(p1 / N_j)^½``.
+
+Measured (benchmarks/README.md, "Stream batch size"): it removes the shift
+where the batches are large enough for the expansion (n = 20 000, p = 20,
+batches of 1 000 rows); with batches of 100-400 rows and p = 20 the early
+estimates move by margins of order one, the expansion fails and the
+correction is not offered as a remedy there.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._dwd_solver import augmented_gram, augmented_scores
+
+__all__ = ["MAX_THIRD_NUMBERS", "ShiftCorrection", "check_second_order_sites",
+           "corrected_theta", "second_order_step", "site_third_moment",
+           "smoothed_third_derivative"]
+
+#: The largest ``n_models · p1³`` the correction keeps (8 bytes each: 80 MB).
+MAX_THIRD_NUMBERS = 10_000_000
+
+
+def check_second_order_sites(sites, p1, n_models, name="DWDClassifier"):
+    """Refuse, before any summary is asked, sites that cannot send the
+    third-derivative summary (only in-process, unscattered ``SiteData``
+    do) and a summary of more than :data:`MAX_THIRD_NUMBERS` numbers."""
+    if not getattr(sites, "offers_curvature_rows", False) or not hasattr(sites, "parts"):
+        raise NotImplementedError(
+            f"{name}(shift_correction='second-order') runs with sites in this process "
+            f"only (it needs a third-derivative summary {type(sites).__name__} does not "
+            "send). Use shift_correction=None.")
+    if n_models * p1 ** 3 > MAX_THIRD_NUMBERS:
+        raise ValueError(
+            f"{name}(shift_correction='second-order') keeps {n_models} x {p1}^3 = "
+            f"{n_models * p1 ** 3} numbers (the summed third derivative), more than "
+            f"{MAX_THIRD_NUMBERS}: use shift_correction=None (larger batches keep the "
+            "shift small, see StreamShiftWarning).")
+
+
+def smoothed_third_derivative(curvature, margins, width):
+    """``(ℓ''(u + h) - ℓ''(u - h)) / 2h``: the loss's third derivative
+    smoothed by a uniform kernel of half-width ``width`` (a kink's jump of
+    ``ℓ''`` counted over the margins within ``width`` of it)."""
+    return (curvature(margins + width) - curvature(margins - width)) / (2.0 * width)
+
+
+def site_third_moment(X, Y, weights, Theta, fit_intercept, curvature, widths):
+    """One site's ``Σ_i w_i y_ik ℓ'''_h(u_ik) x̄_i^{⊗3}`` per model.
+
+    Parameters
+    ----------
+    X, Y, weights, Theta, fit_intercept
+        A site's prepared rows, one-vs-rest targets, row weights and the
+        parameters (as for :func:`~._inference_sites.site_inference_summary`).
+    curvature : callable
+        ``ℓ''(u)``, elementwise on margins.
+    widths : ndarray of shape (n_models,)
+        The smoothing half-width ``h`` of each model.
+
+    Returns
+    -------
+    third : ndarray of shape (n_models, p1, p1, p1)
+    """
+    margins = Y * augmented_scores(X, Theta, fit_intercept)
+    rows = np.asarray(X.todense() if hasattr(X, "todense") else X, dtype=float)
+    if fit_intercept:
+        rows = np.column_stack([np.ones(len(rows)), rows])
+    out = []
+    for k in range(Y.shape[1]):
+        coef = weights * Y[:, k] * smoothed_third_derivative(curvature, margins[:, k], widths[k])
+        out.append(np.einsum("i,ia,ib,ic->abc", coef, rows, rows, rows, optimize=True))
+    return np.stack(out)
+
+
+@dataclass(frozen=True)
+class ShiftCorrection:
+    """The correction's stream state (secret: raw statistics of the rows).
+
+    Attributes
+    ----------
+    third : ndarray of shape (n_models, p1, p1, p1)
+        ``S = Σ_j T_j``, each at its batch's estimate.
+    weighted_cov : ndarray of shape (n_models, p1, p1)
+        ``M = Σ_j W_j V_j``.
+    """
+
+    third: np.ndarray
+    weighted_cov: np.ndarray
+
+    def advance(self, parts, theta, cov, batch_weight, curvature, fit_intercept):
+        """Add one batch (its in-process sites' ``parts``, each ``(X, Y,
+        weights)``) at its estimate ``theta`` with covariance ``cov``."""
+        widths = smoothing_widths(parts, cov, batch_weight, fit_intercept)
+        third = sum(site_third_moment(X, Y, w, theta, fit_intercept, curvature, widths)
+                    for X, Y, w in parts)
+        return ShiftCorrection(self.third + third, self.weighted_cov + batch_weight * cov)
+
+    @classmethod
+    def start(cls, n_models, p1):
+        return cls(np.zeros((n_models, p1, p1, p1)), np.zeros((n_models, p1, p1)))
+
+
+def second_order_step(sites, previous, theta, cov, total_curvature, seen, curvature):
+    """One batch of the correction: the new state and the published estimate.
+
+    Parameters
+    ----------
+    sites : SiteData
+        The batch's in-process sites (prepared).
+    previous : ShiftCorrection or None
+        The state after the earlier batches (None: the stream's first).
+    theta : ndarray of shape (p1, n_models)
+        The renewable estimate after this batch.
+    cov : ndarray of shape (n_models, p1, p1)
+        Its covariance.
+    total_curvature : ndarray of shape (n_models, p1, p1)
+        The stream's accumulated curvature with this batch.
+    seen : float
+        The stream's row weight with this batch.
+    curvature : callable
+        ``ℓ''``, elementwise on margins.
+
+    Returns
+    -------
+    published : ndarray of shape (p1, n_models)
+        The corrected estimate (``theta`` itself after the first batch).
+    state : ShiftCorrection
+    """
+    n_models, p1 = cov.shape[0], cov.shape[1]
+    start = ShiftCorrection.start(n_models, p1) if previous is None else previous
+    state = start.advance(sites.parts, theta, cov, sites.weight_sum, curvature,
+                          sites.fit_intercept)
+    if previous is None:  # one batch: M / N = V, no correction
+        return theta, state
+    return corrected_theta(theta, state, cov, total_curvature, seen), state
+
+
+def smoothing_widths(parts, cov, batch_weight, fit_intercept):
+    """``h_k = (tr(V_k G) / W)^½`` per model (see the module doc)."""
+    gram = sum(augmented_gram(X, w, fit_intercept) for X, _, w in parts)
+    return np.sqrt(np.maximum(np.einsum("kab,ab->k", cov, gram), 0.0) / batch_weight)
+
+
+def corrected_theta(theta, state, cov, total_curvature, seen):
+    """``θ_B - C_B⁻¹ b_B`` with ``b_B = ½ S : (M / N - V_B)`` per model.
+
+    Parameters
+    ----------
+    theta : ndarray of shape (p1, n_models)
+        The renewable estimate.
+    state : ShiftCorrection
+    cov : ndarray of shape (n_models, p1, p1)
+        ``V_B``.
+    total_curvature : ndarray of shape (n_models, p1, p1)
+        ``C_B``, the stream's accumulated curvature (with its ridge).
+    seen : float
+        ``N_B``, the stream's row weight.
+
+    Returns
+    -------
+    theta : ndarray of shape (p1, n_models)
+    """
+    bias = 0.5 * np.einsum("kabc,kbc->ka", state.third, state.weighted_cov / seen - cov)
+    step = np.linalg.solve(total_curvature, bias[..., None])[..., 0]
+    return theta - step.T
