@@ -3,6 +3,7 @@ brute force and against the curvature's own derivative, the aggregated
 correction against its formula, the default stream untouched, the refusals
 before any state change, and the shift it removes on a simulated stream."""
 
+import re
 import warnings
 
 import numpy as np
@@ -13,7 +14,9 @@ from skfedpriv._loss import GenDWDLoss, LogisticLoss
 from skfedpriv._param_validation import InvalidParameterError
 from skfedpriv.datasets import gaussian_gendwd_target, make_federated_gaussians
 from skfedpriv.federated import federated_fit
+from skfedpriv.linear_model import StreamShiftWarning
 from skfedpriv.linear_model._inference_sites import site_inference_summary
+from skfedpriv.linear_model._inference_stream import track_stream_shift
 from skfedpriv.linear_model._second_order import (
     MAX_THIRD_NUMBERS, ShiftCorrection, corrected_theta, site_third_moment,
     smoothed_third_derivative)
@@ -195,3 +198,14 @@ def test_the_shift_shrinks_and_the_intervals_cover():
     assert 0.90 <= covered.mean() <= 0.99
     ratio = se.mean(axis=0) / second.std(axis=0, ddof=1)
     assert np.all((0.75 < ratio) & (ratio < 1.3))
+
+
+@pytest.mark.parametrize("name, corrected, text", [
+    ("DWDClassifier", False, "DWDClassifier(shift_correction='second-order') removes"),
+    ("DWDClassifier", True, "shift_correction='second-order' is on"),
+    ("LogisticRegression", False, "Batches of at least")])
+def test_the_shift_warning_says_what_the_correction_does(name, corrected, text):
+    with pytest.warns(StreamShiftWarning, match=re.escape(text)) as caught:
+        track_stream_shift(1.0, 100.0, 200.0, 21, name, corrected=corrected)
+    if name != "DWDClassifier":
+        assert "shift_correction" not in str(caught[0].message)

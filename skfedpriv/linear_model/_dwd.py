@@ -1085,7 +1085,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
                 shift_ratio = track_stream_shift(
                     None if first else getattr(self._training_state, "shift_ratio", 0.0),
                     sites.weight_sum, stream.seen + sites.weight_sum, p1, "DWDClassifier",
-                    stacklevel=6)
+                    stacklevel=6, corrected=settings.shift_correction is not None)
                 if settings.shift_correction is not None:
                     published, correction = _second_order_step(
                         sites, stream, settings, theta, curvature, coef_cov,
