@@ -17,6 +17,7 @@ from skfedpriv.federated import federated_fit
 from skfedpriv.linear_model import StreamShiftWarning
 from skfedpriv.linear_model._inference_sites import site_inference_summary
 from skfedpriv.linear_model._inference_stream import track_stream_shift
+from skfedpriv.linear_model import _second_order as second_order
 from skfedpriv.linear_model._second_order import (
     MAX_THIRD_NUMBERS, ShiftCorrection, corrected_theta, site_third_moment,
     smoothed_third_derivative)
@@ -32,7 +33,10 @@ def _site(n=60, p=3, n_models=2, seed=0):
 
 
 @pytest.mark.parametrize("loss", [GenDWDLoss(1.0), GenDWDLoss(4.0), LogisticLoss()])
-def test_third_moment_is_the_per_row_sum(loss):
+@pytest.mark.parametrize("block", [None, 7 * 16])
+def test_third_moment_is_the_per_row_sum(loss, block, monkeypatch):
+    if block is not None:  # 7 rows at a time
+        monkeypatch.setattr(second_order, "_BLOCK_NUMBERS", block)
     X, Y, w, Theta = _site()
     widths = np.array([0.3, 0.05])
     got = site_third_moment(X, Y, w, Theta, True, loss.curvature, widths)

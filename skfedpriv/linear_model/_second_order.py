@@ -50,6 +50,7 @@ __all__ = ["MAX_THIRD_NUMBERS", "ShiftCorrection", "check_second_order_sites",
 
 #: The largest ``n_models · p1³`` the correction keeps (8 bytes each: 80 MB).
 MAX_THIRD_NUMBERS = 10_000_000
+_BLOCK_NUMBERS = 1 << 20
 
 
 def check_second_order_sites(sites, p1, n_models, name="DWDClassifier"):
@@ -97,11 +98,18 @@ def site_third_moment(X, Y, weights, Theta, fit_intercept, curvature, widths):
     rows = np.asarray(X.todense() if hasattr(X, "todense") else X, dtype=float)
     if fit_intercept:
         rows = np.column_stack([np.ones(len(rows)), rows])
-    out = []
-    for k in range(Y.shape[1]):
-        coef = weights * Y[:, k] * smoothed_third_derivative(curvature, margins[:, k], widths[k])
-        out.append(np.einsum("i,ia,ib,ic->abc", coef, rows, rows, rows, optimize=True))
-    return np.stack(out)
+    coef = np.column_stack([
+        weights * Y[:, k] * smoothed_third_derivative(curvature, margins[:, k], widths[k])
+        for k in range(Y.shape[1])])
+    p1 = rows.shape[1]
+    out = np.zeros((Y.shape[1], p1, p1 * p1))
+    block = max(1, _BLOCK_NUMBERS // (p1 * p1))  # rows of x̄ ⊗ x̄ held at once
+    for start in range(0, len(rows), block):
+        part = rows[start:start + block]
+        pairs = (part[:, :, None] * part[:, None, :]).reshape(len(part), p1 * p1)
+        for k in range(Y.shape[1]):
+            out[k] += (coef[start:start + block, k, None] * part).T @ pairs
+    return out.reshape(Y.shape[1], p1, p1, p1)
 
 
 @dataclass(frozen=True)
