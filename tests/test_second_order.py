@@ -85,10 +85,10 @@ def test_gendwd_kink_enters_as_the_jump_over_the_window():
 
 
 def test_aggregated_correction_matches_the_batchwise_formula():
-    """``S = Σ_j T_j`` and ``M = Σ_j W_j V_j`` over three batches, and
-    ``θ - C⁻¹ ½ S : (M / N - V)`` written out entry by entry."""
+    """``S = Σ_j T_j`` and ``r = Σ_{j≥2} W_j / N_j`` over three batches, and
+    ``θ - C⁻¹ ½ r S : V`` written out entry by entry."""
     rng = np.random.default_rng(3)
-    loss, state, thirds, weighted, seen = GenDWDLoss(1.0), ShiftCorrection.start(2, 4), 0, 0, 0
+    loss, state, thirds, ratio, seen = GenDWDLoss(1.0), ShiftCorrection.start(2, 4), 0, 0, 0
     for j in range(3):
         X, Y, w, Theta = _site(n=40 + 10 * j, seed=10 + j)
         A = rng.normal(size=(2, 4, 4))
@@ -98,16 +98,16 @@ def test_aggregated_correction_matches_the_batchwise_formula():
         Xa = np.column_stack([np.ones(len(X)), X])
         widths = np.sqrt(np.einsum("kab,ab->k", cov, Xa.T @ (w[:, None] * Xa)) / w.sum())
         thirds = thirds + site_third_moment(X, Y, w, Theta, True, loss.curvature, widths)
-        weighted, seen = weighted + w.sum() * cov, seen + w.sum()
+        seen += w.sum()
+        ratio += w.sum() / seen if j > 0 else 0.0
     np.testing.assert_allclose(state.third, thirds, rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(state.weighted_cov, weighted, rtol=1e-12)
+    assert state.ratio_sum == pytest.approx(ratio, rel=1e-14) and state.seen == seen
     C = np.stack([np.eye(4) * 30 + 1.0, np.eye(4) * 20])
     theta = rng.normal(size=(4, 2))
-    got = corrected_theta(theta, state, cov, C, seen)
+    got = corrected_theta(theta, state, cov, C)
     for k in range(2):
-        D = weighted[k] / seen - cov[k]
-        bias = [0.5 * sum(thirds[k, a, b, c] * D[b, c] for b in range(4) for c in range(4))
-                for a in range(4)]
+        bias = [0.5 * ratio * sum(thirds[k, a, b, c] * cov[k, b, c] for b in range(4)
+                                  for c in range(4)) for a in range(4)]
         np.testing.assert_allclose(got[:, k], theta[:, k] - np.linalg.solve(C[k], bias),
                                    rtol=1e-10)
 

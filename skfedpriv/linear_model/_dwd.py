@@ -123,8 +123,7 @@ def _second_order_step(sites, stream, settings, theta, curvature, coef_cov, prev
     """The published estimate of ``shift_correction='second-order'`` and the
     correction's new state (:mod:`._second_order`)."""
     total = curvature if stream.prior is None else stream.prior + curvature
-    return second_order_step(sites, previous, theta, coef_cov, total,
-                             stream.seen + sites.weight_sum, settings.loss.curvature)
+    return second_order_step(sites, previous, theta, coef_cov, total, settings.loss.curvature)
 
 
 def _charge(settings, epsilon, delta, *, note, **details):
@@ -568,9 +567,9 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         ``'second-order'`` (with ``inference=True``, without a mechanism,
         sites in this process): after each ``partial_fit`` batch, publish
         the renewable estimate minus its expected linearization shift,
-        ``θ_B - C_B⁻¹ ½ S : (M / N - V_B)`` with ``S`` the summed third
-        derivative of the loss (genDWD's kink smoothed over the margin's
-        standard deviation), ``M = Σ_j W_j V_j`` and ``V_B`` the covariance
+        ``θ_B - C_B⁻¹ ½ r S : V_B`` with ``S`` the summed third derivative
+        of the loss (genDWD's kink smoothed over the margin's standard
+        deviation), ``r = Σ_{j≥2} W_j / N_j`` and ``V_B`` the covariance
         (``n_models · p1³`` numbers of memory, whatever the stream length;
         more than 10⁷ raise ValueError). The stream itself (the state the
         next batch starts from, ``coef_cov_``, ``curvature_``) is the

@@ -11,13 +11,17 @@ curvature), and the linearization remainder has the expectation
 with ``T_j = Σ_{i∈j} w_i y_i ℓ'''(u_i) x̄_i^{⊗3}`` (``p1³`` numbers) and
 ``V_j`` the covariance of ``θ_j`` (nested estimators:
 ``Cov(θ_j, θ_B) = V_B``). Taking ``T_j ≈ (W_j / N_B) S_B`` (the batches
-share one expected third derivative; ``S_B = Σ_j T_j``) the correction
-aggregates exactly into a stream-length-independent state,
+share one expected third derivative; ``S_B = Σ_j T_j``) and
+``V_j ≈ (N_B / N_j) V_B`` (the covariance shrinks like one over the rows)
+the correction aggregates into a stream-length-independent state,
 
-``b_B = ½ S_B : (M_B / N_B - V_B)``,  ``M_B = Σ_j W_j V_j``,
+``b_B = ½ r_B S_B : V_B``,  ``r_B = Σ_{j≥2} W_j / N_j``
 
-and the published estimate is ``θ_B - C_B⁻¹ b_B`` (one step of the
-corrected equation). The chain itself (the estimate the next batch starts
+(the sum the shift index is made of), and the published estimate is
+``θ_B - C_B⁻¹ b_B`` (one step of the corrected equation). Using the
+well-estimated final ``V_B`` rather than each batch's own ``V_j`` matters:
+with ``Σ_j W_j V_j`` the early batches' noisy covariances made the
+correction noisier than the shift it removed (benchmarks/README.md). The chain itself (the estimate the next batch starts
 from) is left as it is: the default stream is unchanged.
 
 The loss's third derivative is smoothed by a uniform kernel of half-width
@@ -120,12 +124,15 @@ class ShiftCorrection:
     ----------
     third : ndarray of shape (n_models, p1, p1, p1)
         ``S = Σ_j T_j``, each at its batch's estimate.
-    weighted_cov : ndarray of shape (n_models, p1, p1)
-        ``M = Σ_j W_j V_j``.
+    ratio_sum : float
+        ``r = Σ_{j≥2} W_j / N_j``.
+    seen : float
+        ``N``, the row weight of the batches so far.
     """
 
     third: np.ndarray
-    weighted_cov: np.ndarray
+    ratio_sum: float
+    seen: float
 
     def advance(self, parts, theta, cov, batch_weight, curvature, fit_intercept):
         """Add one batch (its in-process sites' ``parts``, each ``(X, Y,
@@ -133,14 +140,16 @@ class ShiftCorrection:
         widths = smoothing_widths(parts, cov, batch_weight, fit_intercept)
         third = sum(site_third_moment(X, Y, w, theta, fit_intercept, curvature, widths)
                     for X, Y, w in parts)
-        return ShiftCorrection(self.third + third, self.weighted_cov + batch_weight * cov)
+        seen = self.seen + batch_weight
+        ratio = batch_weight / seen if self.seen > 0 else 0.0
+        return ShiftCorrection(self.third + third, self.ratio_sum + ratio, seen)
 
     @classmethod
     def start(cls, n_models, p1):
-        return cls(np.zeros((n_models, p1, p1, p1)), np.zeros((n_models, p1, p1)))
+        return cls(np.zeros((n_models, p1, p1, p1)), 0.0, 0.0)
 
 
-def second_order_step(sites, previous, theta, cov, total_curvature, seen, curvature):
+def second_order_step(sites, previous, theta, cov, total_curvature, curvature):
     """One batch of the correction: the new state and the published estimate.
 
     Parameters
@@ -155,8 +164,6 @@ def second_order_step(sites, previous, theta, cov, total_curvature, seen, curvat
         Its covariance.
     total_curvature : ndarray of shape (n_models, p1, p1)
         The stream's accumulated curvature with this batch.
-    seen : float
-        The stream's row weight with this batch.
     curvature : callable
         ``ℓ''``, elementwise on margins.
 
@@ -170,9 +177,9 @@ def second_order_step(sites, previous, theta, cov, total_curvature, seen, curvat
     start = ShiftCorrection.start(n_models, p1) if previous is None else previous
     state = start.advance(sites.parts, theta, cov, sites.weight_sum, curvature,
                           sites.fit_intercept)
-    if previous is None:  # one batch: M / N = V, no correction
+    if previous is None:  # one batch: r = 0, no correction
         return theta, state
-    return corrected_theta(theta, state, cov, total_curvature, seen), state
+    return corrected_theta(theta, state, cov, total_curvature), state
 
 
 def smoothing_widths(parts, cov, batch_weight, fit_intercept):
@@ -181,8 +188,8 @@ def smoothing_widths(parts, cov, batch_weight, fit_intercept):
     return np.sqrt(np.maximum(np.einsum("kab,ab->k", cov, gram), 0.0) / batch_weight)
 
 
-def corrected_theta(theta, state, cov, total_curvature, seen):
-    """``θ_B - C_B⁻¹ b_B`` with ``b_B = ½ S : (M / N - V_B)`` per model.
+def corrected_theta(theta, state, cov, total_curvature):
+    """``θ_B - C_B⁻¹ b_B`` with ``b_B = ½ r S : V_B`` per model.
 
     Parameters
     ----------
@@ -193,13 +200,11 @@ def corrected_theta(theta, state, cov, total_curvature, seen):
         ``V_B``.
     total_curvature : ndarray of shape (n_models, p1, p1)
         ``C_B``, the stream's accumulated curvature (with its ridge).
-    seen : float
-        ``N_B``, the stream's row weight.
 
     Returns
     -------
     theta : ndarray of shape (p1, n_models)
     """
-    bias = 0.5 * np.einsum("kabc,kbc->ka", state.third, state.weighted_cov / seen - cov)
+    bias = 0.5 * state.ratio_sum * np.einsum("kabc,kbc->ka", state.third, cov)
     step = np.linalg.solve(total_curvature, bias[..., None])[..., 0]
     return theta - step.T
