@@ -205,7 +205,7 @@ def test_the_shift_shrinks_and_the_intervals_cover():
 
 
 @pytest.mark.parametrize("name, corrected, text", [
-    ("DWDClassifier", False, "DWDClassifier(shift_correction='second-order') removes"),
+    ("DWDClassifier", False, "DWDClassifier(shift_correction='second-order') removes the"),
     ("DWDClassifier", True, "shift_correction='second-order' is on"),
     ("LogisticRegression", False, "Batches of at least")])
 def test_the_shift_warning_says_what_the_correction_does(name, corrected, text):

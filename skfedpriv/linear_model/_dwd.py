@@ -573,10 +573,11 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         (``n_models · p1³`` numbers of memory, whatever the stream length;
         more than 10⁷ raise ValueError). The stream itself (the state the
         next batch starts from, ``coef_cov_``, ``curvature_``) is the
-        default one; ``fit`` is unchanged. It removes the shift where the
-        batches are large against the parameters (measured: 20 batches of
-        1 000 rows, p = 20) and does not where they are small (100-400 rows,
-        p = 20): see :doc:`/guide_inference`. Remote sites raise
+        default one; ``fit`` is unchanged. It removes the shift's mean but
+        not the under-coverage of small batches: the correction varies
+        with the estimate's own error and ``coef_cov_`` (the default
+        stream's) does not include that (measured, see
+        :doc:`/guide_inference`). Remote sites raise
         ``NotImplementedError`` before any summary is asked.
 
     Attributes

@@ -121,12 +121,12 @@ def track_stream_shift(previous, batch_weight, seen, n_params, name, stacklevel=
     index = n_params * ratio_sum / math.sqrt(seen)
     if index > SHIFT_INDEX_LIMIT:
         remedy = (
-            "shift_correction='second-order' is on: it removed the shift in the measured "
-            "streams whose batches had about 30 rows per parameter or more, not in "
-            "those with fewer. " if corrected else
-            "DWDClassifier(shift_correction='second-order') removes most of it when "
-            "the batches have about 30 rows per parameter or more. " if name == "DWDClassifier"
-            else "")
+            "shift_correction='second-order' is on: it removes the shift's mean, but the "
+            "correction varies with the estimate's own error and coef_cov_ does not "
+            "include that, so these intervals still under-cover. " if corrected else
+            "DWDClassifier(shift_correction='second-order') removes the shift's mean but "
+            "not the under-coverage (its own variance is not in the intervals). "
+            if name == "DWDClassifier" else "")
         warnings.warn(
             f"{name}(inference=True): this stream's batches are small for its "
             f"{n_params} parameters (shift index {index:.2f} > {SHIFT_INDEX_LIMIT}): the "
