@@ -36,10 +36,17 @@ Two more studies (``--study``):
   stream's estimate from the offline fit on the same rows (mean over data
   sets, in units of the stream's spread; largest over parameters) against
   the shift index ``I = p1 Σ_{j≥2} W_j / N_j / √N`` that
-  ``StreamShiftWarning`` is raised on.
+  ``StreamShiftWarning`` is raised on; each schedule with the default
+  update and with ``shift_correction='second-order'`` (same batches).
+
+``--second-order``: the p = 20 stream cells (n in {2 000, 20 000}, q in
+{1, 4}, both class ratios; p = 5, n = 2 000 with ``--quick``), each as the
+default stream (mode ``stream``) and with ``shift_correction='second-order'``
+(mode ``stream-2nd``) on the same data sets.
 
     python benchmarks/bench_inference.py [--quick] [--reps R] [--n-jobs J]
-        [--private-only] [--features P ...] [--study {dwd,multinomial,batch-size}]
+        [--private-only] [--second-order] [--features P ...]
+        [--study {dwd,multinomial,batch-size}]
 
 Writes inference.csv and inference.md (``*_quick`` with ``--quick``) into
 ``--output-dir`` (default ``benchmarks/results``); the CSV is rewritten after

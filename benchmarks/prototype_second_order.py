@@ -1,18 +1,27 @@
-"""Prototype (issue #24): a second-order renewable aggregation against the
-first-order one, on the batch-size study's data (n = 2 000, p = 20, q = 1).
+"""Prototype (issue #24): second-order renewable aggregations against the
+first-order stream, on the batch-size study's data (n = 2 000, p = 20,
+q = 1 by default), outside the package (plain numpy).
 
-Plain numpy, outside the package: every batch's score is expanded to second
-order around the estimate the stream had when it saw the batch,
-``g_j(θ_j) + H_j (θ - θ_j) + ½ T_j[θ - θ_j, θ - θ_j]``, aggregated into
-the quadratic ``Q(θ) = r + C (θ - θ_c) + ½ S[θ - θ_c, θ - θ_c]`` kept
-around the current estimate ``θ_c`` (``S = Σ_j T_j``: p1³ numbers), and the
-batch's estimate solves ``Q(θ) + g_b(θ) = 0``. ``T_j`` is the finite
-difference ``Σ_i y_i x̄_i^{⊗3} (V''(u_i + h) - V''(u_i - h)) / 2h`` (the
-third derivative of the loss smoothed by a uniform kernel of half-width h:
-for genDWD the kink's jump of V'' enters as a bin count of the margins
-within h of the kink).
+Variants (``--c ORDER:C``):
 
-    python benchmarks/prototype_second_order.py [--reps R] [--c C ...]
+* ``2:C``, the realized quadratic renewable equation: each batch's score
+  expanded to second order around its own estimate,
+  ``g_j(θ_j) + H_j (θ - θ_j) + ½ T_j[θ - θ_j, θ - θ_j]``, aggregated into
+  ``Q(θ) = r + C (θ - θ_c) + ½ S[θ - θ_c, θ - θ_c]`` around the current
+  estimate (``S = Σ_j T_j``: p1³ numbers), the batch's estimate solving
+  ``Q(θ) + g_b(θ) = 0`` by damped Newton; ``T_j`` the third derivative
+  smoothed by a uniform kernel of half-width ``h = C N_j^(-1/5)``.
+* ``3:C``, the first-order chain and, at the end, the expected remainder
+  ``½ S : (Σ_j W_j V_j / N - V_B)`` subtracted in one step (``V_j`` each
+  batch's propagated covariance, ``h_j = C`` times the root mean square of
+  the margin's standard deviation under ``V_j``).
+
+The package's ``shift_correction='second-order'`` is variant 3 with
+``V_j`` replaced by ``(N / N_j) V_B`` (measured: the per-batch covariances
+made the correction noisy with small batches). "failed": streams whose
+second-order equation was not solved (no root near the estimate).
+
+    python benchmarks/prototype_second_order.py [--reps R] [--c 2:2 3:1 ...]
 """
 import argparse
 import os
