@@ -349,7 +349,8 @@ def run_batch_size(n, p, q, ratio, reps, n_jobs):
     return rows
 
 
-BATCH_FIELDS = ["n", "p", "q", "classes", "batches", "update", "reps", "index", "warns", "shift_max",
+BATCH_FIELDS = ["n", "p", "q", "classes", "batches", "update", "reps", "index", "warns",
+                "shift_max",
                 "coverage", "coverage_min", "coverage_max", "se_ratio_min", "se_ratio_max",
                 "bias_max"]
 
@@ -358,7 +359,8 @@ def batch_size_markdown(rows):
     return markdown_table(
         ["classes", "batches (rows)", "update", "shift index I", "warns", "max shift / SD",
          "coverage (pooled)", "min–max over parameters", "SE / SD", "reps"],
-        [[r["classes"], r["batches"], r["update"], f"{r['index']:.2f}", "yes" if r["warns"] else "no",
+        [[r["classes"], r["batches"], r["update"], f"{r['index']:.2f}",
+          "yes" if r["warns"] else "no",
           f"{r['shift_max']:.2f}", coverage_text(r), str(r["reps"])] for r in rows])
 
 

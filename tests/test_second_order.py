@@ -19,7 +19,7 @@ from skfedpriv.linear_model._inference_sites import site_inference_summary
 from skfedpriv.linear_model._inference_stream import track_stream_shift
 from skfedpriv.linear_model import _second_order as second_order
 from skfedpriv.linear_model._second_order import (
-    MAX_THIRD_NUMBERS, ShiftCorrection, corrected_theta, site_third_moment,
+    MAX_THIRD_NUMBERS, ShiftCorrection, corrected_theta, second_order_step, site_third_moment,
     smoothed_third_derivative)
 from _transport import RecordingTransport
 from test_flower import local_sites, make_data
@@ -213,3 +213,21 @@ def test_the_shift_warning_says_what_the_correction_does(name, corrected, text):
         track_stream_shift(1.0, 100.0, 200.0, 21, name, corrected=corrected)
     if name != "DWDClassifier":
         assert "shift_correction" not in str(caught[0].message)
+
+
+def test_with_a_quadratic_loss_the_published_estimate_is_the_chains():
+    """A quadratic loss has no linearization remainder (the first-order
+    stream is the offline fit): its correction is exactly zero."""
+    X, Y, w, Theta = _site(seed=4)
+
+    class Sites:
+        parts, weight_sum, fit_intercept = [(X, Y, w)], w.sum(), True
+
+    cov = np.stack([np.eye(4) * 0.1] * 2)
+    curvature = np.stack([np.eye(4) * 50.0] * 2)
+    state = ShiftCorrection.start(2, 4)
+    for _ in range(3):
+        published, state = second_order_step(Sites, state, Theta, cov, curvature,
+                                              lambda u: np.full_like(u, 2.0))
+        np.testing.assert_array_equal(published, Theta)
+    assert state.ratio_sum > 0 and not state.third.any()

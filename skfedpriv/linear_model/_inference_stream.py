@@ -15,7 +15,8 @@ row weight up to batch ``j``). Solving with the total curvature (of order
 
 a deterministic shift the sandwich (the spread of the estimate) does not
 see (``DWDClassifier(shift_correction='second-order')`` subtracts its
-expectation, :mod:`._second_order`). The constant ``κ`` depends on the loss's third derivative and the
+expectation, :mod:`._second_order`). The constant ``κ`` depends on the
+loss's third derivative and the
 design; simulations measured ``κ ≈ 0.7`` for the logistic loss (4:1
 classes), ``κ ≈ 1.1-1.6`` for genDWD (q = 1, 4:1 classes: the kink adds
 to it) and ``0.4-0.5`` for genDWD with balanced classes

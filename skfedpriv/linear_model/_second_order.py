@@ -21,7 +21,8 @@ the correction aggregates into a stream-length-independent state,
 ``θ_B - C_B⁻¹ b_B`` (one step of the corrected equation). Using the
 well-estimated final ``V_B`` rather than each batch's own ``V_j`` matters:
 with ``Σ_j W_j V_j`` the early batches' noisy covariances made the
-correction noisier than the shift it removed (benchmarks/README.md). The chain itself (the estimate the next batch starts
+correction noisier than the shift it removed (benchmarks/README.md).
+The chain itself (the estimate the next batch starts
 from) is left as it is: the default stream is unchanged.
 
 The loss's third derivative is smoothed by a uniform kernel of half-width
