@@ -23,9 +23,16 @@ alternate the methods (a shared machine slows both alike).
   the old default 100.
 * Many sites (10 to 10 000) on ``n_jobs=None`` against ``n_jobs=2``.
 * Few rows, many features (``--parts fewrows``, not in the default): n in
-  {100, 400}, p in {2 000, 10 000, 20 000}, DWD's factored curvature beside
-  LinearSVC and LogisticRegression (time, peak traced memory, accuracy, the
-  gap to L-BFGS-B on the same objective) and, up to p = 2 000, the dense path.
+  {100, 400}, p in {2 000, 10 000, 20 000}, DWD's factored curvature (its
+  steps in the span of the rows) beside LinearSVC and LogisticRegression
+  (time, peak traced memory, accuracy, the gap to L-BFGS-B on the same
+  objective), the factored path without the span, the Gram matrix and the
+  copy of the rows alone and, up to p = 2 000, the dense path.
+* Where the fit's time goes (``--parts profile``, not in the default):
+  timers around the solver's steps (:mod:`_dwd_profile`) on the wide rows
+  and digits: passes over the rows, L-BFGS iterations and their Python
+  cost, extra line-search rounds, Newton steps after the hand-over,
+  curvature matrices and Cholesky factors, time outside the solver.
 * ``LogisticRegression`` and ``DecentralizedLogisticRegression`` beside
   ``SGDClassifier(loss="log_loss")`` on the same rows: time and accuracy.
 
@@ -269,6 +276,40 @@ def bundled_rows(qs, reps, names=("breast_cancer", "digits", "wine", "iris")):
     return rows
 
 
+def _digits(split):
+    """scikit-learn's digits, standardized, all rows or the 70 % training
+    split of issue #23, rows dealt to 3 sites in turn."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load_digits(return_X_y=True)
+    if split != "all":
+        X, _, y, _ = train_test_split(X, y, train_size=0.7, random_state=0)
+    return StandardScaler().fit_transform(X), y, np.arange(len(y)) % 3
+
+
+def profile_rows(ps, qs, reps, n=20_000):
+    """Where the fit's time goes (:mod:`_dwd_profile`): wide rows at each p
+    and digits (all rows, 70 % split), each q; of ``reps`` fits the one of
+    median time."""
+    from _dwd_profile import breakdown_line, fit_breakdown
+
+    cases = [(f"wide n = {n:.0e}, p = {p}", lambda p=p: _wide_data(n, p)) for p in ps]
+    cases += [(f"digits ({split})", lambda split=split: _digits(split))
+              for split in ("all", "70 %")]
+    lines = []
+    for name, data in cases:
+        X, y, g = data()
+        for q in qs:
+            runs = sorted((fit_breakdown(lambda: DWDClassifier(q=q), X, y, g)
+                           for _ in range(reps)), key=lambda row: row["fit"])
+            lines.append(breakdown_line(f"{name}, q = {q}", runs[len(runs) // 2])
+                         + f" {os.getloadavg()[0]:.1f} |")
+            print(lines[-1], flush=True)
+    return lines
+
+
 def _few_rows_data(n, p, seed=0, informative=20):
     """A genomics-shaped simulation (no such dataset ships offline): two
     Gaussian classes that differ in the mean of ``informative`` of the ``p``
@@ -298,6 +339,26 @@ def _dense_form():
             yield
         finally:
             renewable.curvature_form = original
+    return patched()
+
+
+def _unreduced():
+    """A context in which the factored path does not move its steps into the
+    span of the rows (``linear_model/_row_span.py``): the factored path of
+    before, every Newton step passing over the ``p`` columns."""
+    import contextlib
+
+    import skfedpriv.linear_model._newton as newton
+
+    original = newton.reduce_to_row_span
+
+    @contextlib.contextmanager
+    def patched():
+        newton.reduce_to_row_span = lambda *args, **kwargs: None
+        try:
+            yield
+        finally:
+            newton.reduce_to_row_span = original
     return patched()
 
 
@@ -334,10 +395,14 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
     LinearSVC and LogisticRegression on the same rows (time, test accuracy
     on 2 000 rows of the same simulation), DWD's peak traced memory over the
     data's, its rounds and numbers sent per site, its relative gap to
-    L-BFGS-B on the same objective, and, up to ``dense_max_p`` features, the
-    dense ``p1 x p1`` path of before in the same run."""
+    L-BFGS-B on the same objective, and in the same run the Gram matrix
+    ``X Xᵀ`` alone (the floor of the steps in the span), the factored path
+    without the span (``_unreduced``) and, up to ``dense_max_p`` features,
+    the dense ``p1 x p1`` path."""
     from sklearn.metrics import roc_auc_score
     from sklearn.svm import LinearSVC
+
+    from skfedpriv.linear_model._factored_curvature import _ORDINARY_PAGES_FROM, _private_copy
 
     rows = []
     for n, p in shapes:
@@ -349,6 +414,16 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
                    # weighted DWD (Qiao et al. 2010): DWD's intercept follows
                    # the class sizes in high dimension
                    "DWD balanced": lambda: DWDClassifier(class_weight="balanced").fit(X, y)}
+        def unreduced():
+            with _unreduced():
+                return DWDClassifier().fit(X, y)
+        methods["DWD unreduced"] = unreduced
+        # the Gram matrix alone (one syrk): the floor of every step in the span
+        methods["X Xᵀ"] = lambda: X @ X.T
+        # the private copy of the rows the state keeps (fresh memory), and
+        # numpy's (huge pages advised from 4 MiB on)
+        methods["X copy"] = lambda: _private_copy(X)
+        methods["numpy copy"] = lambda: X.copy()
         if p <= dense_max_p:
             def dense():
                 with _dense_form():
@@ -359,7 +434,8 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
             for name, run in methods.items():
                 model, seconds = _time(run)
                 times[name].append(seconds)
-        fitted = {name: run() for name, run in methods.items()}
+        fitted = {name: run() for name, run in methods.items()
+                  if name not in ("X Xᵀ", "X copy", "numpy copy")}
         accuracy = {name: float(np.mean(model.predict(X_test) == y_test))
                     for name, model in fitted.items()}
         # the direction alone, whatever the intercept
@@ -367,6 +443,8 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
                for name, model in fitted.items()}
         peaks = {name: _peak(methods[name])[1] for name in ("DWD", "DWD dense", "LinearSVC")
                  if name in methods}
+        # the state's copy of large rows lives in a memory map tracemalloc does not see
+        peaks["DWD"] += X.nbytes if X.nbytes >= _ORDINARY_PAGES_FROM else 0
         infos = _solver_info(methods["DWD"])
         rows.append(dict(n=n, p=p, seconds={k: float(np.median(v)) for k, v in times.items()},
                          accuracy=accuracy, auc=auc, peaks=peaks, data=X.nbytes,
@@ -378,21 +456,39 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
     return rows
 
 
-def few_rows_stream(p, n_batch=100, n_batches=4):
+def few_rows_stream(p, n_batch=100, n_batches=4, reps=3):
     """A stream of ``n_batches`` batches of ``n_batch`` rows (``fit`` on the
-    first, ``partial_fit`` on the rest): each call's time and the bytes of
-    the state it leaves, beside the dense ``(p+1)²`` matrix's."""
+    first, ``partial_fit`` on the rest): each call's time (median of
+    ``reps`` streams, alternated with the factored path without the span,
+    ``_unreduced``) and the bytes of the state it leaves, beside the dense
+    ``(p+1)²`` matrix's."""
+    import contextlib
+
     X, y = _few_rows_data(n_batch * n_batches, p, seed=2)
-    clf, calls = DWDClassifier(), []
-    for b in range(n_batches):
-        rows = slice(b * n_batch, (b + 1) * n_batch)
-        call = clf.fit if b == 0 else clf.partial_fit
-        _, seconds = _time(lambda: call(X[rows], y[rows]))
-        state = clf._training_state.curvature
-        calls.append(dict(rows_seen=(b + 1) * n_batch, seconds=seconds,
-                          state=state.nbytes, dense=8 * (p + 1) ** 2,
-                          data=X[:(b + 1) * n_batch].nbytes))
+
+    def stream(context):
+        clf, seconds, states = DWDClassifier(), [], []
+        with context:
+            for b in range(n_batches):
+                rows = slice(b * n_batch, (b + 1) * n_batch)
+                call = clf.fit if b == 0 else clf.partial_fit
+                seconds.append(_time(lambda: call(X[rows], y[rows]))[1])
+                states.append(clf._training_state.curvature.nbytes)
+        return seconds, states
+
+    runs = {"span": [], "unreduced": []}
+    for _ in range(reps):
+        runs["span"].append(stream(contextlib.nullcontext()))
+        runs["unreduced"].append(stream(_unreduced()))
+    seconds = {k: np.median([r[0] for r in v], axis=0) for k, v in runs.items()}
+    states = runs["span"][0][1]
+    calls = [dict(rows_seen=(b + 1) * n_batch, seconds=float(seconds["span"][b]),
+                  unreduced=float(seconds["unreduced"][b]), state=states[b],
+                  dense=8 * (p + 1) ** 2, data=X[:(b + 1) * n_batch].nbytes)
+             for b in range(n_batches)]
     return dict(p=p, n_batch=n_batch, calls=calls)
+
+
 def _wide_data(n, p, seed=0):
     """Non-separable wide rows (issue #23): the paper's two Gaussian classes
     with the mean offset ``0.2 sqrt(50 / p)`` (the separation of p = 50 at
@@ -559,8 +655,9 @@ def main():
                         help="comma-separated subset of offline,bundled,private,partial,"
                              "logistic,sites, and fewrows (not in the default; the dense "
                              "path of before only up to p = 2000: it needs GBs beyond), wide (n = 2e4, "
-                             "non-separable, p in --wide-p) and digits (the bundled "
-                             "part on digits alone)")
+                             "non-separable, p in --wide-p), digits (the bundled "
+                             "part on digits alone) and profile (where the fit's time goes: "
+                             "wide rows at --wide-p and digits, each q)")
     parser.add_argument("--wide-p", default="500,2000", help="features of the wide part")
     parser.add_argument("--qs", default="0.5,1,4", help="genDWD exponents of the offline table")
     parser.add_argument("--max-p", type=int, default=None,
@@ -581,12 +678,15 @@ def main():
         sizes = [size for size in sizes if size[1] >= args.min_p] or sizes[-1:]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     offline = bundled = private = logistic = many_sites = few_rows = streams = wide = []
+    profile = []
     through = fixed = memory = {}
     with threadpool_limits(1):
         if "offline" in parts:
             offline = offline_rows(sizes, qs, reps)
         if "wide" in parts:
             wide = wide_rows([int(p) for p in args.wide_p.split(",")], qs, reps)
+        if "profile" in parts:
+            profile = profile_rows([int(p) for p in args.wide_p.split(",")], qs, reps)
         if "bundled" in parts:
             bundled = bundled_rows(qs, reps)
         elif "digits" in parts:
@@ -605,6 +705,7 @@ def main():
                                       if p <= (args.max_p or 20_000)], reps)
             streams = [few_rows_stream(p) for p in (2_000, 10_000)
                        if p <= (args.max_p or 20_000)]
+            few_rows_load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         if "sites" in parts:
             many_sites = sites_rows(reps, n=20_000 if quick else 100_000,
                                     counts=(10, 1_000) if quick else (10, 1_000, 10_000))
@@ -650,6 +751,13 @@ def main():
                 f"{t['DWD'] / t['L-BFGS-B']:.2f}× | {t['DWD'] / t['LRt']:.2f}× | "
                 f"{r['gap']:.1e} | {r['grams']} | {r['iters']} | {r['rounds']} | "
                 f"{r['floats']:,} | {r['lbfgs_iters']} / {r['lbfgs_nfev']} |")
+    if profile:
+        from _dwd_profile import BREAKDOWN_HEADER
+
+        lines += ["", "**Where the fit's time goes** (timers around the solver's steps, "
+                  "one BLAS thread; of the repetitions the fit of median time; last column "
+                  "the load average at the end of the row):", "",
+                  BREAKDOWN_HEADER[0] + " load |", BREAKDOWN_HEADER[1] + "---|"] + profile
     if bundled:
         lines += ["", "**scikit-learn's bundled datasets** (standardized, 3 sites, "
                   "alpha = 1e-3, one-vs-rest beyond two classes) beside LogisticRegression "
@@ -696,35 +804,46 @@ def main():
     if few_rows:
         lines += ["", "**Few rows, many features** (simulation: 20 of p features "
                   "informative; test accuracy on 2 000 rows; DWD with the factored "
-                  "curvature, and up to p = 2000 the dense path of before), same run; "
+                  "curvature and its steps in the span of the rows, the Gram matrix X Xᵀ "
+                  "alone, the factored path without the span (every step over the p "
+                  "columns), and up to p = 2000 the dense path), same run; "
                   "peak memory traced by tracemalloc (numpy's allocations: liblinear's "
-                  "own copy of the rows is not traced):", "",
-                  "| n, p | DWD s | DWD dense s | LinearSVC s | LR s | DWD / LinearSVC | "
+                  "own copy of the rows is not traced; DWD's copy of rows of 4 MiB or "
+                  "more, in a memory map, is added):", "",
+                  "| n, p | DWD s | X Xᵀ alone s | state's copy of X alone s | numpy X.copy() s | "
+                  "DWD unreduced s | "
+                  "DWD dense s | LinearSVC s | "
+                  "LR s | DWD / LinearSVC | "
                   "DWD peak MB (× data) | dense peak MB | LinearSVC traced MB | "
                   "Newton steps | rounds | numbers sent per site | gap to L-BFGS-B | "
                   "accuracy DWD / DWD balanced / LinearSVC / LR | "
                   "test AUC DWD / LinearSVC / LR |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in few_rows:
             t, peaks, mb = r["seconds"], r["peaks"], 1e6
             dense = f"{t['DWD dense']:.3f}" if "DWD dense" in t else "not run"
             dense_peak = f"{peaks['DWD dense'] / mb:.0f}" if "DWD dense" in peaks else "not run"
             lines.append(
-                f"| {r['n']}, {r['p']} | {t['DWD']:.3f} | {dense} | {t['LinearSVC']:.3f} | "
-                f"{t['LR']:.3f} | {t['DWD'] / t['LinearSVC']:.1f}× | "
+                f"| {r['n']}, {r['p']} | {t['DWD']:.4f} | {t['X Xᵀ']:.4f} | {t['X copy']:.4f} | "
+                f"{t['numpy copy']:.4f} | "
+                f"{t['DWD unreduced']:.4f} | {dense} | {t['LinearSVC']:.4f} | "
+                f"{t['LR']:.4f} | {t['DWD'] / t['LinearSVC']:.2f}× | "
                 f"{peaks['DWD'] / mb:.0f} ({peaks['DWD'] / r['data']:.1f}×) | {dense_peak} | "
                 f"{peaks['LinearSVC'] / mb:.0f} | {r['iters']} | {r['rounds']} | "
                 f"{r['floats']:,} | {r['gap']:.1e} | {r['accuracy']['DWD']:.3f} / "
                 f"{r['accuracy']['DWD balanced']:.3f} / "
                 f"{r['accuracy']['LinearSVC']:.3f} / {r['accuracy']['LR']:.3f} | "
                 f"{r['auc']['DWD']:.3f} / {r['auc']['LinearSVC']:.3f} / {r['auc']['LR']:.3f} |")
+        lines += ["", f"Load average after this part: {few_rows_load:.1f}."]
     if streams:
         lines += ["", "**Few rows, a stream**: `fit` on 100 rows, then `partial_fit` "
                   "batches of 100; the state (`curvature_`) after each call beside the "
                   "dense matrix:", "",
-                  "| p | rows seen | call s | state MB | dense (p+1)² MB | rows seen MB |",
-                  "|---|---|---|---|---|---|"]
+                  "| p | rows seen | call s | call s, unreduced | state MB | dense (p+1)² MB | "
+                  "rows seen MB |",
+                  "|---|---|---|---|---|---|---|"]
         lines += [f"| {r['p']} | {c['rows_seen']} | {c['seconds']:.3f} | "
+                  f"{c['unreduced']:.3f} | "
                   f"{c['state'] / 1e6:.1f} | {c['dense'] / 1e6:.0f} | {c['data'] / 1e6:.1f} |"
                   for r in streams for c in r["calls"]]
     text = "\n".join(lines) + "\n"

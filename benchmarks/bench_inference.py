@@ -16,10 +16,17 @@ standard error sqrt(0.95 · 0.05 / R) (0.69 % at R = 1 000).
 
 Private cells (ε in {1, 4}): ``mechanism='local-gaussian'`` with
 ``clip_norm = 2 sqrt(1 + p)`` (above the rows' norms but for a fraction
-< 1e-3 at p = 5, so the clip barely moves the target), offline ``fit`` only
-(a private stream's later batches carry no covariance yet: listed as not
-offered). Each private replication also fits the non-private interval on
-the same rows: "width vs non-private" is the mean ratio of the widths.
+< 1e-3 at p = 5, so the clip barely moves the target), offline ``fit``.
+Each private replication also fits the non-private interval on the same
+rows: "width vs non-private" is the mean ratio of the widths.
+
+Private stream cells (``--private-stream``): the same private estimator
+fed a 20-batch ``partial_fit`` stream over the 5 sites, n = 20 000, p = 5,
+q in {1, 4}, balanced and 4:1, ε in {1, 4}, with two schedules: "stream"
+(20 equal batches of 1 000 rows, the generator's) and "stream, first n/2"
+(a first batch of 10 000 rows, the generator's first 10 batches, then 19
+batches of about 526 rows, each site's rows spread evenly). The
+non-private interval is the non-private stream on the same batches.
 
 Two more studies (``--study``):
 
@@ -45,10 +52,11 @@ default stream (mode ``stream``) and with ``shift_correction='second-order'``
 (mode ``stream-2nd``) on the same data sets.
 
     python benchmarks/bench_inference.py [--quick] [--reps R] [--n-jobs J]
-        [--private-only] [--second-order] [--features P ...]
+        [--private-only | --private-stream] [--second-order] [--features P ...]
         [--study {dwd,multinomial,batch-size}]
 
-Writes inference.csv and inference.md (``*_quick`` with ``--quick``) into
+Writes inference.csv and inference.md (``inference_private_stream.*`` with
+``--private-stream``; ``*_quick`` with ``--quick``) into
 ``--output-dir`` (default ``benchmarks/results``); the CSV is rewritten after
 each cell, so an interrupted run keeps the cells it finished.
 """
@@ -93,6 +101,9 @@ def one_replication(seed, n, p, q, ratio, mode, epsilon=None):
     X, y, g, b = make_federated_gaussians(
         n_sites=SITES, n_batches=BATCHES, n_per_batch=n // (SITES * BATCHES), n_features=p,
         mu=MU, sigma=SIGMA, ratio=ratio, random_state=seed)
+    if epsilon is not None and mode != "offline":
+        batches = stream_batches(b, g, PRIVATE_SCHEDULES[mode])
+        return private_stream_replication(X, y, g, batches, q, p, epsilon, seed)
     if epsilon is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -112,6 +123,49 @@ def one_replication(seed, n, p, q, ratio, mode, epsilon=None):
                 clf.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=[-1, 1])
     interval = clf.confint(0.95)[0]
     return np.stack([interval, interval, interval])
+
+
+#: The private stream schedules: mode -> the first batch's share of the
+#: rows (None: the generator's 20 equal batches).
+PRIVATE_SCHEDULES = {"stream": None, "stream, first n/2": 0.5}
+
+
+def stream_batches(b, g, first_share):
+    """The batch of every row: the generator's (``first_share`` None), or
+    its first ``first_share * BATCHES`` batches as one, then each site's
+    other rows spread evenly over the remaining ``BATCHES - 1``."""
+    if first_share is None:
+        return b
+    first = b < BATCHES * first_share
+    out = np.zeros_like(b)
+    for site in np.unique(g):
+        rows = np.flatnonzero(~first & (g == site))
+        out[rows] = 1 + np.arange(len(rows)) * (BATCHES - 1) // len(rows)
+    return out
+
+
+def private_stream_replication(X, y, g, batches, q, p, epsilon, seed):
+    """The private stream's 95 % intervals and estimate after its last
+    batch, and the non-private stream's intervals on the same batches."""
+    private = private_estimator(q, p, epsilon, seed)
+    public = DWDClassifier(q=q, inference=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k in range(BATCHES):
+            rows = batches == k
+            private.partial_fit(X[rows], y[rows], sample_group=g[rows])
+            public.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=[-1, 1])
+    estimate = np.r_[private.intercept_, private.coef_[0]]
+    return np.stack([private.confint(0.95)[0], public.confint(0.95)[0],
+                     np.column_stack([estimate, estimate])])
+
+
+def private_stream_cells(quick):
+    """``(n, p, q, ratio, mode, epsilon)`` of the private stream cells."""
+    if quick:
+        return [(20000, 5, 1.0, 1.0, mode, 4.0) for mode in PRIVATE_SCHEDULES]
+    return [(20000, 5, q, ratio, mode, eps) for mode in PRIVATE_SCHEDULES for q in (1.0, 4.0)
+            for ratio in (1.0, 4.0) for eps in (4.0, 1.0)]
 
 
 def replications(seeds, *cell, replication=one_replication):
@@ -180,7 +234,7 @@ def cells(quick, private_only=False, second_order=False):
     return private if private_only else public + private
 
 
-def markdown(rows):
+def markdown(rows, footer=True):
     lines = ["| n | p | q | classes | fit | ε | coverage (pooled) | min–max over parameters | "
              "mean width coef / intercept | width vs non-private | NaN SE (no interval) | SE / SD | max bias / SD | "
              "reps |",
@@ -195,8 +249,9 @@ def markdown(rows):
             f"{100 * r['unresolved']:.0f} % | "
             f"{r['se_ratio_min']:.2f}–{r['se_ratio_max']:.2f} | "
             f"{r['bias_max']:.2f} | {r['reps']} |")
-    lines.append("| 2000, 20000 | 5, 20 | 1, 4 | both | stream | 1, 4 | not offered (a private "
-                 "stream's later batches carry no covariance yet) | | | | | | | |")
+    if footer:
+        lines.append("| 2000, 20000 | 5, 20 | 1, 4 | both | stream | 1, 4 | see \"Private "
+                     "streams\" (`--private-stream`) | | | | | | | |")
     return "\n".join(lines) + "\n"
 
 
@@ -410,6 +465,8 @@ def main():
     parser.add_argument("--second-order", action="store_true",
                         help="the p = 20 stream cells (p = 5 with --quick), each with and "
                              "without shift_correction='second-order'")
+    parser.add_argument("--private-stream", action="store_true",
+                        help="run the private 20-batch stream cells only")
     parser.add_argument("--features", type=int, nargs="*", default=None,
                         help="run the cells of these p only (default: all)")
     args = parser.parse_args()
@@ -422,10 +479,13 @@ def main():
         stem += "_private"
     if args.second_order:
         stem += "_second_order"
+    if args.private_stream:
+        stem = "inference_private_stream" + ("_quick" if args.quick else "")
     rows = []
     if args.features:
         stem += "_p" + "_".join(map(str, args.features))
-    chosen = [c for c in cells(args.quick, args.private_only, args.second_order)
+    chosen = [c for c in (private_stream_cells(args.quick) if args.private_stream
+                          else cells(args.quick, args.private_only, args.second_order))
               if not args.features or c[1] in args.features]
     for n, p, q, ratio, mode, epsilon in chosen:
         row = run_cell(n, p, q, ratio, mode, epsilon, reps, args.n_jobs)
@@ -436,7 +496,7 @@ def main():
             writer = csv.DictWriter(handle, fieldnames=FIELDS)
             writer.writeheader()
             writer.writerows(rows)
-    (folder / f"{stem}.md").write_text(markdown(rows))
+    (folder / f"{stem}.md").write_text(markdown(rows, footer=not args.private_stream))
     wrote(folder / f"{stem}.csv")
     wrote(folder / f"{stem}.md")
 

@@ -16,9 +16,10 @@ Variants (``--c ORDER:C``):
   batch's propagated covariance, ``h_j = C`` times the root mean square of
   the margin's standard deviation under ``V_j``).
 
-The package's ``shift_correction='second-order'`` is variant 3 with
-``V_j`` replaced by ``(N / N_j) V_B`` (measured: the per-batch covariances
-made the correction noisy with small batches). "failed": streams whose
+An estimator option built on variant 3 with ``V_j`` replaced by
+``(N / N_j) V_B`` was measured and not shipped (benchmarks/README.md,
+"Stream batch size": it removes the shift's mean, not the
+under-coverage). "failed": streams whose
 second-order equation was not solved (no root near the estimate).
 
     python benchmarks/prototype_second_order.py [--reps R] [--c 2:2 3:1 ...]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from _reference import gendwd_objective
+from scipy.linalg.lapack import dpotrf
 from scipy.optimize import minimize
 
 import skfedpriv.linear_model._renewable as renewable
@@ -225,3 +226,128 @@ def test_the_majorization_fallback_runs_on_rows_and_reaches_the_optimum(monkeypa
     clf = DWDClassifier(q=4.0, alpha=ALPHA).fit(X, y)
     assert calls and isinstance(clf.curvature_, CurvatureStack)
     assert np.all(_relative_gaps(clf, X, y, 4.0) <= 1e-10)
+
+
+# -- the steps in the span of the rows (linear_model/_row_span.py) ----------
+
+def _span_blocks():
+    rng = np.random.default_rng(3)
+    X1 = rng.standard_normal((6, 50))
+    X1[4] = X1[1]  # a repeated row: the Gram matrix is singular (pivoted Cholesky)
+    X2 = sp.random(5, 50, density=0.3, format="csr", random_state=4)
+    return [RowBlock(X1, True), RowBlock(X2, True)], np.vstack([X1, X2.toarray()])
+
+
+def test_row_span_is_an_orthonormal_basis_holding_every_row():
+    from skfedpriv.linear_model._row_span import RowSpan
+
+    blocks, X = _span_blocks()
+    span = RowSpan(blocks)
+    assert span.rank == np.linalg.matrix_rank(X) == 10
+    basis = span.expand(np.eye(span.rank))  # Qᵀ, one column per direction
+    np.testing.assert_allclose(basis.T @ basis, np.eye(span.rank), atol=1e-12)
+    # row i's coordinates are Q x_i, and Qᵀ Q x_i gives the row back
+    np.testing.assert_allclose(span.coordinates, X @ basis, atol=1e-12)
+    np.testing.assert_allclose(span.coordinates @ basis.T, X, atol=1e-12)
+    # a vector outside: its projection (least squares), and in_span refuses it
+    v = np.random.default_rng(5).standard_normal((50, 1))
+    projection = X.T @ np.linalg.lstsq(X.T, v, rcond=None)[0]
+    np.testing.assert_allclose(span.expand(span.reduce(v)), projection, atol=1e-12)
+    assert span.in_span(v) is None
+    np.testing.assert_allclose(span.in_span(projection), span.reduce(projection))
+
+
+def test_repeated_and_nearly_dependent_rows_reach_the_optimum():
+    X, y = _rows(40, 300)
+    X[20:25], y[20:25] = X[:5], y[:5]  # repeated rows
+    X[25:30], y[25:30] = X[5:10] * (1 + 1e-7), y[5:10]  # dependent ones
+    noise = 1e-7 * np.random.default_rng(7).standard_normal((5, 300))
+    X[30:35], y[30:35] = X[10:15] + noise, y[10:15]  # nearly dependent ones
+    for q in (1.0, 4.0):
+        clf = DWDClassifier(q=q, alpha=ALPHA).fit(X, y)
+        assert isinstance(clf.curvature_, CurvatureStack)
+        assert np.all(_relative_gaps(clf, X, y, q) <= 1e-10)
+    # rows 1e-5 apart: the plain Cholesky factor holds, with tiny pivots
+    X, y = _rows(40, 300)
+    X[20:40], y[20:40] = X[:20] + 1e-5 * np.random.default_rng(9).standard_normal((20, 300)), y[:20]
+    assert dpotrf(X @ X.T, lower=1)[1] == 0
+    clf = DWDClassifier(alpha=ALPHA).fit(X, y)
+    assert np.all(_relative_gaps(clf, X, y, 1.0) <= 1e-10)
+
+
+def test_the_steps_ask_only_the_sites_in_the_span(monkeypatch):
+    from skfedpriv.linear_model import _dwd_solver
+
+    widths = []
+    for name in ("summaries", "line_losses", "curvature_rows", "curvature_product"):
+        original = getattr(_dwd_solver.SiteData, name)
+        monkeypatch.setattr(_dwd_solver.SiteData, name,
+                            lambda self, *a, _f=original, **k: widths.append(self.n_features)
+                            or _f(self, *a, **k))
+    X, y = _rows(30, 300)
+    clf = DWDClassifier(alpha=ALPHA).fit(X[:15], y[:15])
+    clf.partial_fit(X[15:], y[15:])
+    # no request to the 300-feature rows: every step in the span's coordinates
+    assert widths and max(widths) <= 30
+
+
+def test_sites_in_parts_solve_in_the_span_as_pooled_rows():
+    from skfedpriv.linear_model._dwd_solver import SiteData
+    from skfedpriv.linear_model._newton import solve_batch
+
+    X, y = _rows(30, 250)
+    Y = np.where(y == 1, 1.0, -1.0)[:, None]
+    pooled = SiteData(X, Y, np.ones(30), [np.arange(30)], None, True)
+    parts = SiteData(X, Y, np.ones(30), [np.arange(30)], None, True)
+    parts.parts = [(X[:12], Y[:12], np.ones(12)), (X[12:], Y[12:], np.ones(18))]
+    out = [solve_batch(s, np.zeros((251, 1)), q=1.0, alpha=ALPHA, fit_intercept=True,
+                       tol=1e-14, rows=True) for s in (pooled, parts)]
+    np.testing.assert_allclose(out[1][0], out[0][0], rtol=1e-9, atol=1e-10)
+    assert [len(b) for b in out[1][1][0].blocks] == [12, 18]
+    np.testing.assert_allclose(np.asarray(out[1][1]), np.asarray(out[0][1]), rtol=1e-9,
+                               atol=1e-9)
+
+
+def test_a_start_outside_the_span_takes_the_unreduced_path():
+    from skfedpriv.linear_model._dwd_solver import SiteData
+    from skfedpriv.linear_model._newton import solve_batch
+    from skfedpriv.linear_model._row_span import reduce_to_row_span
+
+    X, y = _rows(30, 250)
+    Y = np.where(y == 1, 1.0, -1.0)[:, None]
+    sites = SiteData(X, Y, np.ones(30), [np.arange(30)], None, True)
+    outside = np.random.default_rng(6).standard_normal((251, 1))
+    assert reduce_to_row_span(sites, outside, None, None, True) is None
+    assert reduce_to_row_span(sites, np.zeros((251, 1)), None, None, True) is not None
+    Theta, curvature, _ = solve_batch(sites, outside, q=1.0, alpha=ALPHA, fit_intercept=True,
+                                      tol=1e-14, rows=True)
+    reference, _, _ = solve_batch(sites, np.zeros((251, 1)), q=1.0, alpha=ALPHA,
+                                  fit_intercept=True, tol=1e-14, rows=True)
+    assert isinstance(curvature, CurvatureStack)
+    np.testing.assert_allclose(Theta, reference, atol=1e-7)
+
+
+def test_the_state_keeps_its_own_rows_when_the_callers_change():
+    X, y = _rows(30, 250)
+    rows = X[:15].copy()
+    clf = DWDClassifier(alpha=ALPHA).fit(rows, y[:15])
+    twin = DWDClassifier(alpha=ALPHA).fit(X[:15], y[:15])
+    rows[:] = 0.0  # the caller reuses its array
+    clf.partial_fit(X[15:], y[15:])
+    twin.partial_fit(X[15:], y[15:])
+    np.testing.assert_array_equal(clf.coef_, twin.coef_)
+
+
+def test_a_large_private_copy_is_an_independent_array_that_pickles():
+    from skfedpriv.linear_model._factored_curvature import _ORDINARY_PAGES_FROM
+
+    X = np.arange(_ORDINARY_PAGES_FROM // 8, dtype=float).reshape(8, -1)  # 32 MiB
+    block = RowBlock(X, True)
+    assert block.X is not X and not np.shares_memory(block.X, X)
+    np.testing.assert_array_equal(block.X, X)
+    X[:] = 0.0
+    restored = pickle.loads(pickle.dumps(block))
+    for other in (restored, copy.deepcopy(block)):
+        np.testing.assert_array_equal(other.X, block.X)
+        assert not np.shares_memory(other.X, block.X)
+    assert block.X.any()

@@ -157,3 +157,34 @@ def test_one_vs_rest_phase_takes_fewer_rounds_and_matrices_to_the_same_optimum(m
         args = (Xbar, labels, np.ones(len(X)), 1.0, ALPHA)
         values = gendwd_objective(theta, *args)[0], gendwd_objective(other, *args)[0]
         assert abs(values[0] - values[1]) <= 1e-11 * values[1]
+
+
+def test_lbfgs_memory_keeps_the_newest_pairs_and_their_products():
+    # past the memory, the oldest pairs leave; the products kept (formed a
+    # row and column at a time) are those of the pairs kept, S Yᵀ and Y Yᵀ
+    from skfedpriv.linear_model._quasi_newton import _MEMORY
+
+    rng = np.random.default_rng(1)
+
+    class Solver:
+        active = np.ones(3, dtype=bool)
+        scale = 1.0
+        Theta = np.zeros((5, 3))
+
+    phase = LBFGSPhase(Solver())
+    pairs = []
+    for _ in range(_MEMORY + 7):
+        s, y = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
+        y[:, 0] = np.abs(s[:, 0]) * np.sign(s[:, 0])  # model 0 keeps every pair
+        phase.remember(s, y)
+        pairs.append((s, y))
+    kept = pairs[-_MEMORY:]
+    np.testing.assert_array_equal(phase.S[0], np.array([s[:, 0] for s, _ in kept]))
+    for k in range(3):
+        np.testing.assert_allclose(phase.sy[k], phase.S[k] @ phase.Y[k].T, rtol=1e-12,
+                                   atol=1e-12)
+        np.testing.assert_allclose(phase.yy[k], phase.Y[k] @ phase.Y[k].T, rtol=1e-12,
+                                   atol=1e-12)
+    # a pair a model left out is zero in its memory
+    left_out = [(s[:, 1] * y[:, 1]).sum() <= 0 for s, y in kept]
+    assert np.all(phase.S[1][left_out] == 0) and np.any(left_out)

@@ -60,18 +60,6 @@ def test_other_mechanisms_refuse_inference_before_any_change(mechanism):
     assert not hasattr(clf, "coef_") and budget.spent == (0.0, 0.0)
 
 
-def test_later_private_batch_refused_before_any_change():
-    X, y, g = _data(0, n=1000)
-    budget = PrivacyBudget(10.0, 1e-3)
-    clf = _private(budget=budget).fit(X[:500], y[:500], sample_group=g[:500])
-    before = (clf.coef_.copy(), clf.coef_se_.copy(), budget.spent)
-    with pytest.raises(NotImplementedError, match="one batch"):
-        clf.partial_fit(X[500:], y[500:], sample_group=g[500:])
-    np.testing.assert_array_equal(clf.coef_, before[0])
-    np.testing.assert_array_equal(clf.coef_se_, before[1])
-    assert budget.spent == before[2] and clf.n_batches_ == 1
-
-
 def test_public_attributes_are_releases():
     X, y, g = _data(1, n=2000)
     clf = _private().fit(X, y, sample_group=g)
@@ -256,24 +244,10 @@ def test_the_charge_covers_every_draw_the_multiclass_fit_makes(monkeypatch):
     dp_accounting = pytest.importorskip("dp_accounting")
     from dp_accounting import pld
 
-    from skfedpriv.linear_model import _dwd_solver, _inference_private
-    from skfedpriv.privacy._objective_perturbation import summary_sensitivity
+    from _site_draws import SiteDraws
 
     q, n_sites, K = 1.0, 2, 3
-    draws = []  # (std, sensitivity, number of independent unit blocks)
-
-    def site_noise(kind, std, p1, n_models, rng):
-        blocks = 1 if kind == "gram" else n_models
-        draws.append((std, summary_sensitivity(kind, q, CLIP), blocks))
-        return real_site_noise(kind, std, p1, n_models, rng)
-
-    def symmetric(p1, std, random_state=None):
-        draws.append((std, None, 1))
-        return real_symmetric(p1, std, random_state=random_state)
-
-    real_site_noise, real_symmetric = _dwd_solver.site_noise, _inference_private.symmetric_gaussian_noise
-    monkeypatch.setattr(_dwd_solver, "site_noise", site_noise)
-    monkeypatch.setattr(_inference_private, "symmetric_gaussian_noise", symmetric)
+    draws = SiteDraws(monkeypatch, q, CLIP)
     rng = np.random.default_rng(5)
     X = rng.normal(size=(900, 2)) + np.repeat(np.eye(3, 2), 300, axis=0)
     y, g = np.repeat([0, 1, 2], 300), np.tile(np.arange(n_sites), 450)
@@ -283,12 +257,7 @@ def test_the_charge_covers_every_draw_the_multiclass_fit_makes(monkeypatch):
         clf = _private(epsilon=1.0, budget=budget, classes=[0, 1, 2], q=q, online_steps=2)
         clf.fit(X, y, sample_group=g)
     sigma = clf.noise_scale_
-    bounds = {round(sigma / PRECISION * exact_curvature_sensitivity(q, CLIP), 12):
-              exact_curvature_sensitivity(q, CLIP),
-              round(sigma / PRECISION * score_outer_sensitivity(q, CLIP), 12):
-              score_outer_sensitivity(q, CLIP)}
-    units = sum(blocks * (delta if delta is not None else bounds[round(std, 12)]) ** 2 / std**2
-                for std, delta, blocks in draws) * sigma**2 / n_sites
+    units = draws.unit_releases(sigma, n_sites)
     # pilot: K (2 gradients + 1 curvature) + the Gram; refinement: K (3 + 9 · 4)
     assert units == pytest.approx(K * 3 + 1 + K * (ROUNDS + PRECISION**2 * (ROUNDS + 1)))
     (entry,) = budget.ledger.entries

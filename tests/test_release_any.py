@@ -170,11 +170,19 @@ def test_new_private_paths_publish_only_releases_and_data_independent_values(pat
     g = np.arange(300) % 3
     Xn, yn = X.copy(), y.copy()
     Xn[0], yn[0] = -X[0], 1 - y[0]
+    check_neighbouring_releases(lambda rows, labels: make().fit(rows, labels, sample_group=g),
+                                (X, y), (Xn, yn), noised, independent)
+
+
+def check_neighbouring_releases(fit, data, neighbour, noised, independent):
+    """``fit(X, y)`` on both data sets: the release's public fitted
+    attributes are ``noised | independent``, the ``independent`` ones equal
+    on both, and the release holds no secret."""
     fitted = []
-    for rows, labels in ((X, y), (Xn, yn)):
+    for rows, labels in (data, neighbour):
         with warnings.catch_warnings():  # the seeded-noise and noise warnings
             warnings.simplefilter("ignore")
-            est = make().fit(rows, labels, sample_group=g)
+            est = fit(rows, labels)
         published = release(est)
         assert not _secrets(published)
         public = {k for k in vars(published) if k.endswith("_") and not k.startswith("_")}

@@ -40,6 +40,7 @@ from ._dwd_settings import CONTINUAL, dwd_settings
 from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step
 from ._inference_private import ROUNDS, inference_releases, private_newton_inference
+from ._inference_private_stream import private_stream_batch, private_stream_start
 from ._inference import (
     CoefficientInferenceMixin,
     inference_attributes,
@@ -138,16 +139,12 @@ def _charge(settings, epsilon, delta, *, note, **details):
 def _local_gaussian(sites, stream, settings, *, first):
     """Site-local Gaussian perturbation of every summary; the budget is
     charged once per stream, before any noise is drawn. With ``inference``
-    (first batch only) the pilot is refined and gets its noise-aware
-    covariance (:mod:`._inference_private`), charged in the same mechanism."""
+    the first batch's pilot is refined and gets its noise-aware covariance
+    (:mod:`._inference_private`), charged in the same mechanism; a later
+    batch makes one renewable step and propagates the covariance
+    (:mod:`._inference_private_stream`), its releases calibrated alike."""
     epsilon, delta = settings.epsilon, settings.delta
     n_models = stream.theta.shape[1]
-    if settings.inference and not first:
-        raise NotImplementedError(
-            "inference=True with mechanism='local-gaussian' covers one batch (fit, or "
-            "the first partial_fit) only: the covariance of a private stream's later "
-            "batches is not propagated yet. Start a new stream with fit."
-        )
     if not sites.noises_summaries:
         raise ValueError(
             "mechanism='local-gaussian' needs every site to noise its own summaries: "
@@ -158,6 +155,8 @@ def _local_gaussian(sites, stream, settings, *, first):
             "inference=True with mechanism='local-gaussian' runs with sites in this "
             "process only (its refinement rounds are not a site request yet). Nothing "
             "was charged.")
+    if settings.inference and not first:
+        return private_stream_batch(sites, stream, settings)
     releases = local_gaussian_releases(n_models, settings.online_steps, first)
     if settings.inference:
         releases += inference_releases(n_models)
@@ -182,6 +181,8 @@ def _local_gaussian(sites, stream, settings, *, first):
             sites, theta, sigma, stream.rng, loss=settings.loss, alpha=settings.alpha,
             fit_intercept=settings.fit_intercept, clip_norm=settings.clip_norm)
         release.update(inference_attributes(coef_cov, settings.fit_intercept))
+        # the refined fit's exact curvature starts the stream's prior
+        curvature, noise_var = private_stream_start(curvature, sites, sigma, settings)
         n_iter += ROUNDS
     return theta, curvature, n_iter, release, (noise_var + stream.curvature_noise_var)
 
@@ -549,13 +550,15 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         (see :doc:`/guide_inference`). The target is the population
         minimizer of the objective at the same ``alpha``. Without a mechanism, with sites
         that send the summary (in this process, or remote non-private
-        sites; :meth:`fit_sites` refuses others). Under ``mechanism='local-gaussian'``: one batch
-        (``fit`` or a stream's first ``partial_fit``; a later batch raises
-        ``NotImplementedError`` and changes nothing), the fit refined by
-        3 Newton rounds on noised exact curvatures and the interval widened
-        by the privacy noise (see Notes; where the noised curvature is
-        near its noise floor they can under-cover, measured in
-        ``benchmarks/README.md``); the other mechanisms raise.
+        sites; :meth:`fit_sites` refuses others). Under ``mechanism='local-gaussian'``
+        (sites in this process only): ``fit`` (or a stream's first
+        ``partial_fit``) refined by 3 Newton rounds on noised exact
+        curvatures, then one renewable step per later batch, the interval
+        widened by the privacy noise of every batch (see Notes; where the
+        noised curvature is near its noise floor they can under-cover, and
+        a first batch too small for the refinement publishes NaN for the
+        whole stream: measured in ``benchmarks/README.md``); the other
+        mechanisms raise.
     honest_sites : int or None, default=None
         'secagg-tree' only: the number of sites assumed honest (not
         colluding with the server, not dropping out). Each site adds the
@@ -630,7 +633,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
     n_iter_ : int
         Iterations of the last ``fit`` or ``partial_fit``; with a mechanism
         it is ``online_steps`` ('local-gaussian'; plus 3 with
-        ``inference=True``) or 1 (Algorithm 2,
+        ``inference=True``, and 1 for its later batches) or 1 (Algorithm 2,
         'local-tree', 'local-blt', 'secagg-tree'), data-independent.
     privacy_spent_ : tuple of float
         ``(epsilon, delta)`` charged for the stream so far; ``(inf, 0.0)``
@@ -705,6 +708,13 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
       releases, so ``releases`` grows by ``K (3 + 9 · 4)`` and the one
       charge (and the claim above, for every site message and every
       released attribute, ``coef_se_``/``coef_cov_`` included) covers them.
+      Each later batch of such a stream releases instead, per model and
+      at the previous estimate, the gradient sum, the exact curvature and
+      the score outer products (the matrices at ``σ_b / 3``): ``K (1 + 2 · 9)``
+      unit releases, counted before any noise is drawn and calibrated, as
+      one Gaussian mechanism, to the same ``(epsilon, delta)`` (the same
+      ratio as the first batch's: the one charge covers them; see
+      :mod:`~skfedpriv.linear_model._inference_private_stream`).
     * ``'laplace'`` / ``'gaussian'``: Algorithm 2 as published, one release
       per batch: ``θ_b`` minimizes the perturbed objective ``Q`` (eq. 41)
       over the ball ``‖θ - θ_{b-1}‖ <= R`` (objective perturbation over a

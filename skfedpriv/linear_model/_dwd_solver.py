@@ -561,12 +561,27 @@ class SiteData(DWDSites):
         """The number of rows over all sites."""
         return sum(part[0].shape[0] for part in self.parts)
 
-    def _blocks(self):
+    def row_blocks(self):
         """The sites' rows as :class:`~._factored_curvature.RowBlock` objects
-        (copied once per batch, their Gram matrices kept)."""
+        (their Gram matrices kept): a copy of rows the caller may hold, the
+        parts themselves when split here (``X[rows]``, this object's own)."""
         if getattr(self, "_row_blocks_", None) is None:
-            self._row_blocks_ = [RowBlock(X, self.fit_intercept) for X, _, _ in self.parts]
+            own = len(self.parts) > 1
+            self._row_blocks_ = [RowBlock(X, self.fit_intercept, copy=not own)
+                                 for X, _, _ in self.parts]
         return self._row_blocks_
+
+    def on_rows(self, block):
+        """These sites' labels and weights (the parts pooled in order) on the
+        rows of ``block``: the coordinates of the rows in their span
+        (:mod:`._row_span`), Gram matrices known. In process only, as
+        :meth:`curvature_rows`; counts numbers per site as these sites do."""
+        Y = np.concatenate([Y for _, Y, _ in self.parts])
+        weights = np.concatenate([w for _, _, w in self.parts])
+        out = SiteData(block.X, Y, weights, [np.arange(len(Y))], None, self.fit_intercept)
+        out.n_sites = self.n_sites
+        out._row_blocks_ = [block]
+        return out
 
     def curvature_rows(self, Theta, loss, models=True):
         """The curvature summary as rows: ``sqrt(w_i Ṽ_q''(u_ik)) x̄_i`` of
@@ -585,7 +600,7 @@ class SiteData(DWDSites):
                       else augmented_scores(X, Theta, self.fit_intercept))
             row = _row_curvature(Y[:, flagged], w, scores[:, flagged], loss)
             scales.append(np.sqrt(np.maximum(row, 0.0)))
-        blocks, p1 = self._blocks(), Theta.shape[0]
+        blocks, p1 = self.row_blocks(), Theta.shape[0]
         stack = CurvatureStack([
             RowCurvature(blocks, [s[:, j] for s in scales], np.zeros(p1), self.fit_intercept)
             for j in range(len(flagged))])
@@ -601,7 +616,7 @@ class SiteData(DWDSites):
         """:meth:`majorizer` as rows ``sqrt(c w_i) x̄_i`` (one model; see
         :meth:`curvature_rows`)."""
         bound = as_loss(loss).curvature_bound
-        blocks = self._blocks()
+        blocks = self.row_blocks()
         scales = [np.sqrt(bound * np.maximum(w, 0.0)) for _, _, w in self.parts]
         self._count(None)
         self.floats_sent += self._rows_per_site() * (self.n_features + int(self.fit_intercept))

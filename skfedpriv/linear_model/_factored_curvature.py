@@ -13,7 +13,9 @@ system is solved through the ``m x m`` matrix ``M = I + Z_pen Z_penᵀ / c``
 penalized coordinate), the unpenalized intercept eliminated exactly by its
 Schur complement ``σ = r_0 + zᵀ M⁻¹ z`` (``z = s``, the intercept column of
 ``Z``). ``M`` needs only the rows' Gram matrix ``X Xᵀ``, formed once per
-pair of batches and kept, so every Newton step costs ``O(m³ + m p)``.
+pair of batches and kept, so every Newton step costs ``O(m³ + m p)``; in
+the coordinates of the span of the rows (:mod:`._row_span`, where the
+solver runs these systems when it can) ``O(m³)``.
 
 :class:`RowSites` asks in-process sites for these rows (a summary kind only
 :class:`~skfedpriv.linear_model._dwd_solver.SiteData` answers: the rows'
@@ -23,9 +25,12 @@ chooses the form of a batch; :class:`CurvatureStack` is the state (and the
 public ``curvature_``), forming the dense matrices only on request.
 """
 
+import mmap
+
 import numpy as np
 import scipy.sparse as sp
-from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg import LinAlgError, cho_factor, cho_solve
+from scipy.linalg.lapack import dpotrf, dpotrs
 
 __all__ = ["CurvatureStack", "RowBlock", "RowCurvature", "RowSites", "curvature_form"]
 
@@ -43,12 +48,37 @@ def factored_is_smaller(n_rows, p1):
     return n_rows * p1 + n_rows * n_rows < p1 * p1
 
 
-class RowBlock:
-    """One batch's rows ``X`` (a private copy), with the Gram matrices
-    ``X X_otherᵀ`` against other blocks kept once formed."""
+# numpy asks the kernel for huge pages for arrays from 4 MiB on (madvise),
+# and from 32 MiB on (glibc's largest mmap threshold) every allocation is
+# fresh memory: where the kernel compacts memory to find huge pages on the
+# first touch, a 64 MB copy took 0.1-0.28 s instead of 0.03-0.05 s on
+# ordinary pages (benchmarks/README.md, "Few rows"). Copies from this size
+# on are made in an anonymous memory map, which numpy does not advise
+# (below it, numpy's copy mostly reuses memory already mapped: 0.3 ms for
+# 6.4 MB where a fresh map took 7 ms)
+_ORDINARY_PAGES_FROM = 1 << 25
 
-    def __init__(self, X, fit_intercept):
-        self.X = X.copy()
+
+def _private_copy(X):
+    """A copy of the rows ``X`` that no caller holds (dense rows of at least
+    ``_ORDINARY_PAGES_FROM`` bytes in an anonymous memory map)."""
+    if sp.issparse(X) or X.nbytes < _ORDINARY_PAGES_FROM:
+        return X.copy()
+    out = np.frombuffer(mmap.mmap(-1, X.nbytes), dtype=X.dtype).reshape(X.shape)
+    np.copyto(out, X)
+    return out
+
+
+class RowBlock:
+    """One batch's rows ``X`` (a private copy unless ``copy=False``), with
+    the Gram matrices ``X X_otherᵀ`` against other blocks kept once formed."""
+
+    # rows of coordinates in the span of other rows (:mod:`._row_span`): their
+    # curvature stays factored (the form is chosen in the original coordinates)
+    in_span = False
+
+    def __init__(self, X, fit_intercept, copy=True):
+        self.X = _private_copy(X) if copy else X
         self.fit_intercept = bool(fit_intercept)
         self._grams = {}
 
@@ -58,6 +88,10 @@ class RowBlock:
     def __getstate__(self):
         # the Gram matrices are formed again when needed (keyed by identity)
         return {"X": self.X, "fit_intercept": self.fit_intercept, "_grams": {}}
+
+    def preset_gram(self, other, product):
+        """Keep ``product`` as ``X X_otherᵀ`` (known from elsewhere)."""
+        self._grams[id(other)] = (other, product)
 
     def gram(self, other):
         """``X X_otherᵀ`` of the features (no intercept column)."""
@@ -201,7 +235,11 @@ class WoodburyFactor:
         M = gram * s[:, None]
         M *= s[None, :] / self.c
         M.flat[::len(s) + 1] += 1.0
-        self.M = cho_factor(M, overwrite_a=True, check_finite=False) if len(s) else None
+        self.M = None
+        if len(s):  # LAPACK directly: scipy's checks cost more than a small factor
+            self.M, info = dpotrf(M, lower=0, clean=0, overwrite_a=1)
+            if info != 0:  # pragma: no cover - I + a PSD matrix
+                raise LinAlgError(f"potrf failed with info={info}")
         if curvature.intercept:
             # σ = r_0 + zᵀ M⁻¹ z, z = s the intercept column of Z
             self.Mz = self._m_solve(s)
@@ -211,7 +249,7 @@ class WoodburyFactor:
             self.sigma = sigma
 
     def _m_solve(self, t):
-        return cho_solve(self.M, t, check_finite=False) if self.M is not None else t
+        return dpotrs(self.M, t, lower=0)[0] if self.M is not None else t
 
     def _split(self, values):
         """Per block pieces of a vector over all rows."""
@@ -273,6 +311,11 @@ class CurvatureStack:
         return max(m.n_rows for m in self.models)
 
     @property
+    def in_span(self):
+        """Whether the rows are coordinates in a span (:mod:`._row_span`)."""
+        return any(b.in_span for m in self.models for b in m.blocks)
+
+    @property
     def nbytes(self):
         """Bytes of the factored form: the rows (shared by the models, counted
         once), their Gram matrices kept and each model's scales."""
@@ -306,7 +349,9 @@ class CurvatureStack:
                 mine = mine * len(theirs)
             total = CurvatureStack([a + b for a, b in zip(mine, theirs)])
             # the dense form once it is the smaller one
-            return total if factored_is_smaller(total.n_rows, total.shape[1]) else total.dense()
+            if total.in_span or factored_is_smaller(total.n_rows, total.shape[1]):
+                return total
+            return total.dense()
         if np.isscalar(other) and other == 0:
             return self
         return self.dense() + np.asarray(other)

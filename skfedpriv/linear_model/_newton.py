@@ -102,6 +102,7 @@ from ._factored_curvature import (
     stack_curvatures,
 )
 from ._quasi_newton import LBFGSPhase
+from ._row_span import reduce_to_row_span
 
 __all__ = ["NewtonSolver", "solve_batch"]
 
@@ -859,7 +860,10 @@ def solve_batch(
         Keep every curvature in factored form (in-process sites that answer
         ``curvature_rows``; :mod:`._factored_curvature`) and solve every
         Newton system directly through ``m x m`` systems; ``prior`` may be a
-        :class:`~._factored_curvature.CurvatureStack`.
+        :class:`~._factored_curvature.CurvatureStack`. The steps then run in
+        the coordinates of the span of the rows (:mod:`._row_span`: no pass
+        over the ``p`` columns per step) when the start and ``center`` lie
+        in it.
 
     Returns
     -------
@@ -872,9 +876,15 @@ def solve_batch(
         accepted iterate), ``rounds`` (requests to the sites) and
         ``floats_sent`` (numbers one site sent back).
     """
-    solver = NewtonSolver(
-        sites, q if loss is None else loss, alpha=alpha, fit_intercept=fit_intercept,
-        prior=prior, center=center, max_iter=max_iter, tol=tol, scale=scale,
-        refresh_curvature=refresh_curvature, warn=warn, frozen=frozen, penalty=penalty,
-        matrices=matrices, rows=rows)
-    return solver.solve(Theta)
+    settings = dict(alpha=alpha, fit_intercept=fit_intercept, max_iter=max_iter, tol=tol,
+                    scale=scale, refresh_curvature=refresh_curvature, warn=warn, frozen=frozen,
+                    penalty=penalty, matrices=matrices, rows=rows)
+    loss = q if loss is None else loss
+    span = reduce_to_row_span(sites, Theta, prior, center, fit_intercept) if rows else None
+    if span is not None:
+        # few rows: the same steps in the span of the rows (:mod:`._row_span`)
+        reduced, start, prior_span, center_span = span
+        solver = NewtonSolver(reduced.sites, loss, prior=prior_span, center=center_span,
+                              **settings)
+        return reduced.results(Theta, *solver.solve(start), frozen)
+    return NewtonSolver(sites, loss, prior=prior, center=center, **settings).solve(Theta)

@@ -47,6 +47,18 @@ _HANDOVER_CHEAP = 1e-4
 _MAX_ITER = 200
 
 
+def _bordered(inner, row, column):
+    """The stack of ``(m+1) x (m+1)`` matrices with ``inner`` (``m x m``) at
+    the top left, ``row`` (``1 x (m+1)``) as the last row and ``column``
+    (``(m+1) x 1``) as the last column."""
+    n_models, m = inner.shape[0], inner.shape[1] + 1
+    out = np.empty((n_models, m, m))
+    out[:, :-1, :-1] = inner
+    out[:, -1:, :] = row
+    out[:, :, -1:] = column
+    return out
+
+
 class LBFGSPhase:
     """L-BFGS memories of every model, and the iteration on a solver.
 
@@ -87,10 +99,17 @@ class LBFGSPhase:
         their ``H̃`` as it was)."""
         sy = (s * y).sum(axis=0)
         keep = sy > 1e-12 * np.sqrt((s * s).sum(axis=0) * (y * y).sum(axis=0))
-        self.S = np.concatenate([self.S, (s * keep).T[:, None]], axis=1)[:, -_MEMORY:]
-        self.Y = np.concatenate([self.Y, (y * keep).T[:, None]], axis=1)[:, -_MEMORY:]
-        self.sy = self.S @ np.swapaxes(self.Y, 1, 2)  # s_iᵀ y_j
-        self.yy = self.Y @ np.swapaxes(self.Y, 1, 2)
+        s_new, y_new = (s * keep).T[:, None], (y * keep).T[:, None]  # (K, 1, p1)
+        S = np.concatenate([self.S, s_new], axis=1)
+        Y = np.concatenate([self.Y, y_new], axis=1)
+        # only the new pair's row and column of S Yᵀ and Y Yᵀ are formed
+        # (2 m p1 numbers a model, not m² p1)
+        y_column = np.swapaxes(y_new, 1, 2)
+        self.sy = _bordered(self.sy, s_new @ np.swapaxes(Y, 1, 2), S @ y_column)
+        column = Y @ y_column
+        self.yy = _bordered(self.yy, np.swapaxes(column, 1, 2), column)
+        self.S, self.Y = S[:, -_MEMORY:], Y[:, -_MEMORY:]
+        self.sy, self.yy = self.sy[:, -_MEMORY:, -_MEMORY:], self.yy[:, -_MEMORY:, -_MEMORY:]
 
     def direction(self, grad):
         """``-H̃ g`` per model, ``H̃`` the L-BFGS inverse curvature of the
