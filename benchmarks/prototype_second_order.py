@@ -28,7 +28,9 @@ under-coverage). Rows "pkg 2nd": that option (run with this worktree on
 "+dB": with the analytic delta-method covariance of
 :func:`analytic_delta_cov` (``∂C/∂θ`` the stream's ``S``, ``∂B/∂θ`` one
 more ``p1³`` sum, here on all rows at the chain's final estimate: an
-oracle of the summary a built version would accumulate per batch). "failed": streams whose
+oracle); "+dB batch": the same with ``∂B/∂θ`` summed over the batches,
+each at the estimate the stream had after it (the summary a built
+version would accumulate). "failed": streams whose
 second-order equation was not solved (no root near the estimate).
 
     python benchmarks/prototype_second_order.py [--reps R] [--c 2:2 3:1 ...]
@@ -208,9 +210,13 @@ def package_second_order(X, y, g, bounds, q):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pk = DWDClassifier(q=q, inference=True, shift_correction="second-order")
+        dB_stream = 0.0
         for start, stop in bounds:
             pk.partial_fit(X[start:stop], y[start:stop], sample_group=g[start:stop],
                            classes=[-1, 1])
+            Xj = np.column_stack([np.ones(stop - start), X[start:stop]])
+            dB_stream = dB_stream + score_outer_derivative(
+                Xj, y[start:stop], q, pk._training_state.theta[:, 0])
     ts = pk._training_state
     S, r = ts.shift_correction.third[0], ts.shift_correction.ratio_sum
     C, V, chain = ts.curvature[0], ts.coef_cov[0], ts.theta[:, 0]
@@ -219,17 +225,24 @@ def package_second_order(X, y, g, bounds, q):
     published = np.r_[pk.intercept_, pk.coef_[0]]
     _, delta_cov = delta_corrected(Xb, y, q, chain, V, C, S, r, 1.0, mask)
     return [(published, V, True), (published, delta_cov, True),
-            (published, analytic_delta_cov(Xb, y, q, chain, V, C, S, r), True)]
+            (published, analytic_delta_cov(Xb, y, q, chain, V, C, S, r), True),
+            (published, analytic_delta_cov(Xb, y, q, chain, V, C, S, r, dB_stream), True)]
 
 
-def analytic_delta_cov(Xb, y, q, theta, V, C, S, r):
+def score_outer_derivative(Xb, y, q, theta):
+    """``Σ_i 2 ℓ' ℓ'' y_i x̄_i ⊗ x̄_i ⊗ x̄_i`` at ``theta`` (``∂B/∂θ``)."""
+    u = y * (Xb @ theta)
+    w = 2 * gendwd_derivative(u, q) * gendwd_curvature(u, q) * y
+    return np.einsum("i,ia,ib,ic->abc", w, Xb, Xb, Xb, optimize=True)
+
+
+def analytic_delta_cov(Xb, y, q, theta, V, C, S, r, dB=None):
     """``A V Aᵀ``, ``A = I - C⁻¹ ½ r S : ∂V/∂θ`` with ``V = C⁻¹ B C⁻¹``:
     ``∂_a C = S[..., a]`` (the stream's smoothed third derivative) and
     ``∂_a B = Σ_i 2 ℓ' ℓ'' y_i x_i x_iᵀ x_ia`` (one more ``p1³`` summary,
-    here on all rows at the chain's estimate)."""
-    u = y * (Xb @ theta)
-    w = 2 * gendwd_derivative(u, q) * gendwd_curvature(u, q) * y
-    dB = np.einsum("i,ia,ib,ic->abc", w, Xb, Xb, Xb, optimize=True)
+    on all rows at the chain's final estimate unless given: the stream's
+    sum of each batch's at its own estimate)."""
+    dB = score_outer_derivative(Xb, y, q, theta) if dB is None else dB
     Ci = np.linalg.inv(C)
     dV = (-np.einsum("xb,bca,cy->xya", Ci, S, V) - np.einsum("xb,bca,cy->xya", V, S, Ci)
           + np.einsum("xb,bca,cy->xya", Ci, dB, Ci))
@@ -259,7 +272,7 @@ def main():
         for schedule in a.schedules:
             res = [replication(s, a.n, a.p, a.q, ratio, schedule, a.c, a.rate)
                    for s in range(a.seed0, a.seed0 + a.reps)]
-            names = ["offline", "package 1st", "pkg 2nd", "pkg 2nd+delta", "pkg 2nd+dB", "proto 1st"] + [f"v{c}" for c in a.c]
+            names = ["offline", "package 1st", "pkg 2nd", "pkg 2nd+delta", "pkg 2nd+dB", "pkg 2nd+dB batch", "proto 1st"] + [f"v{c}" for c in a.c]
             est0 = np.array([r[0][0] for r in res])
             for k, name in enumerate(names):
                 ok = np.array([r[k][2] for r in res])
