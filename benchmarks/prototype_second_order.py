@@ -30,7 +30,8 @@ under-coverage). Rows "pkg 2nd": that option (run with this worktree on
 more ``p1³`` sum, here on all rows at the chain's final estimate: an
 oracle); "+dB batch": the same with ``∂B/∂θ`` summed over the batches,
 each at the estimate the stream had after it (the summary a built
-version would accumulate). "failed": streams whose
+version would accumulate); "+dB+C": that, with the step's own
+dependence ``-C⁻¹ S_a C⁻¹ b`` in ``A``. "failed": streams whose
 second-order equation was not solved (no root near the estimate).
 
     python benchmarks/prototype_second_order.py [--reps R] [--c 2:2 3:1 ...]
@@ -226,7 +227,8 @@ def package_second_order(X, y, g, bounds, q):
     _, delta_cov = delta_corrected(Xb, y, q, chain, V, C, S, r, 1.0, mask)
     return [(published, V, True), (published, delta_cov, True),
             (published, analytic_delta_cov(Xb, y, q, chain, V, C, S, r), True),
-            (published, analytic_delta_cov(Xb, y, q, chain, V, C, S, r, dB_stream), True)]
+            (published, analytic_delta_cov(Xb, y, q, chain, V, C, S, r, dB_stream), True),
+            (published, analytic_delta_cov(Xb, y, q, chain, V, C, S, r, dB_stream, True), True)]
 
 
 def score_outer_derivative(Xb, y, q, theta):
@@ -236,7 +238,7 @@ def score_outer_derivative(Xb, y, q, theta):
     return np.einsum("i,ia,ib,ic->abc", w, Xb, Xb, Xb, optimize=True)
 
 
-def analytic_delta_cov(Xb, y, q, theta, V, C, S, r, dB=None):
+def analytic_delta_cov(Xb, y, q, theta, V, C, S, r, dB=None, step_term=False):
     """``A V Aᵀ``, ``A = I - C⁻¹ ½ r S : ∂V/∂θ`` with ``V = C⁻¹ B C⁻¹``:
     ``∂_a C = S[..., a]`` (the stream's smoothed third derivative) and
     ``∂_a B = Σ_i 2 ℓ' ℓ'' y_i x_i x_iᵀ x_ia`` (one more ``p1³`` summary,
@@ -248,6 +250,9 @@ def analytic_delta_cov(Xb, y, q, theta, V, C, S, r, dB=None):
           + np.einsum("xb,bca,cy->xya", Ci, dB, Ci))
     J = 0.5 * r * np.einsum("abc,bcd->ad", S, dV)
     A = np.eye(len(theta)) - Ci @ J
+    if step_term:  # ∂(C⁻¹ b)/∂θ_a also holds -C⁻¹ S_a C⁻¹ b
+        b = 0.5 * r * np.einsum("abc,bc->a", S, V)
+        A = A + np.einsum("xb,bca,c->xa", Ci, S, Ci @ b)
     return A @ V @ A.T
 
 
@@ -272,7 +277,7 @@ def main():
         for schedule in a.schedules:
             res = [replication(s, a.n, a.p, a.q, ratio, schedule, a.c, a.rate)
                    for s in range(a.seed0, a.seed0 + a.reps)]
-            names = ["offline", "package 1st", "pkg 2nd", "pkg 2nd+delta", "pkg 2nd+dB", "pkg 2nd+dB batch", "proto 1st"] + [f"v{c}" for c in a.c]
+            names = ["offline", "package 1st", "pkg 2nd", "pkg 2nd+delta", "pkg 2nd+dB", "pkg 2nd+dB batch", "pkg 2nd+dB+C", "proto 1st"] + [f"v{c}" for c in a.c]
             est0 = np.array([r[0][0] for r in res])
             for k, name in enumerate(names):
                 ok = np.array([r[k][2] for r in res])
