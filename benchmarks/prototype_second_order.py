@@ -245,15 +245,21 @@ def analytic_delta_cov(Xb, y, q, theta, V, C, S, r, dB=None, step_term=False):
     on all rows at the chain's final estimate unless given: the stream's
     sum of each batch's at its own estimate)."""
     dB = score_outer_derivative(Xb, y, q, theta) if dB is None else dB
+    A = delta_matrix(V, C, S, r, dB, step_term)
+    return A @ V @ A.T
+
+
+def delta_matrix(V, C, S, r, dB, step_term):
+    """``A`` of :func:`analytic_delta_cov`."""
     Ci = np.linalg.inv(C)
     dV = (-np.einsum("xb,bca,cy->xya", Ci, S, V) - np.einsum("xb,bca,cy->xya", V, S, Ci)
           + np.einsum("xb,bca,cy->xya", Ci, dB, Ci))
     J = 0.5 * r * np.einsum("abc,bcd->ad", S, dV)
-    A = np.eye(len(theta)) - Ci @ J
+    A = np.eye(len(V)) - Ci @ J
     if step_term:  # ∂(C⁻¹ b)/∂θ_a also holds -C⁻¹ S_a C⁻¹ b
         b = 0.5 * r * np.einsum("abc,bc->a", S, V)
         A = A + np.einsum("xb,bca,c->xa", Ci, S, Ci @ b)
-    return A @ V @ A.T
+    return A
 
 
 def main():
