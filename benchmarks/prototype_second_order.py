@@ -104,6 +104,7 @@ def stream(X, y, bounds, q, order, c, rate):
     mask = np.r_[0.0, np.ones(p1 - 1)]
     theta, C, S, r, cov, seen = np.zeros(p1), None, None, np.zeros(p1), None, 0.0
     rsum = 0.0  # Σ_{j≥2} W_j / N_j
+    tv = None  # order 3: Σ_j W_j V_j over the batches seen
     for start, stop in bounds:
         Xb, yb = Xb_all[start:stop], y[start:stop]
         seen += stop - start

@@ -2,7 +2,7 @@
 sensitivity of what it perturbs, to count the unit releases it makes."""
 
 from skfedpriv.linear_model import _dwd_solver, _inference_private
-from skfedpriv.linear_model._inference_private import PRECISION
+from skfedpriv.linear_model._inference_private import PRECISION, STAGE_PRECISION
 from skfedpriv.privacy._objective_perturbation import summary_sensitivity
 from skfedpriv.privacy._score_outer import exact_curvature_sensitivity, score_outer_sensitivity
 
@@ -31,11 +31,13 @@ class SiteDraws:
 
     def unit_releases(self, sigma, n_sites):
         """``Σ (σ Δ / std)²`` per site over the draws: an inference matrix
-        drawn at ``σ / PRECISION`` per unit of its sensitivity is told
-        apart by its std."""
-        bounds = {}
-        for sensitivity in (exact_curvature_sensitivity(self.q, self.clip),
-                            score_outer_sensitivity(self.q, self.clip)):
-            bounds[round(sigma / PRECISION * sensitivity, 12)] = sensitivity
+        drawn at ``σ / κ`` per unit of its sensitivity (``κ`` a refinement
+        stage's precision, or ``PRECISION`` for the score outer products and
+        a later batch's matrices) is told apart by its std."""
+        curvature = exact_curvature_sensitivity(self.q, self.clip)
+        outer = score_outer_sensitivity(self.q, self.clip)
+        bounds = {round(sigma / kappa * curvature, 12): curvature
+                  for kappa in (*STAGE_PRECISION, PRECISION)}
+        bounds[round(sigma / PRECISION * outer, 12)] = outer
         return sum(blocks * (delta if delta is not None else bounds[round(std, 12)]) ** 2
                    / std**2 for std, delta, blocks in self.draws) * sigma**2 / n_sites

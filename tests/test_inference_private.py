@@ -15,13 +15,14 @@ from skfedpriv._loss import GenDWDLoss
 from skfedpriv._param_validation import InvalidParameterError
 from skfedpriv.datasets import gaussian_gendwd_target, make_federated_gaussians
 from skfedpriv.linear_model._inference_private import (
+    CURVATURE_RELEASES,
     PRECISION,
     ROUNDS,
-    curvature_noise_term,
+    STAGE_PRECISION,
     inference_releases,
 )
 from skfedpriv.linear_model._inference_sites import site_inference_summary
-from skfedpriv.privacy import gaussian_noise, symmetric_gaussian_noise
+from skfedpriv.privacy import gaussian_noise
 from skfedpriv.privacy._objective_perturbation import (
     clip_augmented_rows,
     local_gaussian_releases,
@@ -84,8 +85,9 @@ def test_charge_counts_the_inference_summary_and_matches_dp_accounting():
     clf = _private(epsilon=1.0, budget=budget, online_steps=4).fit(X, y, sample_group=g)
     (entry,) = budget.ledger.entries
     # per model: 4 pilot gradients + 1 curvature, the Gram, and the refinement:
-    # 3 gradients, 3 curvatures and 1 score outer product at 1/3 the noise (9 each)
-    releases = (4 + 1) + 1 + (3 + 9 * 4)
+    # 3 x 10 gradients, curvatures at 1/1.5, 1/1.5 and 1/5 the noise (2.25, 2.25
+    # and 25 each) and 1 score outer product at 1/3 the noise (9)
+    releases = (4 + 1) + 1 + (3 * 10 + 2.25 + 2.25 + 25 + 9)
     assert local_gaussian_releases(1, 4, True) + inference_releases(1) == releases
     assert entry.sensitivity == pytest.approx(math.sqrt(releases))
     assert entry.sigma == pytest.approx(clf.noise_scale_)
@@ -179,17 +181,6 @@ def test_empirical_audit_of_the_score_outer_release(noise_factor, should_violate
 # -- the variance ------------------------------------------------------------------
 
 
-def test_curvature_noise_term_against_monte_carlo():
-    rng = np.random.default_rng(7)
-    root = rng.normal(size=(3, 3))
-    cov = root @ root.T
-    draws = np.array([symmetric_gaussian_noise(3, 0.7, random_state=rng)
-                      @ rng.multivariate_normal(np.zeros(3), cov) for _ in range(10000)])
-    empirical = np.cov(draws.T)
-    formula = curvature_noise_term(cov[None], 0.7**2)[0]
-    np.testing.assert_allclose(empirical, formula, atol=0.05 * np.abs(formula).max())
-
-
 @pytest.fixture(scope="module")
 def simulated():
     """200 data sets, each fitted privately with fresh noise."""
@@ -224,14 +215,15 @@ def test_private_coverage(simulated):
 
 
 def test_unresolved_curvature_publishes_no_interval():
-    """600 rows at 3 sites: the noised curvature is below its noise level,
-    the rounds cannot be trusted to have removed the pilot's error: the
-    covariance is NaN (no interval), with a warning; the model is kept."""
+    """600 rows of 5 features at 3 sites: the noised curvature is below its
+    noise level, the steps cannot be trusted to have removed the pilot's
+    error: the covariance is NaN (no interval), with a warning; the model
+    is kept."""
     from skfedpriv.privacy import NoiseDominatesWarning
 
-    X, y, g = _data(3, n=600, sites=3)
+    X, y, g = _data(3, n=600, sites=3, p=5)
     with pytest.warns(NoiseDominatesWarning, match="standard errors"):
-        clf = _private(epsilon=1.0).fit(X, y, sample_group=g)
+        clf = _private(epsilon=1.0, clip_norm=2.0 * math.sqrt(6.0)).fit(X, y, sample_group=g)
     assert np.isnan(clf.coef_se_).all() and np.isnan(clf.confint()).all()
     assert np.isfinite(clf.coef_).all()
 
@@ -258,10 +250,38 @@ def test_the_charge_covers_every_draw_the_multiclass_fit_makes(monkeypatch):
         clf.fit(X, y, sample_group=g)
     sigma = clf.noise_scale_
     units = draws.unit_releases(sigma, n_sites)
-    # pilot: K (2 gradients + 1 curvature) + the Gram; refinement: K (3 + 9 · 4)
-    assert units == pytest.approx(K * 3 + 1 + K * (ROUNDS + PRECISION**2 * (ROUNDS + 1)))
+    # pilot: K (2 gradients + 1 curvature) + the Gram; refinement: K (30 + 2.25 · 2 + 25 + 9)
+    assert CURVATURE_RELEASES == len(STAGE_PRECISION) == 3 and ROUNDS == 30
+    assert units == pytest.approx(K * 3 + 1 + K * (30 + 2.25 * 2 + 25 + 9))
     (entry,) = budget.ledger.entries
     assert entry.sensitivity**2 == pytest.approx(units)
     accountant = pld.PLDAccountant()
     accountant.compose(dp_accounting.GaussianDpEvent(sigma / math.sqrt(units)))
     assert accountant.get_epsilon(1e-5) == pytest.approx(1.0, abs=2e-3)
+
+
+def test_safeguarded_steps_converge_where_the_system_is_below_the_curvature(monkeypatch):
+    """A system 4 times below the curvature along one direction: undamped
+    steps diverge (factor |1 - 4| = 3 per step); the safeguard doubles the
+    damping when the gradient grows and the steps converge. A system equal
+    to the curvature is never damped (one step solves the quadratic)."""
+    from skfedpriv.linear_model import _inference_private
+    from skfedpriv.linear_model._inference_private import safeguarded_step
+
+    hessian, target = np.diag([4.0, 1.0]), np.array([1.0, -2.0])
+
+    def run(system, steps=40):
+        theta, damping, last = np.zeros((1, 2)), np.ones(1), np.full(1, np.inf)
+        for _ in range(steps):
+            move, damping, last = safeguarded_step((theta - target) @ hessian, system[None],
+                                                   damping, last)
+            theta = theta - move
+        return np.linalg.norm(theta - target), damping[0]
+
+    error, damping = run(np.eye(2))
+    assert error < 1e-6 and damping > 1
+    error, damping = run(hessian, steps=1)
+    assert error < 1e-12 and damping == 1
+    monkeypatch.setattr(_inference_private, "GROWTH", np.inf)
+    error, _ = run(np.eye(2), steps=10)
+    assert error > 1e3

@@ -140,13 +140,14 @@ def test_refused_later_batches_change_nothing():
 
 
 def test_a_first_batch_without_interval_leaves_the_stream_without_one():
-    """600 rows at 3 sites at ε = 1: the first batch publishes no interval
-    (the one-batch check); a later batch, even a large one, publishes
-    none either, and still updates the model."""
+    """600 rows at 3 sites at ε = 1 (a noise draw, ``random_state=4``, for
+    which the first batch publishes no interval: the one-batch check); a
+    later batch, even a large one, publishes none either, and still
+    updates the model."""
     X, y, g = _data(3, 4600, sites=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        clf = _private(epsilon=1.0).fit(X[:600], y[:600], sample_group=g[:600])
+        clf = _private(epsilon=1.0, random_state=4).fit(X[:600], y[:600], sample_group=g[:600])
         assert np.isnan(clf.coef_se_).all()
         before = clf.coef_.copy()
         clf.partial_fit(X[600:], y[600:], sample_group=g[600:])
@@ -202,3 +203,25 @@ def test_later_batch_publishes_only_releases_and_data_independent_values():
     check_neighbouring_releases(
         lambda rows, labels: _stream(_private(random_state=1), rows, labels, g, 2000, 1000),
         (X, y), (Xn, yn), noised, independent)
+
+
+def test_a_stream_whose_first_batch_is_under_half_the_rows_publishes_no_interval():
+    """Measured rule (FIRST_BATCH_SHARE): while the first batch holds half
+    the rows seen the interval is published; from the batch that takes it
+    below, the covariance is NaN, with a warning, and the model still moves."""
+    from skfedpriv.linear_model._inference_private_stream import FIRST_BATCH_SHARE
+    from skfedpriv.privacy import NoiseDominatesWarning
+
+    assert FIRST_BATCH_SHARE == 0.5
+    X, y, g = _data(0, 6000)
+    clf = _private()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.fit(X[:2000], y[:2000], sample_group=g[:2000])
+        clf.partial_fit(X[2000:4000], y[2000:4000], sample_group=g[2000:4000])
+    assert np.isfinite(clf.coef_se_).all()
+    before = clf.coef_.copy()
+    with pytest.warns(NoiseDominatesWarning, match="first batch holds less than 50%"):
+        clf.partial_fit(X[4000:], y[4000:], sample_group=g[4000:])
+    assert np.isnan(clf.coef_se_).all() and np.isnan(clf.confint()).all()
+    assert np.isfinite(clf.coef_).all() and not np.array_equal(clf.coef_, before)

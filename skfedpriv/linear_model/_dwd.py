@@ -39,7 +39,7 @@ from ._dwd_secagg import SECAGG, SecAggDWDStream, secagg_plan, warn_if_wraps
 from ._dwd_settings import CONTINUAL, dwd_settings
 from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step
-from ._inference_private import ROUNDS, inference_releases, private_newton_inference
+from ._inference_private import ROUNDS, inference_releases, private_refinement
 from ._inference_private_stream import private_stream_batch, private_stream_start
 from ._inference import (
     CoefficientInferenceMixin,
@@ -177,12 +177,15 @@ def _local_gaussian(sites, stream, settings, *, first):
     release = dict(privacy_spent_=spent, noise_scale_=sigma, rho_=None)
     n_iter = settings.online_steps
     if settings.inference:
-        theta, curvature, coef_cov = private_newton_inference(
+        refinement = private_refinement(
             sites, theta, sigma, stream.rng, loss=settings.loss, alpha=settings.alpha,
             fit_intercept=settings.fit_intercept, clip_norm=settings.clip_norm)
-        release.update(inference_attributes(coef_cov, settings.fit_intercept))
-        # the refined fit's exact curvature starts the stream's prior
-        curvature, noise_var = private_stream_start(curvature, sites, sigma, settings)
+        theta = refinement.theta
+        release.update(inference_attributes(refinement.cov, settings.fit_intercept),
+                       private_refinement_=refinement)
+        # the refined fit's last noised exact curvature starts the stream's prior
+        curvature, noise_var = private_stream_start(refinement, sites, settings)
+        stream.extra["first_batch_weight"] = sites.weight_sum  # public: batch sizes are
         n_iter += ROUNDS
     return theta, curvature, n_iter, release, (noise_var + stream.curvature_noise_var)
 
@@ -552,13 +555,16 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         that send the summary (in this process, or remote non-private
         sites; :meth:`fit_sites` refuses others). Under ``mechanism='local-gaussian'``
         (sites in this process only): ``fit`` (or a stream's first
-        ``partial_fit``) refined by 3 Newton rounds on noised exact
+        ``partial_fit``) refined by gradient steps on 3 noised exact
         curvatures, then one renewable step per later batch, the interval
-        widened by the privacy noise of every batch (see Notes; where the
-        noised curvature is near its noise floor they can under-cover, and
-        a first batch too small for the refinement publishes NaN for the
-        whole stream: measured in ``benchmarks/README.md``); the other
-        mechanisms raise.
+        widened by the privacy noise of every batch (see Notes; coverage
+        and width measured in ``benchmarks/README.md``, where some cells
+        under- or over-cover; a first batch too small for the refinement
+        publishes NaN for the whole stream, with a NoiseDominatesWarning
+        issued after the charge: raised as an error it refuses the fit, the
+        budget still charged); the one-batch fit's interval
+        can also be replayed by a parametric bootstrap
+        (``confint(method='bootstrap')``); the other mechanisms raise.
     honest_sites : int or None, default=None
         'secagg-tree' only: the number of sites assumed honest (not
         colluding with the server, not dropping out). Each site adds the
@@ -624,6 +630,11 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
     intercept_se_ : ndarray of shape (n_models,)
         With ``inference=True``: standard errors of ``intercept_`` (0
         without an intercept).
+    private_refinement_ : PrivateRefinement
+        With ``mechanism='local-gaussian', inference=True``: the refinement's
+        noised curvature releases, its pilot and the noise stds (releases
+        and post-processing of them), which ``confint(method='bootstrap')``
+        replays.
     n_batches_ : int
         Batches seen (``fit`` counts as one); public (the number of
         batches is public).
@@ -632,8 +643,8 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         this is the number of rows, public (batch sizes are public).
     n_iter_ : int
         Iterations of the last ``fit`` or ``partial_fit``; with a mechanism
-        it is ``online_steps`` ('local-gaussian'; plus 3 with
-        ``inference=True``, and 1 for its later batches) or 1 (Algorithm 2,
+        it is ``online_steps`` ('local-gaussian'; plus the 30 refinement
+        steps with ``inference=True``, and 1 for its later batches) or 1 (Algorithm 2,
         'local-tree', 'local-blt', 'secagg-tree'), data-independent.
     privacy_spent_ : tuple of float
         ``(epsilon, delta)`` charged for the stream so far; ``(inf, 0.0)``
@@ -699,15 +710,18 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
       mechanism of noise multiplier σ and sensitivity ``sqrt(releases)``
       of the first batch (every batch has the same ratio), so it composes
       exactly with other Gaussian charges. With ``inference=True`` the
-      fit (one batch) makes, per model, 3 more rounds of releases from the
-      pilot: the gradient sum (sensitivity ``2 C2``, noise ``σ`` per unit),
-      the exact curvature ``Σ V_q''(u_i) x̄_i x̄_iᵀ`` (upper triangle,
-      ``sqrt(2) (q+1)²/q C2²``) and, in the last round, the score outer
-      products ``Σ V_q'(u_i)² x̄_i x̄_iᵀ`` (``sqrt(2) C2²``), the two
-      matrices at ``σ / 3`` per unit of sensitivity: each counts as 9
-      releases, so ``releases`` grows by ``K (3 + 9 · 4)`` and the one
-      charge (and the claim above, for every site message and every
-      released attribute, ``coef_se_``/``coef_cov_`` included) covers them.
+      fit (one batch) makes, per model, more releases from the pilot: 3
+      exact curvatures ``Σ V_q''(u_i) x̄_i x̄_iᵀ`` (upper triangle,
+      ``sqrt(2) (q+1)²/q C2²``) at ``σ / 1.5``, ``σ / 1.5`` and ``σ / 5``
+      per unit of sensitivity (2.25, 2.25 and 25 releases), each followed
+      by 10 gradient sums (sensitivity ``2 C2``, noise ``σ`` per unit), and
+      with the third the score outer products ``Σ V_q'(u_i)² x̄_i x̄_iᵀ``
+      (``sqrt(2) C2²``) at ``σ / 3`` (9 releases), so ``releases`` grows by
+      ``K (30 + 38.5)`` and the one charge (and the claim above, for every
+      site message and every released attribute,
+      ``coef_se_``/``coef_cov_``/``private_refinement_`` included) covers
+      them. ``confint(method='bootstrap')`` is
+      post-processing of those releases (no further cost).
       Each later batch of such a stream releases instead, per model and
       at the previous estimate, the gradient sum, the exact curvature and
       the score outer products (the matrices at ``σ_b / 3``): ``K (1 + 2 · 9)``
@@ -1113,7 +1127,8 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
             rng=rng,
             curvature_noise_var=noise_var,
             extra=stream.extra or None,
-            coef_cov=step.get("coef_cov_"),
+            # a copy: the published coef_cov_ / private_refinement_ must not alias it
+            coef_cov=None if step.get("coef_cov_") is None else step["coef_cov_"].copy(),
             shift_ratio=shift_ratio,
             shift_correction=correction,
         )

@@ -231,14 +231,25 @@ class CoefficientInferenceMixin:
         return (np.column_stack([self.intercept_, self.coef_]),
                 np.column_stack([self.intercept_se_, self.coef_se_]))
 
-    def confint(self, level=0.95):
-        """Wald confidence intervals of every parameter.
+    def confint(self, level=0.95, method="wald", n_resamples=999, random_state=None):
+        """Confidence intervals of every parameter.
 
         Parameters
         ----------
         level : float, default=0.95
             Coverage of the two-sided intervals (named ``level`` so as not to
             clash with the ridge strength ``alpha``).
+        method : {'wald', 'bootstrap'}, default='wald'
+            ``'wald'``: ``estimate ± z se`` from ``coef_se_``.
+            ``'bootstrap'``: the parametric bootstrap of a private fit
+            (``mechanism='local-gaussian', inference=True``), which replays
+            the private refinement from its released numbers
+            (:mod:`skfedpriv.linear_model._inference_bootstrap`):
+            post-processing, at no further privacy cost.
+        n_resamples : int, default=999
+            Bootstrap replays (``method='bootstrap'`` only).
+        random_state : None, int or numpy.random.Generator, default=None
+            The bootstrap's own generator (``method='bootstrap'`` only).
 
         Returns
         -------
@@ -248,9 +259,30 @@ class CoefficientInferenceMixin:
             the order of ``coef_``.
         """
         level = _check_level(level)
+        if method == "bootstrap":
+            return self._bootstrap_confint(level, n_resamples, random_state)
+        if method != "wald":
+            raise ValueError(f"method must be 'wald' or 'bootstrap', got {method!r}.")
         theta, std = self._parameters_and_se()
         _, _, lower, upper = wald_table(theta, std, level)
         return np.stack([lower, upper], axis=-1)
+
+    def _bootstrap_confint(self, level, n_resamples, random_state):
+        from ._inference_bootstrap import bootstrap_intervals
+
+        if not (isinstance(n_resamples, (int, np.integer)) and n_resamples >= 10):
+            raise ValueError(f"n_resamples must be an int >= 10, got {n_resamples!r}.")
+        self._parameters_and_se()
+        refinement = getattr(self, "private_refinement_", None)
+        if refinement is None:
+            raise ValueError(
+                "method='bootstrap' replays a private refinement: it is offered for "
+                "mechanism='local-gaussian' with inference=True, after fit or a stream's "
+                "first batch (not after its later batches); use method='wald'.")
+        intervals = bootstrap_intervals(refinement, level, n_resamples, random_state)
+        if not self.fit_intercept:
+            intervals = np.concatenate([np.zeros_like(intervals[:, :1]), intervals], axis=1)
+        return intervals
 
     def summary(self, level=0.95):
         """A statsmodels-style coefficient table (see :class:`CoefficientTable`).

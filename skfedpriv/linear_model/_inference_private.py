@@ -4,34 +4,54 @@ The published 'local-gaussian' fit stops after ``online_steps``
 majorization steps from 0, short of the minimizer (on the paper's
 two-Gaussian design at n = 20 000 its coefficients sit 25 % below the
 target): an interval around it would not cover. With ``inference=True``
-the fit is therefore refined: from that pilot, :data:`ROUNDS` Newton
-rounds on the exact curvature. In each round every site releases, per
-one-vs-rest model, its gradient sum (noise ``σ Δ_g``) and its exact
-curvature ``Σ V_q''(u_i) x̄_i x̄_iᵀ`` (noise ``σ Δ_H / κ``); the last round
-also its score outer products ``Σ V_q'(u_i)² x̄_i x̄_iᵀ`` (noise
-``σ Δ_B / κ``), with ``κ =`` :data:`PRECISION` (the sensitivities in
-:mod:`skfedpriv.privacy._score_outer`). A release at ``κ`` times less
-noise per unit of sensitivity costs as much as ``κ²`` unit releases
-(:func:`inference_releases`); everything is charged, with the pilot, as
-one Gaussian mechanism.
+the fit is therefore refined from that pilot in :data:`CURVATURE_RELEASES`
+stages. A stage opens with every site releasing, per one-vs-rest model,
+its exact curvature ``Σ V_q''(u_i) x̄_i x̄_iᵀ`` at the current estimate
+(noise ``σ Δ_H / κ_s``, ``κ_s`` of :data:`STAGE_PRECISION`); the server
+repairs it into the system ``A_s = [C̃_s]_F + αW P`` (eigenvalues floored
+at the noise's spectral norm ``F``, :func:`~._dwd_private._project_psd`)
+and takes :data:`GRADIENT_STEPS` steps ``θ ← θ - (d A_s)⁻¹ (g̃(θ) + αW P θ)``,
+each on a fresh gradient release (noise ``σ Δ_g``), the damping ``d``
+doubled when the released gradient grows (:func:`safeguarded_step`: a
+curvature taken short of the minimizer can be below the curvature there,
+and undamped steps diverge). The last stage also releases the score
+outer products ``Σ V_q'(u_i)² x̄_i x̄_iᵀ`` (noise ``σ Δ_B /`` :data:`PRECISION`;
+the sensitivities in :mod:`skfedpriv.privacy._score_outer`). A release at
+``κ`` times less noise per unit of sensitivity costs as much as ``κ²``
+unit releases (:func:`inference_releases`); everything is charged, with
+the pilot, as one Gaussian mechanism.
 
-The variance is noise-aware, from released numbers only. With ``A_t`` the
-(noisy, PSD-repaired) system of round ``t`` and ``e_t`` the privacy error
-of ``θ_t`` against the non-private minimizer ``θ̂``, linearizing the
-gradient at ``θ̂`` (``G(θ) ≈ H (θ - θ̂)``) gives
-``e_t = A_t⁻¹ (Ξ_t e_{t-1} - ξ_t)``: ``ξ_t`` the summed gradient noise
-(covariance ``S_g = n_sites σ_g² I``), ``Ξ_t = A_t - H`` the curvature
-noise (the delta-method term; for symmetric noise of entry variance
-``s²``, ``Cov(Ξ e) = s² (tr V I + V - diag V)`` with ``V = Cov e``). So
+Why many gradient steps per curvature: where the noised curvature's
+eigenvalues are below ``F`` the repair lifts them, a step removes only a
+fraction ``h / F`` of the error along them, and three Newton rounds left
+part of the pilot's error (coverage 60-77 % in some cells at n = 20 000).
+The steps' fixed point is the minimizer of the noised gradient whatever
+``A`` is: cheap gradient steps drive the pilot's error down geometrically,
+and the damped steps average the gradient noise. The first stages only
+set the steps' scale (low precision); the last, at a point near the
+minimizer, is precise: it is the variance's ``H``.
 
-``V_t = A_t⁻¹ (S_g + s² (tr V_{t-1} I + V_{t-1} - diag V_{t-1})) A_t⁻¹``
+The variance is noise-aware, from released numbers only. Linearizing the
+gradient at the non-private minimizer ``θ̂`` (``G(θ) ≈ H (θ - θ̂)``), the
+privacy error ``e = θ - θ̂`` of a step is ``e ← M e - (d A_s)⁻¹ ξ`` with
+``M = I - (d A_s)⁻¹ H`` and ``ξ`` the summed gradient noise (covariance
+``S_g = n_sites σ_g² I``), so
 
-(the pilot's own error is left out: the Newton rounds remove it), and the
-released covariance adds the sampling sandwich with the noisy score outer
-products ``B̃`` and the last system for ``H``:
-``Var θ̃ ≈ A_T⁻¹ (B̃ + S_g + s² (…)) A_T⁻¹``. The target is the population
-minimizer at the same ``alpha`` **on clipped rows**: a ``clip_norm`` below
-the rows' norms changes the estimand.
+``V ← M V Mᵀ + (d A_s)⁻¹ S_g (d A_s)⁻¹``
+
+over every step from ``V = 0`` (the pilot's own error is left out: the
+steps remove it; :func:`_unresolved` withholds the interval where they
+may not have), with the plug-in ``H = [C̃_last]_0 + αW P`` (the nearest
+PSD matrix of the last release; :func:`privacy_error_covariance`). The
+released covariance adds the sampling sandwich ``A⁻¹ B̃ A⁻¹`` with the
+noisy score outer products ``B̃`` and the last system for ``H``. Where the
+last curvature is below its noise floor, the plug-in takes the lifted
+directions as nearly flat: the variance is then over-stated (intervals
+too wide, measured in benchmarks/README.md). :meth:`confint(method='bootstrap')
+<skfedpriv.linear_model._inference.CoefficientInferenceMixin.confint>`
+replays the whole refinement instead (:mod:`._inference_bootstrap`). The
+target is the population minimizer at the same ``alpha`` **on clipped
+rows**: a ``clip_norm`` below the rows' norms changes the estimand.
 
 References
 ----------
@@ -53,29 +73,44 @@ from ._dwd_private import _project_psd
 from ._dwd_sites import loss_message
 from ._inference import propagate_covariance, score_covariance
 from ._inference_sites import InferenceSummary, site_inference_summary
-from ._dwd_solver import _solve_psd
 
-__all__ = ["PRECISION", "RESOLVED", "ROUNDS", "inference_releases", "noised_inference_summary",
-           "private_newton_inference"]
+__all__ = ["CURVATURE_RELEASES", "GRADIENT_STEPS", "PRECISION", "RESOLVED", "STAGE_PRECISION",
+           "ROUNDS", "GROWTH", "PrivateRefinement", "inference_releases",
+           "noised_inference_summary", "privacy_error_covariance", "private_refinement",
+           "safeguarded_step"]
 
-#: Newton rounds on the exact curvature after the 'local-gaussian' pilot.
-ROUNDS = 3
-#: The curvature and score outer products get ``1/PRECISION`` of the
-#: gradient's noise per unit of sensitivity: at ε = 1 (n = 20 000, p = 5)
-#: equal noise left the coefficients biased by 1.2 standard deviations
-#: (coverage 66 %), ``PRECISION = 3`` by 0.1 (coverage 96.5 %).
+#: Each stage's curvature precision ``κ_s``: its curvature gets ``1/κ_s`` of
+#: the gradient's noise per unit of sensitivity and costs ``κ_s²`` unit
+#: releases. The first stages only set the step's scale (the safeguard of
+#: :func:`safeguarded_step` covers a poor one); the last one is the
+#: variance's ``H``. Two stages at (3, 3) left the variance's ``H`` and
+#: ``B`` at a point short of the minimizer (q = 4, 4:1 classes: the
+#: sandwich 7 times too large without noise).
+STAGE_PRECISION = (1.5, 1.5, 5.0)
+#: Curvature releases (stages) of the refinement after the 'local-gaussian' pilot.
+CURVATURE_RELEASES = len(STAGE_PRECISION)
+#: Gradient-only steps on each released curvature.
+GRADIENT_STEPS = 10
+#: Refinement steps in all (``n_iter_`` counts them).
+ROUNDS = CURVATURE_RELEASES * GRADIENT_STEPS
+#: The score outer products (released with the last curvature) get
+#: ``1/PRECISION`` of the gradient's noise per unit of sensitivity.
 PRECISION = 3.0
-#: The largest error the Newton rounds may leave of the pilot's, per
-#: parameter, as a fraction of the root mean standard error
-#: (:func:`_unresolved`): above it the covariance is not published (NaN).
+#: A gradient (in the system's norm) more than this many times the smallest
+#: of its stage means the steps overshoot: they are halved from then on.
+GROWTH = 2.0
+#: The largest error the steps may leave of the pilot's, per parameter, as
+#: a fraction of the root mean standard error (:func:`_unresolved`): above
+#: it the Wald covariance is not published (NaN).
 RESOLVED = 0.5
 
 
 def inference_releases(n_models):
     """Unit-sensitivity releases the refinement adds to the stream's count:
-    per model ``ROUNDS`` gradients, and ``ROUNDS`` curvatures plus one score
-    outer product at ``PRECISION²`` each."""
-    return n_models * (ROUNDS + PRECISION**2 * (ROUNDS + 1))
+    per model ``ROUNDS`` gradients, the stages' curvatures at ``κ_s²`` each
+    (:data:`STAGE_PRECISION`) and one score outer product at
+    ``PRECISION²``."""
+    return n_models * (ROUNDS + sum(k**2 for k in STAGE_PRECISION) + PRECISION**2)
 
 
 def _site_matrix_noise(std, n_sites, p1, n_models, rng):
@@ -106,18 +141,53 @@ def noised_inference_summary(sites, Theta, loss, curvature_std, outer_std, rng):
                                                              n_models, rng)
 
 
-def curvature_noise_term(cov, entry_var):
-    """``Cov(Ξ e)`` for a symmetric noise ``Ξ`` of entry variance
-    ``entry_var`` (upper triangle i.i.d.) independent of ``e`` with
-    covariance ``cov`` (K, p1, p1): ``s² (tr V I + V - diag V)``."""
-    eye = np.eye(cov.shape[-1])[None]
-    trace = np.trace(cov, axis1=1, axis2=2)[:, None, None]
-    diagonal = np.diagonal(cov, axis1=1, axis2=2)[:, :, None] * eye
-    return entry_var * (trace * eye + cov - diagonal)
+class PrivateRefinement:
+    """What the refinement released, and the estimate and covariance the
+    server computed from it (post-processing): everything
+    :mod:`._inference_bootstrap` simulates from.
+
+    Attributes
+    ----------
+    pilot : ndarray of shape (p1, K)
+        The 'local-gaussian' estimate the refinement started from.
+    theta : ndarray of shape (p1, K)
+        The refined estimate.
+    curvatures : list of ndarray of shape (K, p1, p1)
+        Each stage's summed noised curvature (no ridge, not repaired).
+    curvature_stds : list of float
+        Each stage's noise std of one entry of one site's curvature release.
+    grad_std : float
+        The noise std of one entry of one site's gradient release.
+    n_sites : int
+    ridge : ndarray of shape (p1,)
+        ``α W`` times the penalty mask.
+    steps : int
+        Gradient steps per stage.
+    damping : ndarray of shape (n_stages, steps, K)
+        The factor each step's system was multiplied by
+        (:func:`safeguarded_step`).
+    sampling_cov : ndarray of shape (K, p1, p1)
+        The sandwich ``A⁻¹ B̃ A⁻¹`` (sampling error of the non-private fit).
+    cov : ndarray of shape (K, p1, p1)
+        The Wald covariance (NaN for models :func:`_unresolved` withholds).
+    """
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    def floor_std(self, stage=-1):
+        """Entry std of a stage's summed curvature noise (the repair's scale)."""
+        return math.sqrt(self.n_sites) * self.curvature_stds[stage]
+
+    def system(self, stage):
+        """``[C̃_s]_F + αW P``: the repaired system stage ``s`` solves."""
+        return (_project_psd(self.curvatures[stage], self.floor_std(stage))
+                + np.diag(self.ridge)[None])
 
 
-def private_newton_inference(sites, theta, sigma, rng, *, loss, alpha, fit_intercept, clip_norm):
-    """The refined private estimate and its noise-aware covariance (module doc).
+def private_refinement(sites, theta, sigma, rng, *, loss, alpha, fit_intercept, clip_norm):
+    """The refined private estimate, its noise-aware covariance and what
+    was released on the way (module doc).
 
     Parameters
     ----------
@@ -135,73 +205,132 @@ def private_newton_inference(sites, theta, sigma, rng, *, loss, alpha, fit_inter
 
     Returns
     -------
-    theta : ndarray of shape (p1, K)
-    curvature : ndarray of shape (K, p1, p1)
-        The last round's noisy exact curvature (no ridge, not repaired).
-    cov : ndarray of shape (K, p1, p1)
-        The covariance of ``theta`` around the population minimizer.
+    refinement : PrivateRefinement
     """
     p1, n_models = theta.shape
     message = loss_message(sites, loss)
     penalty = alpha * penalty_mask(p1, fit_intercept)
-    ridge = penalty * sites.weight_sum
-    grad_std = sigma * summary_sensitivity("gradient", loss, clip_norm)
-    curvature_std = sigma / PRECISION * exact_curvature_sensitivity(loss, clip_norm)
+    out = PrivateRefinement(
+        pilot=theta.copy(), curvatures=[], n_sites=sites.n_sites, steps=GRADIENT_STEPS,
+        damping=np.ones((CURVATURE_RELEASES, GRADIENT_STEPS, n_models)),
+        ridge=penalty * sites.weight_sum,
+        grad_std=sigma * summary_sensitivity("gradient", loss, clip_norm),
+        curvature_stds=[sigma / k * exact_curvature_sensitivity(loss, clip_norm)
+                        for k in STAGE_PRECISION])
     outer_std = sigma / PRECISION * score_outer_sensitivity(loss, clip_norm)
-    grad_var = sites.n_sites * grad_std**2 * np.eye(p1)[None]
-    entry_var = sites.n_sites * curvature_std**2
-    noise_cov = None
-    for round_ in range(ROUNDS):
-        last = round_ == ROUNDS - 1
-        grad = sites.noised_summary("gradient", theta, message, grad_std, rng)
-        curvature, outer = noised_inference_summary(sites, theta, loss, curvature_std,
+    for stage in range(CURVATURE_RELEASES):
+        last = stage == CURVATURE_RELEASES - 1
+        curvature, outer = noised_inference_summary(sites, theta, loss, out.curvature_stds[stage],
                                                     outer_std if last else None, rng)
-        # curvature below the noise's spectral norm is taken at that level
-        system = _project_psd(curvature, math.sqrt(entry_var)) + np.diag(ridge)[None]
-        middle = np.repeat(grad_var, n_models, axis=0)
-        if noise_cov is not None:
-            middle = middle + curvature_noise_term(noise_cov, entry_var)
-        if last:
-            # the score sum is the gradient sum (rows weigh one): no new release
-            summary = InferenceSummary(curvature, _project_psd(outer), grad, sites.weight_sum)
-            cov = propagate_covariance(
-                None, system, None, middle + score_covariance(summary, theta, penalty))
-        noise_cov = propagate_covariance(None, system, None, middle)
-        step = _solve_psd(system, grad + ridge[:, None] * theta)
-        if round_ == 0:
-            first_step = step
-        theta = theta - step
-    unresolved = _unresolved(curvature, math.sqrt(entry_var), first_step, cov)
+        out.curvatures.append(curvature)
+        system = out.system(stage)
+        damping, last_norm = np.ones(n_models), np.full(n_models, np.inf)
+        for step in range(GRADIENT_STEPS):
+            grad = sites.noised_summary("gradient", theta, message, out.grad_std, rng)
+            if last and step == 0:
+                # the score sum is the gradient sum (rows weigh one): no new release
+                summary = InferenceSummary(curvature, _project_psd(outer), grad, sites.weight_sum)
+                out.sampling_cov = propagate_covariance(
+                    None, system, None, score_covariance(summary, theta, penalty))
+            move, damping, last_norm = safeguarded_step(
+                (grad + out.ridge[:, None] * theta).T, system, damping, last_norm)
+            out.damping[stage, step] = damping
+            theta = theta - move.T
+    out.theta = theta
+    out.cov = privacy_error_covariance(out) + out.sampling_cov
+    _withhold_unresolved(out)
+    return out
+
+
+def safeguarded_step(gradient, system, damping, smallest):
+    """A step ``(d A)⁻¹ g`` of each of a batch of systems, ``d`` doubled
+    where the gradient's norm ``sqrt(gᵀ A⁻¹ g)`` is more than
+    :data:`GROWTH` times the smallest of the stage so far (the steps
+    overshoot: the system, from a curvature taken away from the minimizer,
+    is below the curvature along some direction; a slow divergence or an
+    oscillation is caught too). Post-processing of released numbers.
+
+    Parameters
+    ----------
+    gradient : ndarray of shape (B, p1)
+    system : ndarray of shape (B, p1, p1)
+    damping, smallest : ndarray of shape (B,)
+        The stage's damping and smallest gradient norm so far (1 and inf
+        at its start).
+
+    Returns
+    -------
+    step : ndarray of shape (B, p1)
+    damping, smallest : ndarray of shape (B,)
+    """
+    direction = np.linalg.solve(system, gradient[..., None])[..., 0]
+    norm = np.sqrt(np.maximum(np.einsum("bi,bi->b", gradient, direction), 0.0))
+    damping = np.where(norm > GROWTH * smallest, 2.0 * damping, damping)
+    return direction / damping[:, None], damping, np.minimum(smallest, norm)
+
+
+def privacy_error_covariance(refinement):
+    """Covariance of the refinement's privacy error ``θ̃ - θ̂`` (module doc):
+    ``V ← M V Mᵀ + (dA_s)⁻¹ S_g (dA_s)⁻¹``, ``M = I - (dA_s)⁻¹ Ĥ``, over
+    every step (damping ``d``) from ``V = 0``, with ``Ĥ`` the nearest PSD
+    matrix of the last released curvature plus the ridge.
+
+    Returns
+    -------
+    cov : ndarray of shape (K, p1, p1)
+    """
+    curvature = refinement.curvatures[-1]
+    n_models, p1, _ = curvature.shape
+    eye = np.eye(p1)
+    hessian = _project_psd(curvature) + np.diag(refinement.ridge)[None]
+    gradient_var = refinement.n_sites * refinement.grad_std**2
+    out = np.zeros_like(curvature)
+    for stage in range(len(refinement.curvatures)):
+        inverse = np.linalg.inv(refinement.system(stage))
+        for damping in refinement.damping[stage]:
+            step = inverse / damping[:, None, None]
+            carried = eye - step @ hessian
+            out = carried @ out @ carried.transpose(0, 2, 1) + gradient_var * step @ step
+    return out
+
+
+def _withhold_unresolved(out):
+    """NaN the Wald covariance of the models :func:`_unresolved` flags, with
+    a warning. The warning comes after the noise is drawn: raised as an
+    error it refuses the fit with nothing fitted, but the charge stands (its
+    outcome is post-processing of the drawn releases; a refund would let
+    retries read it for free)."""
+    unresolved = _unresolved(out.curvatures[-1], out.floor_std(), out.theta - out.pilot, out.cov)
     if unresolved.any():
-        cov[unresolved] = np.nan
+        out.cov[unresolved] = np.nan
         warnings.warn(NoiseDominatesWarning(
             "mechanism='local-gaussian', inference=True: the sites' noised curvature is "
             "below its noise level for some models, so the refined estimate may not have "
-            "converged and an interval around it would under-cover; their standard errors "
-            "are NaN. More rows per site, fewer sites or features, or a larger epsilon "
-            "resolve it."), stacklevel=6)
-    return theta, curvature, cov
+            "converged and an interval around it would under-cover; their standard "
+            "errors are NaN. More rows per site, fewer sites or features, or a larger "
+            "epsilon resolve it."),
+            stacklevel=7)
 
 
-def _unresolved(curvature, noise_std, first_step, cov):
-    """Models whose pilot error the rounds may not have removed (from
+def _unresolved(curvature, noise_std, moved, cov):
+    """Models whose pilot error the steps may not have removed (from
     released sums only: post-processing).
 
-    With ``m`` the mean eigenvalue of the noised curvature (trace / p1) and
-    ``F = 2 noise_std sqrt(p1)`` the repair floor of
-    :func:`~._dwd_private._project_psd`, a round removes about a fraction
-    ``m / max(F, m)`` of the error, and the first round's step is that
-    fraction of the pilot's error. The error left after :data:`ROUNDS`
-    rounds, per parameter, is compared with the root mean standard error:
-    above :data:`RESOLVED` times it, the interval would be centred off
-    target.
+    With ``m`` the mean eigenvalue of the last noised curvature (trace /
+    p1) and ``F = 2 noise_std sqrt(p1)`` the repair floor of
+    :func:`~._dwd_private._project_psd`, a step removes about a fraction
+    ``m / max(F, m)`` of the error: after :data:`ROUNDS` steps a fraction
+    ``r = (1 - m / max(F, m))^ROUNDS`` of the pilot's error is left, and
+    the estimate ``moved`` from the pilot by ``1 - r`` of it. The error
+    left, ``r / (1 - r)`` times the move, per parameter, is compared with
+    the root mean standard error: above :data:`RESOLVED` times it, the
+    interval would be centred off target.
     """
     p1 = curvature.shape[-1]
     mean_eigenvalue = np.trace(curvature, axis1=1, axis2=2) / p1
     level = np.maximum(2.0 * noise_std * math.sqrt(p1), mean_eigenvalue)
     with np.errstate(divide="ignore", invalid="ignore"):
-        kept = np.where(mean_eigenvalue > 0, 1.0 - mean_eigenvalue / level, 1.0)
-        pilot_error = np.linalg.norm(first_step, axis=0) * level / mean_eigenvalue
-        left = kept**ROUNDS * np.where(mean_eigenvalue > 0, pilot_error, np.inf)
+        left = np.where(mean_eigenvalue > 0, (1.0 - mean_eigenvalue / level) ** ROUNDS, 1.0)
+        error = np.linalg.norm(moved, axis=0) * left / (1.0 - left)
     rms_se = np.sqrt(np.trace(cov, axis1=1, axis2=2) / p1)
-    return ~(left / math.sqrt(p1) <= RESOLVED * rms_se)
+    return ~(error / math.sqrt(p1) <= RESOLVED * rms_se)
