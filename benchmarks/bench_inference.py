@@ -53,8 +53,8 @@ Two more studies (``--study``):
   ``StreamShiftWarning`` is raised on; each schedule with the default
   update and with ``shift_correction='second-order'`` (same batches).
 
-``--second-order``: the p = 20 stream cells (n in {2 000, 20 000}, q in
-{1, 4}, both class ratios; p = 5, n = 2 000 with ``--quick``), each as the
+``--second-order``: the 16 stream cells (n in {2 000, 20 000}, p in {20, 5},
+q in {1, 4}, both class ratios; p = 5, n = 2 000 with ``--quick``), each as the
 default stream (mode ``stream``) and with ``shift_correction='second-order'``
 (mode ``stream-2nd``) on the same data sets.
 
@@ -238,9 +238,9 @@ def cells(quick, private_only=False, second_order=False):
     """``(n, p, q, ratio, mode, epsilon)`` of every cell to run (epsilon None:
     non-private); ``second_order``: the streams only, each with and without
     ``shift_correction='second-order'``."""
-    if second_order:
-        sizes = (2000,) if quick else (20000, 2000)
-        grid = itertools.product(sizes, (5,) if quick else (20,), (1.0, 4.0), (4.0, 1.0))
+    if second_order:  # n = 2 000 first (where the first-order stream under-covers)
+        sizes = (2000,) if quick else (2000, 20000)
+        grid = itertools.product(sizes, (5,) if quick else (20, 5), (1.0, 4.0), (4.0, 1.0))
         return [cell + (mode, None) for cell in grid for mode in SHIFT_CORRECTION]
     if quick:
         public = [(2000, 5, 1.0, 1.0, mode, None) for mode in ("offline", "stream")]
@@ -496,7 +496,7 @@ def main():
     parser.add_argument("--private-only", action="store_true",
                         help="run the private (epsilon in {1, 4}) cells only")
     parser.add_argument("--second-order", action="store_true",
-                        help="the p = 20 stream cells (p = 5 with --quick), each with and "
+                        help="the stream cells (p = 5, n = 2000 with --quick), each with and "
                              "without shift_correction='second-order'")
     parser.add_argument("--private-stream", action="store_true",
                         help="run the private 20-batch stream cells only")

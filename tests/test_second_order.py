@@ -94,7 +94,7 @@ def test_aggregated_correction_matches_the_batchwise_formula():
         A = rng.normal(size=(2, 4, 4))
         cov = A @ A.transpose(0, 2, 1) / 50
         state = state.advance([(X[:20], Y[:20], w[:20]), (X[20:], Y[20:], w[20:])], Theta, cov,
-                              w.sum(), loss.curvature, True)
+                              w.sum(), loss, True)
         Xa = np.column_stack([np.ones(len(X)), X])
         widths = np.sqrt(np.einsum("kab,ab->k", cov, Xa.T @ (w[:, None] * Xa)) / w.sum())
         thirds = thirds + site_third_moment(X, Y, w, Theta, True, loss.curvature, widths)
@@ -136,9 +136,11 @@ def test_the_chain_and_its_covariance_are_the_default_streams():
     corrected = _stream(DWDClassifier(inference=True, shift_correction="second-order"),
                         X, y, g, b)
     np.testing.assert_array_equal(corrected._training_state.theta, plain._training_state.theta)
-    np.testing.assert_array_equal(corrected.coef_cov_, plain.coef_cov_)
+    np.testing.assert_array_equal(corrected._training_state.coef_cov, plain.coef_cov_)
     np.testing.assert_array_equal(corrected.curvature_, plain.curvature_)
     assert not np.allclose(corrected.coef_, plain.coef_, rtol=0, atol=1e-12)
+    assert not np.allclose(corrected.coef_cov_, plain.coef_cov_, rtol=0, atol=1e-12)
+    assert not np.shares_memory(corrected.coef_cov_, corrected._training_state.coef_cov)
     assert "shift_correction" in repr(corrected._training_state)
 
 
@@ -217,17 +219,23 @@ def test_the_shift_warning_says_what_the_correction_does(name, corrected, text):
 
 def test_with_a_quadratic_loss_the_published_estimate_is_the_chains():
     """A quadratic loss has no linearization remainder (the first-order
-    stream is the offline fit): its correction is exactly zero."""
+    stream is the offline fit): its correction is exactly zero, and so is
+    the correction's share of the covariance."""
     X, Y, w, Theta = _site(seed=4)
 
     class Sites:
         parts, weight_sum, fit_intercept = [(X, Y, w)], w.sum(), True
 
+    class Quadratic:  # ℓ(u) = (1 - u)²
+        derivative = staticmethod(lambda u: 2.0 * (u - 1.0))
+        curvature = staticmethod(lambda u: np.full_like(u, 2.0))
+
     cov = np.stack([np.eye(4) * 0.1] * 2)
     curvature = np.stack([np.eye(4) * 50.0] * 2)
     state = ShiftCorrection.start(2, 4)
     for _ in range(3):
-        published, state = second_order_step(Sites, state, Theta, cov, curvature,
-                                              lambda u: np.full_like(u, 2.0))
+        published, published_cov, state = second_order_step(Sites, state, Theta, cov,
+                                                             curvature, Quadratic)
         np.testing.assert_array_equal(published, Theta)
+        np.testing.assert_allclose(published_cov, cov, rtol=1e-15, atol=0)
     assert state.ratio_sum > 0 and not state.third.any()

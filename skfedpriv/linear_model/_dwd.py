@@ -121,10 +121,10 @@ def _inference_step(sites, stream, settings, theta, curvature, started):
 
 
 def _second_order_step(sites, stream, settings, theta, curvature, coef_cov, previous):
-    """The published estimate of ``shift_correction='second-order'`` and the
-    correction's new state (:mod:`._second_order`)."""
+    """The published estimate of ``shift_correction='second-order'``, its
+    covariance and the correction's new state (:mod:`._second_order`)."""
     total = curvature if stream.prior is None else stream.prior + curvature
-    return second_order_step(sites, previous, theta, coef_cov, total, settings.loss.curvature)
+    return second_order_step(sites, previous, theta, coef_cov, total, settings.loss)
 
 
 def _charge(settings, epsilon, delta, *, note, **details):
@@ -1094,7 +1094,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         n_models = count_models(classes)
         p1 = sites.n_features + int(settings.fit_intercept)
         stream = self._stream_start(first, p1, n_models, settings)
-        shift_ratio = correction = published = None
+        shift_ratio = correction = published = chain_cov = None
         if settings.mechanism is None:
             if settings.inference:
                 require_every_side(stream.started, sites.two_sided, "DWDClassifier")
@@ -1104,21 +1104,23 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
             step = dict(privacy_spent_=(math.inf, 0.0), noise_scale_=0.0)
             noise_var, rng = 0.0, None
             if settings.inference:
-                coef_cov = _inference_step(sites, stream, settings, theta, curvature, started)
-                step.update(inference_attributes(coef_cov, settings.fit_intercept))
+                coef_cov = chain_cov = _inference_step(sites, stream, settings, theta, curvature,
+                                                       started)
                 shift_ratio = track_stream_shift(
                     None if first else getattr(self._training_state, "shift_ratio", 0.0),
                     sites.weight_sum, stream.seen + sites.weight_sum, p1, "DWDClassifier",
                     stacklevel=6, corrected=settings.shift_correction is not None)
                 if settings.shift_correction is not None:
-                    published, correction = _second_order_step(
+                    published, coef_cov, correction = _second_order_step(
                         sites, stream, settings, theta, curvature, coef_cov,
                         None if first else self._training_state.shift_correction)
+                step.update(inference_attributes(coef_cov, settings.fit_intercept))
         else:
             mechanism = MECHANISMS[settings.mechanism]
             theta, curvature, n_iter, step, noise_var = mechanism(
                 sites, stream, settings, first=first)
             started, rng = np.ones(n_models, dtype=bool), stream.rng
+            chain_cov = step.get("coef_cov_")
         training_state = TrainingState(
             theta=theta,
             curvature=(0.0 if stream.prior is None else stream.prior) + curvature,
@@ -1128,7 +1130,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
             curvature_noise_var=noise_var,
             extra=stream.extra or None,
             # a copy: the published coef_cov_ / private_refinement_ must not alias it
-            coef_cov=None if step.get("coef_cov_") is None else step["coef_cov_"].copy(),
+            coef_cov=None if chain_cov is None else chain_cov.copy(),
             shift_ratio=shift_ratio,
             shift_correction=correction,
         )

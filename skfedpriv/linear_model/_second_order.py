@@ -53,27 +53,28 @@ import numpy as np
 from ._dwd_solver import augmented_gram, augmented_scores
 
 __all__ = ["MAX_THIRD_NUMBERS", "ShiftCorrection", "check_second_order_sites",
-           "corrected_theta", "second_order_step", "site_third_moment",
-           "smoothed_third_derivative"]
+           "corrected_theta", "delta_covariance", "second_order_step",
+           "site_outer_derivative", "site_third_moment", "smoothed_third_derivative"]
 
-#: The largest ``n_models · p1³`` the correction keeps (8 bytes each: 80 MB).
+#: The most numbers the correction keeps, ``2 n_models · p1³`` (``S`` and
+#: ``∂B``; 8 bytes each: 80 MB).
 MAX_THIRD_NUMBERS = 10_000_000
 _BLOCK_NUMBERS = 1 << 20
 
 
 def check_second_order_sites(sites, p1, n_models, name="DWDClassifier"):
     """Refuse, before any summary is asked, sites that cannot send the
-    third-derivative summary (only in-process, unscattered ``SiteData``
-    do) and a summary of more than :data:`MAX_THIRD_NUMBERS` numbers."""
+    third-order summaries (only in-process, unscattered ``SiteData`` do)
+    and summaries of more than :data:`MAX_THIRD_NUMBERS` numbers."""
     if not getattr(sites, "offers_curvature_rows", False) or not hasattr(sites, "parts"):
         raise NotImplementedError(
             f"{name}(shift_correction='second-order') runs with sites in this process "
             f"only (it needs a third-derivative summary {type(sites).__name__} does not "
             "send). Use shift_correction=None.")
-    if n_models * p1 ** 3 > MAX_THIRD_NUMBERS:
+    if 2 * n_models * p1 ** 3 > MAX_THIRD_NUMBERS:
         raise ValueError(
-            f"{name}(shift_correction='second-order') keeps {n_models} x {p1}^3 = "
-            f"{n_models * p1 ** 3} numbers (the summed third derivative), more than "
+            f"{name}(shift_correction='second-order') keeps 2 x {n_models} x {p1}^3 = "
+            f"{2 * n_models * p1 ** 3} numbers (two summed third-order tensors), more than "
             f"{MAX_THIRD_NUMBERS}: use shift_correction=None (larger batches keep the "
             "shift small, see StreamShiftWarning).")
 
@@ -103,21 +104,49 @@ def site_third_moment(X, Y, weights, Theta, fit_intercept, curvature, widths):
     third : ndarray of shape (n_models, p1, p1, p1)
     """
     margins = Y * augmented_scores(X, Theta, fit_intercept)
-    rows = np.asarray(X.todense() if hasattr(X, "todense") else X, dtype=float)
-    if fit_intercept:
-        rows = np.column_stack([np.ones(len(rows)), rows])
     coef = np.column_stack([
         weights * Y[:, k] * smoothed_third_derivative(curvature, margins[:, k], widths[k])
         for k in range(Y.shape[1])])
+    return _weighted_cubes(X, fit_intercept, coef)
+
+
+def site_outer_derivative(X, Y, weights, Theta, fit_intercept, derivative, curvature):
+    """One site's ``Σ_i w_i² 2 ℓ'(u_ik) ℓ''(u_ik) y_ik x̄_i^{⊗3}`` per model:
+    the derivative of the score outer products ``Σ_i w_i² ℓ'² x̄_i x̄_iᵀ``
+    (the score covariance ``B`` of :func:`~._inference.score_covariance`
+    without its ridge terms) along each parameter (the last axis).
+
+    Parameters
+    ----------
+    X, Y, weights, Theta, fit_intercept
+        As for :func:`site_third_moment`.
+    derivative, curvature : callable
+        ``ℓ'(u)`` and ``ℓ''(u)``, elementwise on margins.
+
+    Returns
+    -------
+    outer_derivative : ndarray of shape (n_models, p1, p1, p1)
+    """
+    margins = Y * augmented_scores(X, Theta, fit_intercept)
+    coef = 2.0 * (weights * weights)[:, None] * Y * derivative(margins) * curvature(margins)
+    return _weighted_cubes(X, fit_intercept, coef)
+
+
+def _weighted_cubes(X, fit_intercept, coef):
+    """``Σ_i coef_ik x̄_i^{⊗3}`` per column ``k`` of ``coef``, as matrix
+    products over blocks of rows (bounded memory)."""
+    rows = np.asarray(X.todense() if hasattr(X, "todense") else X, dtype=float)
+    if fit_intercept:
+        rows = np.column_stack([np.ones(len(rows)), rows])
     p1 = rows.shape[1]
-    out = np.zeros((Y.shape[1], p1, p1 * p1))
+    out = np.zeros((coef.shape[1], p1, p1 * p1))
     block = max(1, _BLOCK_NUMBERS // (p1 * p1))  # rows of x̄ ⊗ x̄ held at once
     for start in range(0, len(rows), block):
         part = rows[start:start + block]
         pairs = (part[:, :, None] * part[:, None, :]).reshape(len(part), p1 * p1)
-        for k in range(Y.shape[1]):
+        for k in range(coef.shape[1]):
             out[k] += (coef[start:start + block, k, None] * part).T @ pairs
-    return out.reshape(Y.shape[1], p1, p1, p1)
+    return out.reshape(coef.shape[1], p1, p1, p1)
 
 
 @dataclass(frozen=True)
@@ -128,6 +157,9 @@ class ShiftCorrection:
     ----------
     third : ndarray of shape (n_models, p1, p1, p1)
         ``S = Σ_j T_j``, each at its batch's estimate.
+    outer_derivative : ndarray of shape (n_models, p1, p1, p1)
+        ``∂B = Σ_j ∂B_j``, each batch's :func:`site_outer_derivative` at
+        its estimate (for the covariance, :func:`delta_covariance`).
     ratio_sum : float
         ``r = Σ_{j≥2} W_j / N_j``.
     seen : float
@@ -135,26 +167,32 @@ class ShiftCorrection:
     """
 
     third: np.ndarray
+    outer_derivative: np.ndarray
     ratio_sum: float
     seen: float
 
-    def advance(self, parts, theta, cov, batch_weight, curvature, fit_intercept):
+    def advance(self, parts, theta, cov, batch_weight, loss, fit_intercept):
         """Add one batch (its in-process sites' ``parts``, each ``(X, Y,
-        weights)``) at its estimate ``theta`` with covariance ``cov``."""
+        weights)``) at its estimate ``theta`` with covariance ``cov``
+        (``loss`` has elementwise ``derivative`` and ``curvature``)."""
         widths = smoothing_widths(parts, cov, batch_weight, fit_intercept)
-        third = sum(site_third_moment(X, Y, w, theta, fit_intercept, curvature, widths)
+        third = sum(site_third_moment(X, Y, w, theta, fit_intercept, loss.curvature, widths)
                     for X, Y, w in parts)
+        outer = sum(site_outer_derivative(X, Y, w, theta, fit_intercept, loss.derivative,
+                                          loss.curvature) for X, Y, w in parts)
         seen = self.seen + batch_weight
         ratio = batch_weight / seen if self.seen > 0 else 0.0
-        return ShiftCorrection(self.third + third, self.ratio_sum + ratio, seen)
+        return ShiftCorrection(self.third + third, self.outer_derivative + outer,
+                               self.ratio_sum + ratio, seen)
 
     @classmethod
     def start(cls, n_models, p1):
-        return cls(np.zeros((n_models, p1, p1, p1)), 0.0, 0.0)
+        return cls(np.zeros((n_models, p1, p1, p1)), np.zeros((n_models, p1, p1, p1)), 0.0, 0.0)
 
 
-def second_order_step(sites, previous, theta, cov, total_curvature, curvature):
-    """One batch of the correction: the new state and the published estimate.
+def second_order_step(sites, previous, theta, cov, total_curvature, loss):
+    """One batch of the correction: the new state, the published estimate
+    and its covariance.
 
     Parameters
     ----------
@@ -168,28 +206,36 @@ def second_order_step(sites, previous, theta, cov, total_curvature, curvature):
         Its covariance.
     total_curvature : ndarray of shape (n_models, p1, p1)
         The stream's accumulated curvature with this batch.
-    curvature : callable
-        ``ℓ''``, elementwise on margins.
+    loss : object
+        With elementwise ``derivative`` (``ℓ'``) and ``curvature`` (``ℓ''``).
 
     Returns
     -------
     published : ndarray of shape (p1, n_models)
         The corrected estimate (``theta`` itself after the first batch).
+    published_cov : ndarray of shape (n_models, p1, p1)
+        Its covariance, :func:`delta_covariance` (``cov`` itself after the
+        first batch).
     state : ShiftCorrection
     """
     n_models, p1 = cov.shape[0], cov.shape[1]
     start = ShiftCorrection.start(n_models, p1) if previous is None else previous
-    state = start.advance(sites.parts, theta, cov, sites.weight_sum, curvature,
-                          sites.fit_intercept)
+    state = start.advance(sites.parts, theta, cov, sites.weight_sum, loss, sites.fit_intercept)
     if previous is None:  # one batch: r = 0, no correction
-        return theta, state
-    return corrected_theta(theta, state, cov, total_curvature), state
+        return theta, cov, state
+    return (corrected_theta(theta, state, cov, total_curvature),
+            delta_covariance(state, cov, total_curvature), state)
 
 
 def smoothing_widths(parts, cov, batch_weight, fit_intercept):
     """``h_k = (tr(V_k G) / W)^½`` per model (see the module doc)."""
     gram = sum(augmented_gram(X, w, fit_intercept) for X, _, w in parts)
     return np.sqrt(np.maximum(np.einsum("kab,ab->k", cov, gram), 0.0) / batch_weight)
+
+
+def _bias(state, cov):
+    """``b = ½ r S : V`` per model, shape (n_models, p1)."""
+    return 0.5 * state.ratio_sum * np.einsum("kabc,kbc->ka", state.third, cov)
 
 
 def corrected_theta(theta, state, cov, total_curvature):
@@ -209,6 +255,41 @@ def corrected_theta(theta, state, cov, total_curvature):
     -------
     theta : ndarray of shape (p1, n_models)
     """
-    bias = 0.5 * state.ratio_sum * np.einsum("kabc,kbc->ka", state.third, cov)
-    step = np.linalg.solve(total_curvature, bias[..., None])[..., 0]
+    step = np.linalg.solve(total_curvature, _bias(state, cov)[..., None])[..., 0]
     return theta - step.T
+
+
+def delta_covariance(state, cov, total_curvature):
+    """``A V_B Aᵀ``: the delta-method covariance of :func:`corrected_theta`.
+
+    ``A = ∂(θ - C⁻¹ b)/∂θ = I - C⁻¹ ∂b/∂θ + C⁻¹ S_a C⁻¹ b`` (column ``a``
+    of the last term; ``S_a = S[..., a] = ∂C/∂θ_a``) with
+    ``∂b/∂θ_a = ½ r S : ∂V/∂θ_a`` and, ``V = C⁻¹ B C⁻¹``,
+    ``∂V/∂θ_a = -C⁻¹ S_a V - V S_a C⁻¹ + C⁻¹ ∂_a B C⁻¹``
+    (``∂_a B`` the state's ``outer_derivative``; ``S``'s own dependence on
+    ``θ``, a fourth derivative, is left out).
+
+    Parameters
+    ----------
+    state : ShiftCorrection
+    cov : ndarray of shape (n_models, p1, p1)
+        ``V_B``.
+    total_curvature : ndarray of shape (n_models, p1, p1)
+        ``C_B``.
+
+    Returns
+    -------
+    cov : ndarray of shape (n_models, p1, p1)
+    """
+    out = np.empty_like(cov)
+    bias = _bias(state, cov)
+    for k, (S, dB, V, C) in enumerate(zip(state.third, state.outer_derivative, cov,
+                                          total_curvature)):
+        Ci = np.linalg.inv(C)
+        p1 = len(V)
+        S_a, dB_a = np.moveaxis(S, 2, 0), np.moveaxis(dB, 2, 0)  # [a] = S[..., a]
+        dV = -Ci @ S_a @ V - V @ S_a @ Ci + Ci @ dB_a @ Ci  # [a] = ∂V/∂θ_a
+        slope = 0.5 * state.ratio_sum * S.reshape(p1, -1) @ dV.reshape(p1, -1).T
+        A = np.eye(p1) - Ci @ slope + Ci @ (S_a @ (Ci @ bias[k])).T
+        out[k] = A @ V @ A.T
+    return 0.5 * (out + out.transpose(0, 2, 1))
