@@ -234,12 +234,12 @@ def run_cell(n, p, q, ratio, mode, epsilon, reps, n_jobs):
         boot_unresolved=boot["unresolved"])
 
 
-def cells(quick, private_only=False, second_order=False):
+def cells(quick, private_only=False, second_order=False, sizes=(2000, 20000)):
     """``(n, p, q, ratio, mode, epsilon)`` of every cell to run (epsilon None:
     non-private); ``second_order``: the streams only, each with and without
-    ``shift_correction='second-order'``."""
+    ``shift_correction='second-order'`` (of the given ``sizes``)."""
     if second_order:  # n = 2 000 first (where the first-order stream under-covers)
-        sizes = (2000,) if quick else (2000, 20000)
+        sizes = (2000,) if quick else sizes
         grid = itertools.product(sizes, (5,) if quick else (20, 5), (1.0, 4.0), (4.0, 1.0))
         return [cell + (mode, None) for cell in grid for mode in SHIFT_CORRECTION]
     if quick:
@@ -489,7 +489,8 @@ def main():
     parser.add_argument("--study", choices=("dwd", "multinomial", "batch-size"), default="dwd",
                         help="which simulation (default: the DWD cells)")
     parser.add_argument("--sizes", type=int, nargs="+", default=(2000, 20000),
-                        help="n of the multinomial study's cells (default: 2000 20000)")
+                        help="n of the multinomial and --second-order cells "
+                             "(default: 2000 20000)")
     parser.add_argument("--reps", type=int, default=None,
                         help="replications per cell (default 1000, 100 with --quick)")
     parser.add_argument("--n-jobs", type=int, default=1, help="joblib processes")
@@ -518,7 +519,8 @@ def main():
     if args.features:
         stem += "_p" + "_".join(map(str, args.features))
     chosen = [c for c in (private_stream_cells(args.quick) if args.private_stream
-                          else cells(args.quick, args.private_only, args.second_order))
+                          else cells(args.quick, args.private_only, args.second_order,
+                                     tuple(args.sizes)))
               if not args.features or c[1] in args.features]
     for n, p, q, ratio, mode, epsilon in chosen:
         row = run_cell(n, p, q, ratio, mode, epsilon, reps, args.n_jobs)
