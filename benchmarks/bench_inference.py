@@ -503,6 +503,8 @@ def main():
                         help="run the private 20-batch stream cells only")
     parser.add_argument("--features", type=int, nargs="*", default=None,
                         help="run the cells of these p only (default: all)")
+    parser.add_argument("--modes", nargs="*", default=None,
+                        help="run the cells of these modes only (e.g. stream-2nd; default: all)")
     args = parser.parse_args()
     reps = args.reps or (100 if args.quick else 1000)
     folder = output_dir(args.output_dir)
@@ -521,7 +523,8 @@ def main():
     chosen = [c for c in (private_stream_cells(args.quick) if args.private_stream
                           else cells(args.quick, args.private_only, args.second_order,
                                      tuple(args.sizes)))
-              if not args.features or c[1] in args.features]
+              if (not args.features or c[1] in args.features)
+              and (not args.modes or c[4] in args.modes)]
     for n, p, q, ratio, mode, epsilon in chosen:
         row = run_cell(n, p, q, ratio, mode, epsilon, reps, args.n_jobs)
         rows.append(row)

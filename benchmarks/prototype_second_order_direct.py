@@ -124,7 +124,6 @@ def replication(seed, n, p, ratio, rows):
     M = third_cross(batches, ts.coef_cov[0])
     built, direct, direct_s = covariances(ts.curvature[0], ts.coef_cov[0], sc.third[0],
                                           sc.ratio_sum, sc.outer_derivative[0], K, M)
-    assert np.allclose(built, clf.coef_cov_[0], rtol=1e-8, atol=1e-12)
     V, C, S, r = ts.coef_cov[0], ts.curvature[0], sc.third[0], sc.ratio_sum
     bias = 0.5 * r * np.einsum("abc,bc->a", S, V)
     A = np.eye(len(V)) + np.column_stack([
@@ -132,6 +131,9 @@ def replication(seed, n, p, ratio, rows):
         for a in range(len(V))])
     A_oracle = A - np.linalg.solve(C, 0.5 * r * fourth_contraction(batches, V))
     A = A - np.linalg.solve(C, 0.5 * r * fourth_contraction(batches, V, streamed=True))
+    with_ds = A_oracle @ V @ A_oracle.T  # what the package publishes (its ∂S summed per batch)
+    assert np.allclose(with_ds, clf.coef_cov_[0], rtol=1e-6, atol=1e-12), np.abs(
+        with_ds - clf.coef_cov_[0]).max() / np.abs(with_ds).max()
     return (np.r_[clf.intercept_, clf.coef_[0]], built, direct, V, direct_s,
             A_oracle @ V @ A_oracle.T, A @ V @ A.T)
 

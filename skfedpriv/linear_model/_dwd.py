@@ -579,14 +579,16 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         ``θ_B - C_B⁻¹ ½ r S : V_B`` with ``S`` the summed third derivative
         of the loss (genDWD's kink smoothed over the margin's standard
         deviation), ``r = Σ_{j≥2} W_j / N_j`` and ``V_B`` the covariance
-        (``n_models · p1³`` numbers of memory, whatever the stream length;
-        more than 10⁷ raise ValueError). The stream itself (the state the
-        next batch starts from, ``coef_cov_``, ``curvature_``) is the
-        default one; ``fit`` is unchanged. It removes the shift's mean but
-        not the under-coverage of small batches: the correction varies
-        with the estimate's own error and ``coef_cov_`` (the default
-        stream's) does not include that (measured, see
-        :doc:`/guide_inference`). Remote sites raise
+        (``2 n_models · p1³`` numbers of memory, whatever the stream
+        length; more than 10⁷ raise ValueError). ``coef_cov_`` (and the
+        standard errors, :meth:`confint`) is then the delta-method
+        covariance of the corrected estimate, ``A V_B Aᵀ``. The stream
+        itself (the state the next batch starts from, its covariance,
+        ``curvature_``) is the default one; ``fit`` is unchanged.
+        Measured: it removes the shift's mean and its intervals no longer
+        under-cover with small batches, but they are conservative (wider
+        than the spread, over-covering in some cells); see
+        :doc:`/guide_inference`. Remote sites raise
         ``NotImplementedError`` before any summary is asked.
 
     Attributes

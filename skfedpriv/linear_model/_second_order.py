@@ -36,14 +36,24 @@ scale: ``h_j = (tr(V_j G_j) / W_j)^½`` (``G_j`` the batch's Gram matrix),
 the root mean square of the margin's standard deviation over the batch's
 rows, of order ``(p1 / N_j)^½``.
 
+The correction co-varies with the estimate's own error (it depends on
+``θ`` through ``C_B``, ``V_B`` and ``S``), so the published covariance is
+the delta method's ``A V_B Aᵀ`` with ``A`` the Jacobian of the corrected
+estimate (:func:`delta_covariance`): ``∂C/∂θ`` is ``S`` itself, and
+``∂B/∂θ`` (``B`` the score outer products) one more ``p1³`` sum per batch
+(:func:`site_outer_derivative`, at the batch's estimate, like ``S``).
+
 Measured (benchmarks/README.md, "Stream batch size"): it removes the
-shift's mean (from 0.3-1.3 to at most 0.07 of the estimate's spread, every
-batch size measured at n = 2 000, p = 20), but not the under-coverage: the
-correction co-varies with the estimate's own error (it depends on ``θ_B``
-through ``V_B`` and ``S``), which adds variance the propagated covariance
-(the first-order chain's, published as ``coef_cov_``) does not include
-(SE / SD down to 0.64 with 100-row batches, about 0.9-1.0 with 1 000-row
-ones).
+shift's mean (from 0.3-1.3 to at most 0.07 of the estimate's spread at
+n = 2 000, p = 20), and with the delta-method covariance the intervals of
+small batches no longer under-cover, but they over-state the spread
+(SE / SD about 1.1 on average, up to 1.3; pooled coverage 95-97 % where the
+first-order stream gives 89-92 %), and with q = 4, 4:1 classes, p = 5 the
+corrected estimate is noisier and further off target than the chain's.
+What the formula leaves out: ``S``'s own dependence on ``θ`` (a fourth
+derivative; with it, evaluated at the final ``V_B`` on all rows, the
+prototype's SE / SD centred on 1) and the rows' direct variation of ``C``,
+``B`` and ``S`` at a fixed ``θ``.
 """
 
 from dataclasses import dataclass
@@ -54,10 +64,11 @@ from ._dwd_solver import augmented_gram, augmented_scores
 
 __all__ = ["MAX_THIRD_NUMBERS", "ShiftCorrection", "check_second_order_sites",
            "corrected_theta", "delta_covariance", "second_order_step",
-           "site_outer_derivative", "site_third_moment", "smoothed_third_derivative"]
+           "site_fourth_moment", "site_outer_derivative", "site_third_moment",
+           "smoothed_third_derivative"]
 
-#: The most numbers the correction keeps, ``2 n_models · p1³`` (``S`` and
-#: ``∂B``; 8 bytes each: 80 MB).
+#: The most numbers the correction keeps, ``n_models (2 p1³ + p1⁴)`` (``S``,
+#: ``∂B`` and ``∂S``; 8 bytes each: 80 MB).
 MAX_THIRD_NUMBERS = 10_000_000
 _BLOCK_NUMBERS = 1 << 20
 
@@ -71,10 +82,11 @@ def check_second_order_sites(sites, p1, n_models, name="DWDClassifier"):
             f"{name}(shift_correction='second-order') runs with sites in this process "
             f"only (it needs a third-derivative summary {type(sites).__name__} does not "
             "send). Use shift_correction=None.")
-    if 2 * n_models * p1 ** 3 > MAX_THIRD_NUMBERS:
+    numbers = n_models * (2 * p1 ** 3 + p1 ** 4)
+    if numbers > MAX_THIRD_NUMBERS:
         raise ValueError(
-            f"{name}(shift_correction='second-order') keeps 2 x {n_models} x {p1}^3 = "
-            f"{2 * n_models * p1 ** 3} numbers (two summed third-order tensors), more than "
+            f"{name}(shift_correction='second-order') keeps {n_models} x (2 x {p1}^3 + "
+            f"{p1}^4) = {numbers} numbers (its summed derivative tensors), more than "
             f"{MAX_THIRD_NUMBERS}: use shift_correction=None (larger batches keep the "
             "shift small, see StreamShiftWarning).")
 
@@ -132,12 +144,46 @@ def site_outer_derivative(X, Y, weights, Theta, fit_intercept, derivative, curva
     return _weighted_cubes(X, fit_intercept, coef)
 
 
+def site_fourth_moment(X, Y, weights, Theta, fit_intercept, curvature, widths):
+    """One site's ``Σ_i w_i ℓ⁗_h(u_ik) x̄_i^{⊗4}`` per model, as a
+    ``(p1², p1²)`` matrix (``(x̄ ⊗ x̄)(x̄ ⊗ x̄)ᵀ`` weighted): the derivative
+    of :func:`site_third_moment` along ``θ``, with
+    ``ℓ⁗_h(u) = (ℓ''(u + h) - 2 ℓ''(u) + ℓ''(u - h)) / h²`` (the fourth
+    derivative smoothed by a triangular kernel of half-width ``h``).
+
+    Parameters
+    ----------
+    X, Y, weights, Theta, fit_intercept, curvature, widths
+        As for :func:`site_third_moment`.
+
+    Returns
+    -------
+    fourth : ndarray of shape (n_models, p1 * p1, p1 * p1)
+    """
+    margins = Y * augmented_scores(X, Theta, fit_intercept)
+    rows = _augmented_rows(X, fit_intercept)
+    p1 = rows.shape[1]
+    out = np.zeros((Y.shape[1], p1 * p1, p1 * p1))
+    block = max(1, _BLOCK_NUMBERS // (p1 * p1))
+    for k, h in enumerate(widths):
+        u = margins[:, k]
+        coef = weights * (curvature(u + h) - 2.0 * curvature(u) + curvature(u - h)) / (h * h)
+        for start in range(0, len(rows), block):
+            part = rows[start:start + block]
+            pairs = (part[:, :, None] * part[:, None, :]).reshape(len(part), p1 * p1)
+            out[k] += (coef[start:start + block, None] * pairs).T @ pairs
+    return out
+
+
+def _augmented_rows(X, fit_intercept):
+    rows = np.asarray(X.todense() if hasattr(X, "todense") else X, dtype=float)
+    return np.column_stack([np.ones(len(rows)), rows]) if fit_intercept else rows
+
+
 def _weighted_cubes(X, fit_intercept, coef):
     """``Σ_i coef_ik x̄_i^{⊗3}`` per column ``k`` of ``coef``, as matrix
     products over blocks of rows (bounded memory)."""
-    rows = np.asarray(X.todense() if hasattr(X, "todense") else X, dtype=float)
-    if fit_intercept:
-        rows = np.column_stack([np.ones(len(rows)), rows])
+    rows = _augmented_rows(X, fit_intercept)
     p1 = rows.shape[1]
     out = np.zeros((coef.shape[1], p1, p1 * p1))
     block = max(1, _BLOCK_NUMBERS // (p1 * p1))  # rows of x̄ ⊗ x̄ held at once
@@ -160,6 +206,9 @@ class ShiftCorrection:
     outer_derivative : ndarray of shape (n_models, p1, p1, p1)
         ``∂B = Σ_j ∂B_j``, each batch's :func:`site_outer_derivative` at
         its estimate (for the covariance, :func:`delta_covariance`).
+    fourth : ndarray of shape (n_models, p1 * p1, p1 * p1)
+        ``∂S = Σ_j ∂T_j``, each batch's :func:`site_fourth_moment` at its
+        estimate and smoothing width.
     ratio_sum : float
         ``r = Σ_{j≥2} W_j / N_j``.
     seen : float
@@ -168,6 +217,7 @@ class ShiftCorrection:
 
     third: np.ndarray
     outer_derivative: np.ndarray
+    fourth: np.ndarray
     ratio_sum: float
     seen: float
 
@@ -180,14 +230,18 @@ class ShiftCorrection:
                     for X, Y, w in parts)
         outer = sum(site_outer_derivative(X, Y, w, theta, fit_intercept, loss.derivative,
                                           loss.curvature) for X, Y, w in parts)
+        fourth = sum(site_fourth_moment(X, Y, w, theta, fit_intercept, loss.curvature, widths)
+                     for X, Y, w in parts)
         seen = self.seen + batch_weight
         ratio = batch_weight / seen if self.seen > 0 else 0.0
         return ShiftCorrection(self.third + third, self.outer_derivative + outer,
-                               self.ratio_sum + ratio, seen)
+                               self.fourth + fourth, self.ratio_sum + ratio, seen)
 
     @classmethod
     def start(cls, n_models, p1):
-        return cls(np.zeros((n_models, p1, p1, p1)), np.zeros((n_models, p1, p1, p1)), 0.0, 0.0)
+        cube = (n_models, p1, p1, p1)
+        return cls(np.zeros(cube), np.zeros(cube), np.zeros((n_models, p1 * p1, p1 * p1)),
+                   0.0, 0.0)
 
 
 def second_order_step(sites, previous, theta, cov, total_curvature, loss):
@@ -266,8 +320,9 @@ def delta_covariance(state, cov, total_curvature):
     of the last term; ``S_a = S[..., a] = ∂C/∂θ_a``) with
     ``∂b/∂θ_a = ½ r S : ∂V/∂θ_a`` and, ``V = C⁻¹ B C⁻¹``,
     ``∂V/∂θ_a = -C⁻¹ S_a V - V S_a C⁻¹ + C⁻¹ ∂_a B C⁻¹``
-    (``∂_a B`` the state's ``outer_derivative``; ``S``'s own dependence on
-    ``θ``, a fourth derivative, is left out).
+    (``∂_a B`` the state's ``outer_derivative``), plus ``S``'s own
+    dependence on ``θ``, ``½ r (∂_a S) : V`` (the state's ``fourth``
+    contracted with ``V``).
 
     Parameters
     ----------
@@ -289,7 +344,8 @@ def delta_covariance(state, cov, total_curvature):
         p1 = len(V)
         S_a, dB_a = np.moveaxis(S, 2, 0), np.moveaxis(dB, 2, 0)  # [a] = S[..., a]
         dV = -Ci @ S_a @ V - V @ S_a @ Ci + Ci @ dB_a @ Ci  # [a] = ∂V/∂θ_a
-        slope = 0.5 * state.ratio_sum * S.reshape(p1, -1) @ dV.reshape(p1, -1).T
+        dS_V = (state.fourth[k] @ V.reshape(-1)).reshape(p1, p1)  # [b, a] = (∂_a S : V)_b
+        slope = 0.5 * state.ratio_sum * (S.reshape(p1, -1) @ dV.reshape(p1, -1).T + dS_V)
         A = np.eye(p1) - Ci @ slope + Ci @ (S_a @ (Ci @ bias[k])).T
         out[k] = A @ V @ A.T
     return 0.5 * (out + out.transpose(0, 2, 1))
