@@ -20,11 +20,12 @@ Variants (``--c ORDER:C``):
   estimator option's correction ``½ r S : V_B``) and a delta-method
   covariance from central differences of the all-rows sandwich.
 
-An estimator option built on variant 3 with ``V_j`` replaced by
-``(N / N_j) V_B`` was measured and not shipped (benchmarks/README.md,
-"Stream batch size": it removes the shift's mean, not the
-under-coverage). Rows "pkg 2nd": that option (run with this worktree on
-``PYTHONPATH``); "+delta": with :func:`delta_corrected`'s covariance;
+The estimator option ``shift_correction='second-order'`` is built on
+variant 3 with ``V_j`` replaced by ``(N / N_j) V_B`` (benchmarks/README.md,
+"A second-order correction with a delta-method covariance"); it now
+publishes a delta-method covariance (with ``∂S``). Rows "pkg 2nd": that
+option's estimate with the chain's covariance ``V_B`` (run with this
+worktree on ``PYTHONPATH``); "+delta": with :func:`delta_corrected`'s covariance;
 "+dB": with the analytic delta-method covariance of
 :func:`analytic_delta_cov` (``∂C/∂θ`` the stream's ``S``, ``∂B/∂θ`` one
 more ``p1³`` sum, here on all rows at the chain's final estimate: an
@@ -206,7 +207,7 @@ def replication(seed, n, p, q, ratio, schedule, cs, rate):
 
 def package_second_order(X, y, g, bounds, q):
     """The package's ``shift_correction='second-order'`` stream: its
-    published estimate with its ``coef_cov_`` and with the oracle
+    published estimate with the chain's covariance ``V_B`` and with the oracle
     delta-method covariance ``A V_B Aᵀ`` (``∂b/∂θ`` on all rows at the
     chain's estimate, :func:`delta_corrected`'s ``A``)."""
     with warnings.catch_warnings():

@@ -17,6 +17,16 @@ the covariance ``A V Aᵀ + A (D C⁻¹)ᵀ + D C⁻¹ Aᵀ`` (the direct part's
 variance, which needs fourth moments, and ``S``'s direct variation left
 out).
 
+Rows: "built A V Aᵀ" without ``S``'s own derivative (the option's first
+build, commit 7fda2a2); "+ direct cross C, B" and "+ ... S" (``S``'s direct
+term ``C⁻¹ ½ r M C⁻¹`` with ``M = Σ_i w² ℓ‴_h ℓ′ (x̄ᵀ V x̄) x̄ x̄ᵀ``, an
+oracle with the final ``V``); "built with dS/dθ (final V)": ``A`` with
+``-C⁻¹ ½ r (∂S/∂θ_a) : V`` (``∂S`` on every batch's rows at its estimate,
+the final ``V``: what the option publishes now, checked against its
+``coef_cov_``); "(streamed)": each batch's term contracted with its own
+``V_j N_j / N_B`` (a ``p1²`` state). Results:
+``results/inference_second_order_direct.md``.
+
     python benchmarks/prototype_second_order_direct.py RATIO REPS [N] [P] [SCHEDULE]
 
 ``SCHEDULE``: ``"b"`` equal batches of b rows (default 100), ``"f+b"`` a

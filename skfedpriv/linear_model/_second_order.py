@@ -39,21 +39,23 @@ rows, of order ``(p1 / N_j)^½``.
 The correction co-varies with the estimate's own error (it depends on
 ``θ`` through ``C_B``, ``V_B`` and ``S``), so the published covariance is
 the delta method's ``A V_B Aᵀ`` with ``A`` the Jacobian of the corrected
-estimate (:func:`delta_covariance`): ``∂C/∂θ`` is ``S`` itself, and
-``∂B/∂θ`` (``B`` the score outer products) one more ``p1³`` sum per batch
-(:func:`site_outer_derivative`, at the batch's estimate, like ``S``).
+estimate (:func:`delta_covariance`): ``∂C/∂θ`` is ``S`` itself; ``∂B/∂θ``
+(``B`` the score outer products, :func:`site_outer_derivative`, ``p1³``
+numbers) and ``∂S/∂θ`` (:func:`site_fourth_moment`, ``p1⁴`` numbers) are
+two more sums over the batches, each at its estimate like ``S``; ``∂S`` is
+contracted with the final ``V_B`` when the covariance is published.
+Left out: the rows' direct variation of ``C``, ``B`` and ``S`` at a fixed
+``θ`` (its covariance with the estimate's error moved SE / SD by a few
+percent in the prototype; its own variance needs fourth moments of the
+scores).
 
-Measured (benchmarks/README.md, "Stream batch size"): it removes the
-shift's mean (from 0.3-1.3 to at most 0.07 of the estimate's spread at
-n = 2 000, p = 20), and with the delta-method covariance the intervals of
-small batches no longer under-cover, but they over-state the spread
-(SE / SD about 1.1 on average, up to 1.3; pooled coverage 95-97 % where the
-first-order stream gives 89-92 %), and with q = 4, 4:1 classes, p = 5 the
-corrected estimate is noisier and further off target than the chain's.
-What the formula leaves out: ``S``'s own dependence on ``θ`` (a fourth
-derivative; with it, evaluated at the final ``V_B`` on all rows, the
-prototype's SE / SD centred on 1) and the rows' direct variation of ``C``,
-``B`` and ``S`` at a fixed ``θ``.
+Measured (benchmarks/README.md, "A second-order correction with a
+delta-method covariance", 300 data sets per cell): the shift's mean
+removed (at most 0.07 of the estimate's spread at n = 2 000, p = 20), and
+the intervals of the 20-batch streams cover 94.3-96.9 % pooled at
+n = 2 000 (the default stream: 89.5-95.2 %), SE / SD 0.85-1.19; they are
+5-30 % wider than the default stream's there. Without ``∂S`` they
+over-stated the spread by about 10 %.
 """
 
 from dataclasses import dataclass
