@@ -56,10 +56,12 @@ Two more studies (``--study``):
 ``--second-order``: the 16 stream cells (n in {2 000, 20 000}, p in {20, 5},
 q in {1, 4}, both class ratios; p = 5, n = 2 000 with ``--quick``), each as the
 default stream (mode ``stream``) and with ``shift_correction='second-order'``
-(mode ``stream-2nd``) on the same data sets.
+(mode ``stream-2nd``) on the same data sets (``--sizes`` and ``--modes``
+choose among them).
 
     python benchmarks/bench_inference.py [--quick] [--reps R] [--n-jobs J]
         [--private-only | --private-stream] [--second-order] [--features P ...]
+        [--sizes N ...] [--modes MODE ...]
         [--study {dwd,multinomial,batch-size}]
 
 Writes inference.csv and inference.md (``inference_private_stream.*`` with
