@@ -53,11 +53,19 @@ Two more studies (``--study``):
   stream's estimate from the offline fit on the same rows (mean over data
   sets, in units of the stream's spread; largest over parameters) against
   the shift index ``I = p1 Σ_{j≥2} W_j / N_j / √N`` that
-  ``StreamShiftWarning`` is raised on.
+  ``StreamShiftWarning`` is raised on; each schedule with the default
+  update and with ``shift_correction='second-order'`` (same batches).
+
+``--second-order``: the 16 stream cells (n in {2 000, 20 000}, p in {20, 5},
+q in {1, 4}, both class ratios; p = 5, n = 2 000 with ``--quick``), each as the
+default stream (mode ``stream``) and with ``shift_correction='second-order'``
+(mode ``stream-2nd``) on the same data sets (``--sizes`` and ``--modes``
+choose among them).
 
     python benchmarks/bench_inference.py [--quick] [--reps R] [--n-jobs J]
         [--private-only | --private-stream | --curvature-noise | --every-batch]
-        [--features P ...] [--sizes N ...] [--no-bootstrap]
+        [--second-order] [--features P ...] [--sizes N ...] [--modes MODE ...]
+        [--no-bootstrap]
         [--study {dwd,multinomial,batch-size}]
 
 Writes inference.csv and inference.md (``inference_private_stream.*`` with
@@ -88,6 +96,9 @@ from skfedpriv.linear_model import _inference_private_stream as share_rule  # no
 from _output import benchmark_parser, output_dir, wrote  # noqa: E402
 
 MU, SIGMA, SITES, BATCHES = 0.2, 1.0, 5, 20
+#: The stream modes: the default renewable stream and the one published with
+#: ``shift_correction='second-order'`` (same chain, corrected estimate).
+SHIFT_CORRECTION = {"stream": None, "stream-2nd": "second-order"}
 FIELDS = ["n", "p", "q", "classes", "mode", "mechanism", "epsilon", "reps", "coverage",
           "coverage_min", "coverage_max", "mc_se", "width_coef", "width_intercept",
           "width_ratio", "unresolved", "se_ratio_min", "se_ratio_max", "bias_max",
@@ -126,7 +137,7 @@ def one_replication(seed, n, p, q, ratio, mode, epsilon=None, bootstrap=True):
                 else np.full((1, p + 1, 2), np.nan))
         return np.stack([private.confint(0.95)[0], public.confint(0.95)[0],
                          np.column_stack([estimate, estimate]), boot[0]])
-    clf = DWDClassifier(q=q, inference=True)
+    clf = DWDClassifier(q=q, inference=True, shift_correction=SHIFT_CORRECTION.get(mode))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if mode == "offline":
@@ -317,9 +328,14 @@ def run_cell(n, p, q, ratio, mode, epsilon, reps, n_jobs, bootstrap=True):
         boot_unresolved=boot["unresolved"], boot_run=bootstrap and epsilon is not None)
 
 
-def cells(quick, private_only=False):
+def cells(quick, private_only=False, second_order=False, sizes=(2000, 20000)):
     """``(n, p, q, ratio, mode, epsilon)`` of every cell to run (epsilon None:
-    non-private)."""
+    non-private); ``second_order``: the streams only, each with and without
+    ``shift_correction='second-order'`` (of the given ``sizes``)."""
+    if second_order:  # n = 2 000 first (where the first-order stream under-covers)
+        sizes = (2000,) if quick else sizes
+        grid = itertools.product(sizes, (5,) if quick else (20, 5), (1.0, 4.0), (4.0, 1.0))
+        return [cell + (mode, None) for cell in grid for mode in SHIFT_CORRECTION]
     if quick:
         public = [(2000, 5, 1.0, 1.0, mode, None) for mode in ("offline", "stream")]
         private = [(20000, 5, 1.0, 1.0, "offline", eps) for eps in (4.0, 1.0)]
@@ -486,8 +502,8 @@ def batch_size_replication(seed, n, p, q, ratio):
     out = [DWDClassifier(q=q, inference=True).fit(X, y, sample_group=g).confint(0.95)[0]]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for schedule in SCHEDULES:
-            clf = DWDClassifier(q=q, inference=True)
+        for schedule, correction in itertools.product(SCHEDULES, SHIFT_CORRECTION.values()):
+            clf = DWDClassifier(q=q, inference=True, shift_correction=correction)
             for start, stop in batch_bounds(schedule, n):
                 clf.partial_fit(X[start:stop], y[start:stop], sample_group=g[start:stop],
                                 classes=[-1, 1])
@@ -502,30 +518,35 @@ def run_batch_size(n, p, q, ratio, reps, n_jobs):
     results = Parallel(n_jobs=n_jobs)(
         delayed(replications)(c, n, p, q, ratio, replication=batch_size_replication)
         for c in chunks)
-    intervals = np.array([r for chunk in results for r in chunk])  # (reps, 1 + S, p1, 2)
+    intervals = np.array([r for chunk in results for r in chunk])  # (reps, 1 + 2S, p1, 2)
     estimates = intervals.mean(axis=-1)
     rows = []
-    for k, schedule in enumerate(("offline",) + SCHEDULES):
+    runs = [("offline", "–")] + [(schedule, "2nd order" if correction else "1st order")
+                                 for schedule, correction in itertools.product(
+                                     SCHEDULES, SHIFT_CORRECTION.values())]
+    for k, (schedule, update) in enumerate(runs):
         stream = estimates[:, k]
         shift = (stream - estimates[:, 0]).mean(axis=0) / stream.std(axis=0, ddof=1)
         index = 0.0 if k == 0 else shift_index(schedule, n, p + 1)
         rows.append(coverage_row(
             intervals[:, k], target, n=n, p=p, q=q, classes="balanced" if ratio == 1 else "4:1",
-            batches=schedule, index=index, shift_max=np.abs(shift).max(),
+            batches=schedule, update=update, index=index, shift_max=np.abs(shift).max(),
             warns=index > 0.2))
     return rows
 
 
-BATCH_FIELDS = ["n", "p", "q", "classes", "batches", "reps", "index", "warns", "shift_max",
+BATCH_FIELDS = ["n", "p", "q", "classes", "batches", "update", "reps", "index", "warns",
+                "shift_max",
                 "coverage", "coverage_min", "coverage_max", "se_ratio_min", "se_ratio_max",
                 "bias_max"]
 
 
 def batch_size_markdown(rows):
     return markdown_table(
-        ["classes", "batches (rows)", "shift index I", "warns", "max shift / SD",
+        ["classes", "batches (rows)", "update", "shift index I", "warns", "max shift / SD",
          "coverage (pooled)", "min–max over parameters", "SE / SD", "reps"],
-        [[r["classes"], r["batches"], f"{r['index']:.2f}", "yes" if r["warns"] else "no",
+        [[r["classes"], r["batches"], r["update"], f"{r['index']:.2f}",
+          "yes" if r["warns"] else "no",
           f"{r['shift_max']:.2f}", coverage_text(r), str(r["reps"])] for r in rows])
 
 
@@ -572,6 +593,9 @@ def main():
     parser.add_argument("--n-jobs", type=int, default=1, help="joblib processes")
     parser.add_argument("--private-only", action="store_true",
                         help="run the private (epsilon in {1, 4}) cells only")
+    parser.add_argument("--second-order", action="store_true",
+                        help="the stream cells (p = 5, n = 2000 with --quick), each with and "
+                             "without shift_correction='second-order'")
     parser.add_argument("--private-stream", action="store_true",
                         help="run the private 20-batch stream cells only")
     parser.add_argument("--features", type=int, nargs="*", default=None,
@@ -584,6 +608,8 @@ def main():
     parser.add_argument("--curvature-noise", action="store_true",
                         help="only the table of summed per-batch curvature noise against "
                              "the stream's curvature (private streams)")
+    parser.add_argument("--modes", nargs="*", default=None,
+                        help="run the cells of these modes only (e.g. stream-2nd; default: all)")
     args = parser.parse_args()
     reps = args.reps or (100 if args.quick else 1000)
     folder = output_dir(args.output_dir)
@@ -604,6 +630,8 @@ def main():
     stem = "inference_quick" if args.quick else "inference"
     if args.private_only:
         stem += "_private"
+    if args.second_order:
+        stem += "_second_order"
     if args.private_stream:
         stem = "inference_private_stream" + ("_quick" if args.quick else "")
     rows = []
@@ -612,8 +640,10 @@ def main():
     if tuple(args.sizes) != (2000, 20000):
         stem += "_n" + "_".join(map(str, args.sizes))
     chosen = [c for c in (private_stream_cells(args.quick) if args.private_stream
-                          else cells(args.quick, args.private_only))
-              if (not args.features or c[1] in args.features) and c[0] in args.sizes]
+                          else cells(args.quick, args.private_only, args.second_order,
+                                     tuple(args.sizes)))
+              if (not args.features or c[1] in args.features) and c[0] in args.sizes
+              and (not args.modes or c[4] in args.modes)]
     for n, p, q, ratio, mode, epsilon in chosen:
         row = run_cell(n, p, q, ratio, mode, epsilon, reps, args.n_jobs,
                        bootstrap=not args.no_bootstrap)

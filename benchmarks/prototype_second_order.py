@@ -16,10 +16,23 @@ Variants (``--c ORDER:C``):
   batch's propagated covariance, ``h_j = C`` times the root mean square of
   the margin's standard deviation under ``V_j``).
 
-An estimator option built on variant 3 with ``V_j`` replaced by
-``(N / N_j) V_B`` was measured and not shipped (benchmarks/README.md,
-"Stream batch size": it removes the shift's mean, not the
-under-coverage). "failed": streams whose
+* ``4:C``, variant 3 with ``V_j`` replaced by ``(N / N_j) V_B`` (the
+  estimator option's correction ``½ r S : V_B``) and a delta-method
+  covariance from central differences of the all-rows sandwich.
+
+The estimator option ``shift_correction='second-order'`` is built on
+variant 3 with ``V_j`` replaced by ``(N / N_j) V_B`` (benchmarks/README.md,
+"A second-order correction with a delta-method covariance"); it now
+publishes a delta-method covariance (with ``∂S``). Rows "pkg 2nd": that
+option's estimate with the chain's covariance ``V_B`` (run with this
+worktree on ``PYTHONPATH``); "+delta": with :func:`delta_corrected`'s covariance;
+"+dB": with the analytic delta-method covariance of
+:func:`analytic_delta_cov` (``∂C/∂θ`` the stream's ``S``, ``∂B/∂θ`` one
+more ``p1³`` sum, here on all rows at the chain's final estimate: an
+oracle); "+dB batch": the same with ``∂B/∂θ`` summed over the batches,
+each at the estimate the stream had after it (the summary a built
+version would accumulate); "+dB+C": that, with the step's own
+dependence ``-C⁻¹ S_a C⁻¹ b`` in ``A``. "failed": streams whose
 second-order equation was not solved (no root near the estimate).
 
     python benchmarks/prototype_second_order.py [--reps R] [--c 2:2 3:1 ...]
@@ -91,6 +104,7 @@ def stream(X, y, bounds, q, order, c, rate):
     Xb_all = np.column_stack([np.ones(len(X)), X])
     mask = np.r_[0.0, np.ones(p1 - 1)]
     theta, C, S, r, cov, seen = np.zeros(p1), None, None, np.zeros(p1), None, 0.0
+    rsum = 0.0  # Σ_{j≥2} W_j / N_j
     tv = None  # order 3: Σ_j W_j V_j over the batches seen
     for start, stop in bounds:
         Xb, yb = Xb_all[start:stop], y[start:stop]
@@ -117,7 +131,8 @@ def stream(X, y, bounds, q, order, c, rate):
         Li = np.linalg.inv(L)
         cov = Li @ mid @ Li.T
         C = L
-        if order == 3:  # first-order chain, expected-remainder correction at the end
+        rsum += (stop - start) / seen if carried is not None else 0.0
+        if order in (3, 4):  # first-order chain, expected-remainder correction at the end
             s = np.sqrt(np.mean(np.einsum("ia,ab,ib->i", Xb, cov, Xb)))
             _, _, T, _ = pieces(Xb, yb, new, q, c * s)
             tv = (stop - start) * cov + (0 if S is None else tv)
@@ -128,7 +143,37 @@ def stream(X, y, bounds, q, order, c, rate):
     if order == 3:
         bias = 0.5 * np.einsum("abc,bc->a", S, tv / seen - cov)
         theta = theta - np.linalg.solve(C, bias)
+    if order == 4:
+        theta, cov = delta_corrected(Xb_all, y, q, theta, cov, C, S, rsum, c, mask)
     return theta, cov, stream.ok
+
+
+def offline_sandwich(Xb, y, q, theta, mask):
+    """C(θ)⁻¹ B(θ) C(θ)⁻¹ and the smoothed third derivative on all rows at θ."""
+    g, H, _, sc = pieces(Xb, y, theta, q, 1.0, third=False)
+    ridge = ALPHA * len(y) * mask
+    H = H + np.diag(ridge)
+    sc = sc + (ALPHA * mask * theta)[None]
+    Hi = np.linalg.inv(H)
+    return Hi @ (sc.T @ sc) @ Hi.T
+
+
+def delta_corrected(Xb, y, q, theta, cov, C, S, r, c, mask, step=1e-4):
+    """Variant 4: the shipped correction ``θ_B - C_B⁻¹ ½ r S : V_B`` and
+    the delta-method covariance ``A V_B Aᵀ``, ``A = I - C_B⁻¹ ∂b/∂θ``,
+    ``b(θ) = ½ r S(θ) : V(θ)`` re-evaluated on all rows at ``θ`` (an
+    oracle of what the summaries would have to carry: ``S`` fixed, ``V``
+    the offline sandwich; central differences)."""
+    p1 = len(theta)
+    bias = 0.5 * r * np.einsum("abc,bc->a", S, cov)
+
+    def b(t):
+        return 0.5 * r * np.einsum("abc,bc->a", S, offline_sandwich(Xb, y, q, t, mask))
+
+    J = np.column_stack([(b(theta + step * e) - b(theta - step * e)) / (2 * step)
+                         for e in np.eye(p1)])
+    A = np.eye(p1) - np.linalg.solve(C, J)
+    return theta - np.linalg.solve(C, bias), A @ cov @ A.T
 
 
 def batch_bounds(schedule, n):
@@ -152,11 +197,71 @@ def replication(seed, n, p, q, ratio, schedule, cs, rate):
             pk.partial_fit(X[start:stop], y[start:stop], sample_group=g[start:stop],
                            classes=[-1, 1])
     out.append((np.r_[pk.intercept_, pk.coef_[0]], np.r_[pk.intercept_se_, pk.coef_se_[0]], True))
+    out.extend(package_second_order(X, y, g, bounds, q))
     out.append(stream(X, y, bounds, q, 1, 1.0, rate))
     for spec in cs:
         order, c = spec.split(":")
         out.append(stream(X, y, bounds, q, int(order), float(c), rate))
     return out
+
+
+def package_second_order(X, y, g, bounds, q):
+    """The package's ``shift_correction='second-order'`` stream: its
+    published estimate with the chain's covariance ``V_B`` and with the oracle
+    delta-method covariance ``A V_B Aᵀ`` (``∂b/∂θ`` on all rows at the
+    chain's estimate, :func:`delta_corrected`'s ``A``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pk = DWDClassifier(q=q, inference=True, shift_correction="second-order")
+        dB_stream = 0.0
+        for start, stop in bounds:
+            pk.partial_fit(X[start:stop], y[start:stop], sample_group=g[start:stop],
+                           classes=[-1, 1])
+            Xj = np.column_stack([np.ones(stop - start), X[start:stop]])
+            dB_stream = dB_stream + score_outer_derivative(
+                Xj, y[start:stop], q, pk._training_state.theta[:, 0])
+    ts = pk._training_state
+    S, r = ts.shift_correction.third[0], ts.shift_correction.ratio_sum
+    C, V, chain = ts.curvature[0], ts.coef_cov[0], ts.theta[:, 0]
+    Xb = np.column_stack([np.ones(len(X)), X])
+    mask = np.r_[0.0, np.ones(Xb.shape[1] - 1)]
+    published = np.r_[pk.intercept_, pk.coef_[0]]
+    _, delta_cov = delta_corrected(Xb, y, q, chain, V, C, S, r, 1.0, mask)
+    return [(published, V, True), (published, delta_cov, True),
+            (published, analytic_delta_cov(Xb, y, q, chain, V, C, S, r), True),
+            (published, analytic_delta_cov(Xb, y, q, chain, V, C, S, r, dB_stream), True),
+            (published, analytic_delta_cov(Xb, y, q, chain, V, C, S, r, dB_stream, True), True)]
+
+
+def score_outer_derivative(Xb, y, q, theta):
+    """``Σ_i 2 ℓ' ℓ'' y_i x̄_i ⊗ x̄_i ⊗ x̄_i`` at ``theta`` (``∂B/∂θ``)."""
+    u = y * (Xb @ theta)
+    w = 2 * gendwd_derivative(u, q) * gendwd_curvature(u, q) * y
+    return np.einsum("i,ia,ib,ic->abc", w, Xb, Xb, Xb, optimize=True)
+
+
+def analytic_delta_cov(Xb, y, q, theta, V, C, S, r, dB=None, step_term=False):
+    """``A V Aᵀ``, ``A = I - C⁻¹ ½ r S : ∂V/∂θ`` with ``V = C⁻¹ B C⁻¹``:
+    ``∂_a C = S[..., a]`` (the stream's smoothed third derivative) and
+    ``∂_a B = Σ_i 2 ℓ' ℓ'' y_i x_i x_iᵀ x_ia`` (one more ``p1³`` summary,
+    on all rows at the chain's final estimate unless given: the stream's
+    sum of each batch's at its own estimate)."""
+    dB = score_outer_derivative(Xb, y, q, theta) if dB is None else dB
+    A = delta_matrix(V, C, S, r, dB, step_term)
+    return A @ V @ A.T
+
+
+def delta_matrix(V, C, S, r, dB, step_term):
+    """``A`` of :func:`analytic_delta_cov`."""
+    Ci = np.linalg.inv(C)
+    dV = (-np.einsum("xb,bca,cy->xya", Ci, S, V) - np.einsum("xb,bca,cy->xya", V, S, Ci)
+          + np.einsum("xb,bca,cy->xya", Ci, dB, Ci))
+    J = 0.5 * r * np.einsum("abc,bcd->ad", S, dV)
+    A = np.eye(len(V)) - Ci @ J
+    if step_term:  # ∂(C⁻¹ b)/∂θ_a also holds -C⁻¹ S_a C⁻¹ b
+        b = 0.5 * r * np.einsum("abc,bc->a", S, V)
+        A = A + np.einsum("xb,bca,c->xa", Ci, S, Ci @ b)
+    return A
 
 
 def main():
@@ -169,7 +274,8 @@ def main():
     ap.add_argument("--ratios", type=float, nargs="+", default=[4.0, 1.0])
     ap.add_argument("--schedules", nargs="+", default=["100", "1000+100"])
     ap.add_argument("--c", nargs="+", default=["2:1", "3:1"],
-                    help="ORDER:C (2: realized quadratic, h = C N^-1/5; 3: expected remainder)")
+                    help="ORDER:C (2: realized quadratic, h = C N^-1/5; 3: expected remainder; "
+                         "4: the shipped correction with a delta-method covariance)")
     ap.add_argument("--rate", choices=("seen", "batch"), default="seen")
     a = ap.parse_args()
     z = norm.ppf(0.975)
@@ -179,7 +285,7 @@ def main():
         for schedule in a.schedules:
             res = [replication(s, a.n, a.p, a.q, ratio, schedule, a.c, a.rate)
                    for s in range(a.seed0, a.seed0 + a.reps)]
-            names = ["offline", "package 1st", "proto 1st"] + [f"v{c}" for c in a.c]
+            names = ["offline", "package 1st", "pkg 2nd", "pkg 2nd+delta", "pkg 2nd+dB", "pkg 2nd+dB batch", "pkg 2nd+dB+C", "proto 1st"] + [f"v{c}" for c in a.c]
             est0 = np.array([r[0][0] for r in res])
             for k, name in enumerate(names):
                 ok = np.array([r[k][2] for r in res])

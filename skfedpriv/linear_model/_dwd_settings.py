@@ -49,6 +49,7 @@ class DWDSettings(StreamSettings):
     n_batches: object
     inference: bool
     honest_sites: object
+    shift_correction: object
     loss: GenDWDLoss
 
     def stream_key(self):
@@ -56,7 +57,9 @@ class DWDSettings(StreamSettings):
         and whether the stream carries a covariance (``inference``) bind it;
         with one, everything its guarantee and noise use."""
         if self.mechanism is None:
-            return (None, self.fit_intercept, self.inference)
+            key = (None, self.fit_intercept, self.inference)
+            # the second-order correction's state binds the stream too
+            return key if self.shift_correction is None else key + (self.shift_correction,)
         return tuple(getattr(self, name) for name in _PRIVATE_STREAM_FIELDS)
 
 
@@ -68,6 +71,11 @@ def dwd_settings(params):
                   fit_intercept=bool(params["fit_intercept"]), inference=bool(params["inference"]),
                   loss=GenDWDLoss(float(params["q"])))
     mechanism = params["mechanism"]
+    if params["shift_correction"] is not None and (mechanism is not None
+                                                   or not params["inference"]):
+        raise InvalidParameterError(
+            "shift_correction='second-order' corrects a non-private stream's estimate "
+            "by its covariance: it needs inference=True and mechanism=None.")
     if mechanism is None:
         return DWDSettings(**values)
     if params["inference"] and mechanism not in INFERENCE_MECHANISMS:

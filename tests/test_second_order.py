@@ -1,0 +1,338 @@
+"""shift_correction='second-order': the summed third derivative against
+brute force and against the curvature's own derivative, the aggregated
+correction against its formula, the default stream untouched, the refusals
+before any state change, and the shift it removes on a simulated stream."""
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+from skfedpriv import DWDClassifier
+from skfedpriv._loss import GenDWDLoss, LogisticLoss
+from skfedpriv._param_validation import InvalidParameterError
+from skfedpriv.datasets import gaussian_gendwd_target, make_federated_gaussians
+from skfedpriv.federated import federated_fit
+from skfedpriv.linear_model import StreamShiftWarning
+from skfedpriv.linear_model._inference_sites import site_inference_summary
+from skfedpriv.linear_model._inference_stream import track_stream_shift
+from skfedpriv.linear_model import _second_order as second_order
+from skfedpriv.linear_model._second_order import (
+    MAX_THIRD_NUMBERS, ShiftCorrection, corrected_theta, delta_covariance, second_order_step,
+    site_fourth_moment, site_outer_derivative, site_third_moment, smoothed_third_derivative)
+from _transport import RecordingTransport
+from test_flower import local_sites, make_data
+
+
+def _site(n=60, p=3, n_models=2, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, p))
+    Y = np.where(rng.random((n, n_models)) < 0.6, 1.0, -1.0)
+    return X, Y, rng.uniform(0.5, 2.0, size=n), rng.normal(scale=0.5, size=(p + 1, n_models))
+
+
+@pytest.mark.parametrize("loss", [GenDWDLoss(1.0), GenDWDLoss(4.0), LogisticLoss()])
+@pytest.mark.parametrize("block", [None, 7 * 16])
+def test_third_moment_is_the_per_row_sum(loss, block, monkeypatch):
+    if block is not None:  # 7 rows at a time
+        monkeypatch.setattr(second_order, "_BLOCK_NUMBERS", block)
+    X, Y, w, Theta = _site()
+    widths = np.array([0.3, 0.05])
+    got = site_third_moment(X, Y, w, Theta, True, loss.curvature, widths)
+    for k in range(2):
+        want = np.zeros((4, 4, 4))
+        for i in range(len(X)):
+            x = np.r_[1.0, X[i]]
+            u = Y[i, k] * x @ Theta[:, k]
+            third = (loss.curvature(u + widths[k]) - loss.curvature(u - widths[k])) / (
+                2 * widths[k])
+            want += w[i] * Y[i, k] * third * np.multiply.outer(np.multiply.outer(x, x), x)
+        np.testing.assert_allclose(got[k], want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("block", [None, 7 * 16])
+def test_fourth_moment_is_the_per_row_sum(block, monkeypatch):
+    if block is not None:  # 7 rows at a time
+        monkeypatch.setattr(second_order, "_BLOCK_NUMBERS", block)
+    loss, widths = GenDWDLoss(1.0), np.array([0.3, 0.05])
+    X, Y, w, Theta = _site()
+    got = site_fourth_moment(X, Y, w, Theta, True, loss.curvature, widths)
+    for k in range(2):
+        want = np.zeros((16, 16))
+        for i in range(len(X)):
+            x = np.r_[1.0, X[i]]
+            u, h = Y[i, k] * x @ Theta[:, k], widths[k]
+            fourth = (loss.curvature(u + h) - 2 * loss.curvature(u) + loss.curvature(u - h)) / h**2
+            want += w[i] * fourth * np.outer(np.outer(x, x), np.outer(x, x))
+        np.testing.assert_allclose(got[k], want, rtol=1e-12, atol=1e-12)
+
+
+def test_third_moment_is_the_derivative_of_the_curvature():
+    """For a smooth loss, ``S[v]`` is the directional derivative of the
+    curvature sum ``Σ w ℓ'' x̄ x̄ᵀ`` (its finite difference along ``v``)."""
+    loss = LogisticLoss()
+    X, Y, w, Theta = _site(seed=1)
+    v = np.random.default_rng(2).normal(size=Theta.shape)
+    eps = 1e-5
+
+    def curvature(theta):
+        return site_inference_summary(X, Y, w, theta, True, loss.derivative,
+                                      loss.curvature).curvature
+
+    numeric = (curvature(Theta + eps * v) - curvature(Theta - eps * v)) / (2 * eps)
+    third = site_third_moment(X, Y, w, Theta, True, loss.curvature, np.full(2, 1e-4))
+    np.testing.assert_allclose(np.einsum("kabc,ck->kab", third, v), numeric, rtol=1e-5,
+                               atol=1e-7)
+
+
+@pytest.mark.parametrize("loss", [GenDWDLoss(1.0), LogisticLoss()])
+def test_outer_derivative_is_the_derivative_of_the_score_outer_products(loss):
+    """``∂B[..., a]`` is the derivative of ``Σ w² ℓ'² x̄ x̄ᵀ`` along ``θ_a``
+    (central differences of the inference summary's ``score_outer``)."""
+    X, Y, w, Theta = _site(seed=5)
+    eps = 1e-6
+
+    def outer(theta):
+        return site_inference_summary(X, Y, w, theta, True, loss.derivative,
+                                      loss.curvature).score_outer
+
+    got = site_outer_derivative(X, Y, w, Theta, True, loss.derivative, loss.curvature)
+    for a in range(Theta.shape[0]):
+        step = np.zeros_like(Theta)
+        step[a] = eps
+        numeric = (outer(Theta + step) - outer(Theta - step)) / (2 * eps)
+        np.testing.assert_allclose(got[..., a], numeric, rtol=1e-5, atol=1e-6)
+
+
+def test_delta_covariance_is_the_corrected_maps_jacobian():
+    """``A V Aᵀ`` with ``A`` the central-difference Jacobian of
+    ``θ ↦ θ - C(θ)⁻¹ ½ r S(θ) : C(θ)⁻¹ B(θ) C(θ)⁻¹`` (``C``, ``B``, ``S`` the
+    rows' curvature, score outer products and third moment at ``θ``), for a
+    smooth loss, whose smoothed third and fourth moments are the
+    derivatives of ``C`` and ``S``."""
+    loss, h = LogisticLoss(), np.full(2, 1e-3)
+    X, Y, w, Theta = _site(n=200, seed=6)
+    ridge = np.diag(np.r_[0.0, np.full(3, 0.5)])
+    seen = float(w.sum())
+
+    def at(theta):
+        got = site_inference_summary(X, Y, w, theta, True, loss.derivative, loss.curvature)
+        C = got.curvature + ridge
+        V = np.linalg.solve(C, np.linalg.solve(C, got.score_outer).transpose(0, 2, 1))
+        S = site_third_moment(X, Y, w, theta, True, loss.curvature, h)
+        return C, V, ShiftCorrection(S, None, None, ratio_sum=1.7, seen=seen)
+
+    C, V, _ = at(Theta)
+    state = ShiftCorrection(
+        site_third_moment(X, Y, w, Theta, True, loss.curvature, h),
+        site_outer_derivative(X, Y, w, Theta, True, loss.derivative, loss.curvature),
+        site_fourth_moment(X, Y, w, Theta, True, loss.curvature, h), ratio_sum=1.7, seen=seen)
+
+    def corrected(theta):
+        C_t, V_t, state_t = at(theta)
+        return corrected_theta(theta, state_t, V_t, C_t)
+
+    eps = 1e-5
+    for k in range(2):
+        A = np.zeros((4, 4))
+        for a in range(4):
+            step = np.zeros_like(Theta)
+            step[a, k] = eps
+            A[:, a] = (corrected(Theta + step) - corrected(Theta - step))[:, k] / (2 * eps)
+        want = A @ V[k] @ A.T
+        np.testing.assert_allclose(delta_covariance(state, V, C)[k], want, rtol=1e-4,
+                                   atol=1e-6 * np.abs(want).max())
+        assert not np.allclose(want, V[k], rtol=1e-3)  # the correction moves it
+
+
+def test_a_quadratic_loss_has_no_third_derivative():
+    u = np.linspace(-3, 3, 13)
+    assert np.all(smoothed_third_derivative(lambda m: np.full_like(m, 2.0), u, 0.1) == 0.0)
+
+
+def test_gendwd_kink_enters_as_the_jump_over_the_window():
+    """Left of the kink ``V_q'' = 0``; within ``h`` of it the smoothed third
+    derivative is ``V_q''(u + h) / 2h``, its jump over the window."""
+    loss = GenDWDLoss(1.0)
+    h = 0.05
+    assert smoothed_third_derivative(loss.curvature, np.array([0.3]), h)[0] == 0.0
+    near = smoothed_third_derivative(loss.curvature, np.array([0.5]), h)[0]
+    assert near == pytest.approx(loss.curvature(0.55) / (2 * h))
+
+
+def test_aggregated_correction_matches_the_batchwise_formula():
+    """``S = Σ_j T_j`` and ``r = Σ_{j≥2} W_j / N_j`` over three batches, and
+    ``θ - C⁻¹ ½ r S : V`` written out entry by entry."""
+    rng = np.random.default_rng(3)
+    loss, state, thirds, ratio, seen = GenDWDLoss(1.0), ShiftCorrection.start(2, 4), 0, 0, 0
+    for j in range(3):
+        X, Y, w, Theta = _site(n=40 + 10 * j, seed=10 + j)
+        A = rng.normal(size=(2, 4, 4))
+        cov = A @ A.transpose(0, 2, 1) / 50
+        state = state.advance([(X[:20], Y[:20], w[:20]), (X[20:], Y[20:], w[20:])], Theta, cov,
+                              w.sum(), loss, True)
+        Xa = np.column_stack([np.ones(len(X)), X])
+        widths = np.sqrt(np.einsum("kab,ab->k", cov, Xa.T @ (w[:, None] * Xa)) / w.sum())
+        thirds = thirds + site_third_moment(X, Y, w, Theta, True, loss.curvature, widths)
+        seen += w.sum()
+        ratio += w.sum() / seen if j > 0 else 0.0
+    np.testing.assert_allclose(state.third, thirds, rtol=1e-10, atol=1e-10)
+    assert state.ratio_sum == pytest.approx(ratio, rel=1e-14) and state.seen == seen
+    C = np.stack([np.eye(4) * 30 + 1.0, np.eye(4) * 20])
+    theta = rng.normal(size=(4, 2))
+    got = corrected_theta(theta, state, cov, C)
+    for k in range(2):
+        bias = [0.5 * ratio * sum(thirds[k, a, b, c] * cov[k, b, c] for b in range(4)
+                                  for c in range(4)) for a in range(4)]
+        np.testing.assert_allclose(got[:, k], theta[:, k] - np.linalg.solve(C[k], bias),
+                                   rtol=1e-10)
+
+
+def _stream(clf, X, y, g, b):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k in np.unique(b):
+            rows = b == k
+            clf.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=[-1, 1])
+    return clf
+
+
+def test_the_chain_and_its_covariance_are_the_default_streams():
+    """Only the published estimate moves: the state the next batch starts
+    from, the covariance and the curvature are the default stream's, and a
+    one-batch fit is the default fit bit for bit."""
+    X, y, g, b = make_federated_gaussians(n_sites=3, n_batches=4, n_per_batch=40,
+                                          n_features=3, ratio=4.0, random_state=0)
+    plain = DWDClassifier(inference=True).fit(X, y, sample_group=g)
+    fitted = DWDClassifier(inference=True, shift_correction="second-order").fit(
+        X, y, sample_group=g)
+    np.testing.assert_array_equal(fitted.coef_, plain.coef_)
+    np.testing.assert_array_equal(fitted.intercept_, plain.intercept_)
+    plain = _stream(DWDClassifier(inference=True), X, y, g, b)
+    corrected = _stream(DWDClassifier(inference=True, shift_correction="second-order"),
+                        X, y, g, b)
+    np.testing.assert_array_equal(corrected._training_state.theta, plain._training_state.theta)
+    np.testing.assert_array_equal(corrected._training_state.coef_cov, plain.coef_cov_)
+    np.testing.assert_array_equal(corrected.curvature_, plain.curvature_)
+    assert not np.allclose(corrected.coef_, plain.coef_, rtol=0, atol=1e-12)
+    assert not np.allclose(corrected.coef_cov_, plain.coef_cov_, rtol=0, atol=1e-12)
+    assert not np.shares_memory(corrected.coef_cov_, corrected._training_state.coef_cov)
+    assert "shift_correction" in repr(corrected._training_state)
+
+
+@pytest.mark.parametrize("params", [dict(shift_correction="second-order"),
+                                    dict(shift_correction="second-order", inference=True,
+                                         mechanism="local-gaussian", clip_norm=3.0)])
+def test_refused_without_inference_or_under_a_mechanism(params):
+    X, y, _, _ = make_data()
+    with pytest.raises(InvalidParameterError, match="inference=True and mechanism=None"):
+        DWDClassifier(**params).fit(X, y)
+
+
+def test_remote_sites_are_refused_before_anything_changes():
+    X, y, g, b = make_data()
+    transport = RecordingTransport(local_sites(X, y, g, b))
+    clf = DWDClassifier(inference=True, shift_correction="second-order")
+    with pytest.raises(NotImplementedError, match="sites in this process only"):
+        federated_fit(clf, transport, 0)
+    assert not hasattr(clf, "coef_")
+    assert not any(q["op"] in ("summary", "inference_summary") for q, _ in transport.log)
+
+
+def test_too_many_parameters_are_refused_before_anything_changes():
+    p = int(round(MAX_THIRD_NUMBERS ** (1 / 3)))  # p1 = p + 1 passes the limit
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(2 * p, p)), np.r_[np.zeros(p), np.ones(p)]
+    clf = DWDClassifier(inference=True, shift_correction="second-order")
+    with pytest.raises(ValueError, match="use shift_correction=None"):
+        clf.fit(X, y)
+    assert not hasattr(clf, "coef_")
+
+
+def test_the_shift_shrinks_and_the_intervals_cover():
+    """p = 5, 4:1 classes, 20 batches of 200 rows over 5 sites, 40 data sets:
+    the first-order stream sits off the offline fit by about 0.3 of the
+    estimate's spread (one parameter); the corrected one by less than half
+    that. The corrected intervals cover (pooled) and their standard errors
+    match the corrected estimates' spread."""
+    p, reps = 5, 40
+    intercept, coef = gaussian_gendwd_target(p, 0.2, 1.0, 4.0, q=1.0)
+    target = np.r_[intercept, coef]
+    offline, first, second, se = [], [], [], []
+    for seed in range(reps):
+        X, y, g, b = make_federated_gaussians(n_sites=5, n_batches=20, n_per_batch=40,
+                                              n_features=p, ratio=4.0, random_state=seed)
+        fit = DWDClassifier().fit(X, y, sample_group=g)
+        offline.append(np.r_[fit.intercept_, fit.coef_[0]])
+        clf = _stream(DWDClassifier(inference=True), X, y, g, b)
+        first.append(np.r_[clf.intercept_, clf.coef_[0]])
+        clf = _stream(DWDClassifier(inference=True, shift_correction="second-order"), X, y, g, b)
+        second.append(np.r_[clf.intercept_, clf.coef_[0]])
+        se.append(np.r_[clf.intercept_se_, clf.coef_se_[0]])
+    offline, first, second, se = map(np.array, (offline, first, second, se))
+
+    def shift(stream):
+        return np.abs((stream - offline).mean(axis=0) / stream.std(axis=0, ddof=1)).max()
+
+    assert shift(first) > 0.2
+    assert shift(second) < 0.5 * shift(first)
+    covered = np.abs(second - target) <= 1.959964 * se
+    assert 0.90 <= covered.mean() <= 0.99
+    ratio = se.mean(axis=0) / second.std(axis=0, ddof=1)
+    assert np.all((0.75 < ratio) & (ratio < 1.3))
+
+
+def test_the_covariance_matches_the_corrected_estimates_spread():
+    """p = 5, 4:1 classes, 20 batches of 50 rows over 5 sites, 40 data sets:
+    the corrected estimates vary more than the chain's covariance says (it
+    misses the correction's own variance); the published delta-method
+    covariance includes it (total variance within [0.9, 1.4] of the
+    empirical one, conservative as measured in benchmarks/README.md)."""
+    published, chain, estimates = [], [], []
+    for seed in range(40):
+        X, y, g, b = make_federated_gaussians(n_sites=5, n_batches=20, n_per_batch=10,
+                                              n_features=5, ratio=4.0, random_state=seed)
+        clf = _stream(DWDClassifier(inference=True, shift_correction="second-order"), X, y, g, b)
+        estimates.append(np.r_[clf.intercept_, clf.coef_[0]])
+        published.append(clf.coef_cov_[0])
+        chain.append(clf._training_state.coef_cov[0])
+    empirical = np.trace(np.cov(np.array(estimates).T))
+    assert np.trace(np.mean(chain, axis=0)) / empirical < 0.85
+    assert 0.9 < np.trace(np.mean(published, axis=0)) / empirical < 1.4
+
+
+@pytest.mark.parametrize("name, corrected, text", [
+    ("DWDClassifier", False, "DWDClassifier(shift_correction='second-order') corrects"),
+    ("DWDClassifier", True, "shift_correction='second-order' is on"),
+    ("LogisticRegression", False, "Batches of at least")])
+def test_the_shift_warning_says_what_the_correction_does(name, corrected, text):
+    """A DWD stream's warning points to the option (or says it is on); a
+    LogisticRegression stream's does not (it has none)."""
+    with pytest.warns(StreamShiftWarning, match=re.escape(text)) as caught:
+        track_stream_shift(1.0, 100.0, 200.0, 21, name, corrected=corrected)
+    assert ("shift_correction" in str(caught[0].message)) == (name == "DWDClassifier")
+
+
+def test_with_a_quadratic_loss_the_published_estimate_is_the_chains():
+    """A quadratic loss has no linearization remainder (the first-order
+    stream is the offline fit): its correction is exactly zero, and so is
+    the correction's share of the covariance."""
+    X, Y, w, Theta = _site(seed=4)
+
+    class Sites:
+        parts, weight_sum, fit_intercept = [(X, Y, w)], w.sum(), True
+
+    class Quadratic:  # ℓ(u) = (1 - u)²
+        derivative = staticmethod(lambda u: 2.0 * (u - 1.0))
+        curvature = staticmethod(lambda u: np.full_like(u, 2.0))
+
+    cov = np.stack([np.eye(4) * 0.1] * 2)
+    curvature = np.stack([np.eye(4) * 50.0] * 2)
+    state = ShiftCorrection.start(2, 4)
+    for _ in range(3):
+        published, published_cov, state = second_order_step(Sites, state, Theta, cov,
+                                                             curvature, Quadratic)
+        np.testing.assert_array_equal(published, Theta)
+        np.testing.assert_allclose(published_cov, cov, rtol=1e-15, atol=0)
+    assert state.ratio_sum > 0 and not state.third.any()
