@@ -3,7 +3,7 @@
 The refinement's last released curvature is ``C̃ = H + Ξ``, ``Ξ`` the sum of
 the sites' symmetric noise: its upper triangle i.i.d. ``N(0, s²)`` with ``s``
 known (the mechanism's σ and the sensitivity). At ε = 1 the noise spreads
-the eigenvalues of ``C̃`` far beyond those of ``H`` (``s`` a third of the
+the eigenvalues of ``C̃`` far beyond those of ``H`` (``s`` a quarter of the
 mean eigenvalue at n = 20 000, p = 5): the nearest PSD matrix of ``C̃`` has
 some eigenvalues near zero, and the variance recursion, a convex decreasing
 function of the curvature along each direction, took those directions as
@@ -24,9 +24,9 @@ and ``D_H = H - tr H / p1 I``,
 has ``‖Ĥ - μ I‖²_F = δ²``: the spectrum's second moment that the
 recursion's convexity needs, not the (smaller) Frobenius-optimal one of a
 Ledoit-Wolf shrinkage (``ρ = δ² / ‖D‖²``, which under-stated the variance
-where the true curvature is anisotropic: SE / SD 0.91 with 4:1 classes). As
-the noise vanishes ``ρ → 1`` and ``Ĥ → C̃``. Post-processing of released
-numbers: no release, no charge.
+where the true curvature is anisotropic: SE / SD down to 0.90 with 4:1
+classes). As the noise vanishes ``ρ → 1`` and ``Ĥ → C̃``. Post-processing
+of released numbers: no release, no charge.
 
 References
 ----------
