@@ -39,17 +39,23 @@ privacy error ``e = θ - θ̂`` of a step is ``e ← M e - (d A_s)⁻¹ ξ`` wit
 
 ``V ← M V Mᵀ + (d A_s)⁻¹ S_g (d A_s)⁻¹``
 
-over every step from ``V = 0`` (the pilot's own error is not noise: what
+over every step from ``V = 0``. The pilot's own error is not noise: what
 the steps leave of it is a bias, bounded from released numbers in
 :mod:`._inference_residual`; the published covariance adds the bound's
 square to each parameter's variance, or is withheld where the bound is
-above :data:`RESOLVED` standard errors, :func:`_withhold_unresolved`), with the plug-in ``H = [C̃_last]_0 + αW P`` (the nearest
-PSD matrix of the last release; :func:`privacy_error_covariance`). The
-released covariance adds the sampling sandwich ``A⁻¹ B̃ A⁻¹`` with the
-noisy score outer products ``B̃`` and the last system for ``H``. Where the
-last curvature is below its noise floor, the plug-in takes the lifted
-directions as nearly flat: the variance is then over-stated (intervals
-too wide, measured in benchmarks/README.md). :meth:`confint(method='bootstrap')
+above :data:`RESOLVED` standard errors (:func:`_withhold_unresolved`).
+``H`` is unknown: the plug-in ``Ĥ`` (:meth:`PrivateRefinement.hessian`)
+is the spread-matching shrinkage of the last released curvature towards
+its mean eigenvalue (:mod:`._inference_private_curvature`), plus the
+ridge. The nearest PSD matrix of the release, used before, took the
+directions where the noise pushed its eigenvalues down as nearly flat,
+and over-stated the variance at ε = 1 (SE / SD 1.4-1.7;
+benchmarks/README.md, "Calibrating the variance at eps = 1"). The
+released covariance adds the sampling sandwich ``Ĥ⁻¹ B̃ Ĥ⁻¹`` with the
+noisy score outer products ``B̃`` and the same ``Ĥ``, its eigenvalues
+floored at :data:`~._inference_private_curvature.SANDWICH_FLOOR` noise
+stds (the lifted system ``A`` in its place under-stated the sampling part
+by half at ε = 1). :meth:`confint(method='bootstrap')
 <skfedpriv.linear_model._inference.CoefficientInferenceMixin.confint>`
 replays the whole refinement instead (:mod:`._inference_bootstrap`). The
 target is the population minimizer at the same ``alpha`` **on clipped
@@ -74,6 +80,7 @@ from ..privacy._score_outer import exact_curvature_sensitivity, score_outer_sens
 from ._dwd_private import _project_psd
 from ._dwd_sites import loss_message
 from ._inference import propagate_covariance, score_covariance
+from ._inference_private_curvature import SANDWICH_FLOOR, shrunk_curvature
 from ._inference_residual import residual_bound
 from ._inference_sites import InferenceSummary, site_inference_summary
 
@@ -171,7 +178,8 @@ class PrivateRefinement:
         The factor each step's system was multiplied by
         (:func:`safeguarded_step`).
     sampling_cov : ndarray of shape (K, p1, p1)
-        The sandwich ``A⁻¹ B̃ A⁻¹`` (sampling error of the non-private fit).
+        The sandwich ``Ĥ⁻¹ B̃ Ĥ⁻¹`` (sampling error of the non-private fit;
+        ``Ĥ`` of :meth:`hessian`, floored).
     residual_bound : ndarray of shape (K, p1)
         The bound on the pilot's error left in each parameter
         (:func:`~._inference_residual.residual_bound`).
@@ -191,6 +199,14 @@ class PrivateRefinement:
     def system(self, stage):
         """``[C̃_s]_F + αW P``: the repaired system stage ``s`` solves."""
         return (_project_psd(self.curvatures[stage], self.floor_std(stage))
+                + np.diag(self.ridge)[None])
+
+    def hessian(self, floor=0.0):
+        """``Ĥ``: the variance's plug-in curvature, the spread-matching
+        shrinkage of the last released curvature
+        (:func:`~._inference_private_curvature.shrunk_curvature`, its
+        eigenvalues floored at ``floor``) plus the ridge."""
+        return (shrunk_curvature(self.curvatures[-1], self.floor_std(), floor)
                 + np.diag(self.ridge)[None])
 
 
@@ -240,7 +256,8 @@ def private_refinement(sites, theta, sigma, rng, *, loss, alpha, fit_intercept, 
                 # the score sum is the gradient sum (rows weigh one): no new release
                 summary = InferenceSummary(curvature, _project_psd(outer), grad, sites.weight_sum)
                 out.sampling_cov = propagate_covariance(
-                    None, system, None, score_covariance(summary, theta, penalty))
+                    None, out.hessian(SANDWICH_FLOOR * out.floor_std()), None,
+                    score_covariance(summary, theta, penalty))
             move, damping, last_norm = safeguarded_step(
                 (grad + out.ridge[:, None] * theta).T, system, damping, last_norm)
             out.damping[stage, step] = damping
@@ -281,8 +298,8 @@ def safeguarded_step(gradient, system, damping, smallest):
 def privacy_error_covariance(refinement):
     """Covariance of the refinement's privacy error ``θ̃ - θ̂`` (module doc):
     ``V ← M V Mᵀ + (dA_s)⁻¹ S_g (dA_s)⁻¹``, ``M = I - (dA_s)⁻¹ Ĥ``, over
-    every step (damping ``d``) from ``V = 0``, with ``Ĥ`` the nearest PSD
-    matrix of the last released curvature plus the ridge.
+    every step (damping ``d``) from ``V = 0``, with ``Ĥ`` the shrinkage
+    estimate of :meth:`PrivateRefinement.hessian`.
 
     Returns
     -------
@@ -291,7 +308,7 @@ def privacy_error_covariance(refinement):
     curvature = refinement.curvatures[-1]
     n_models, p1, _ = curvature.shape
     eye = np.eye(p1)
-    hessian = _project_psd(curvature) + np.diag(refinement.ridge)[None]
+    hessian = refinement.hessian()
     gradient_var = refinement.n_sites * refinement.grad_std**2
     out = np.zeros_like(curvature)
     for stage in range(len(refinement.curvatures)):
