@@ -6,7 +6,6 @@ noise draws on fixed data."""
 import math
 
 import numpy as np
-import pytest
 
 from skfedpriv import DWDClassifier
 from skfedpriv._loss import GenDWDLoss
