@@ -62,6 +62,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._losses import add_intercept_column
 from ._dwd_solver import augmented_gram, augmented_scores
 
 __all__ = ["MAX_THIRD_NUMBERS", "ShiftCorrection", "check_second_order_sites",
@@ -163,37 +164,37 @@ def site_fourth_moment(X, Y, weights, Theta, fit_intercept, curvature, widths):
     fourth : ndarray of shape (n_models, p1 * p1, p1 * p1)
     """
     margins = Y * augmented_scores(X, Theta, fit_intercept)
-    rows = _augmented_rows(X, fit_intercept)
-    p1 = rows.shape[1]
+    u, h = margins, np.asarray(widths, dtype=float)
+    coef = weights[:, None] * (curvature(u + h) - 2.0 * curvature(u) + curvature(u - h)) / (h * h)
+    p1 = X.shape[1] + int(fit_intercept)
     out = np.zeros((Y.shape[1], p1 * p1, p1 * p1))
-    block = max(1, _BLOCK_NUMBERS // (p1 * p1))
-    for k, h in enumerate(widths):
-        u = margins[:, k]
-        coef = weights * (curvature(u + h) - 2.0 * curvature(u) + curvature(u - h)) / (h * h)
-        for start in range(0, len(rows), block):
-            part = rows[start:start + block]
-            pairs = (part[:, :, None] * part[:, None, :]).reshape(len(part), p1 * p1)
-            out[k] += (coef[start:start + block, None] * pairs).T @ pairs
+    for rows, part, pairs in _row_pair_blocks(X, fit_intercept):
+        for k in range(Y.shape[1]):
+            out[k] += (coef[rows, k, None] * pairs).T @ pairs
     return out
 
 
-def _augmented_rows(X, fit_intercept):
-    rows = np.asarray(X.todense() if hasattr(X, "todense") else X, dtype=float)
-    return np.column_stack([np.ones(len(rows)), rows]) if fit_intercept else rows
+def _row_pair_blocks(X, fit_intercept):
+    """``(slice, x̄ rows, x̄ ⊗ x̄ rows)`` over blocks of the rows, at most
+    :data:`_BLOCK_NUMBERS` numbers of ``x̄ ⊗ x̄`` at once (bounded memory)."""
+    dense = np.asarray(X.todense() if hasattr(X, "todense") else X, dtype=float)
+    augmented = add_intercept_column(dense, fit_intercept)
+    p1 = augmented.shape[1]
+    block = max(1, _BLOCK_NUMBERS // (p1 * p1))
+    for start in range(0, len(augmented), block):
+        rows = slice(start, start + block)
+        part = augmented[rows]
+        yield rows, part, (part[:, :, None] * part[:, None, :]).reshape(len(part), p1 * p1)
 
 
 def _weighted_cubes(X, fit_intercept, coef):
     """``Σ_i coef_ik x̄_i^{⊗3}`` per column ``k`` of ``coef``, as matrix
-    products over blocks of rows (bounded memory)."""
-    rows = _augmented_rows(X, fit_intercept)
-    p1 = rows.shape[1]
+    products over blocks of rows (:func:`_row_pair_blocks`)."""
+    p1 = X.shape[1] + int(fit_intercept)
     out = np.zeros((coef.shape[1], p1, p1 * p1))
-    block = max(1, _BLOCK_NUMBERS // (p1 * p1))  # rows of x̄ ⊗ x̄ held at once
-    for start in range(0, len(rows), block):
-        part = rows[start:start + block]
-        pairs = (part[:, :, None] * part[:, None, :]).reshape(len(part), p1 * p1)
+    for rows, part, pairs in _row_pair_blocks(X, fit_intercept):
         for k in range(coef.shape[1]):
-            out[k] += (coef[start:start + block, k, None] * part).T @ pairs
+            out[k] += (coef[rows, k, None] * part).T @ pairs
     return out.reshape(coef.shape[1], p1, p1, p1)
 
 
