@@ -46,14 +46,20 @@ batch's summed scores at ``θ*``, independent of the earlier batches, ``H``
 the per-row curvature), the error ``e_b = θ_b - θ*`` obeys
 ``L_b e_b = M e_{b-1} + U_b - ξ_b`` with ``M = L_b - W_b H - R_b`` and
 ``ξ_b`` the summed gradient noise (covariance ``n_sites σ_g² I``). The
-published covariance, with the plug-in ``H = Ĥ_0`` (as the one-batch
-refinement's, :func:`~._inference_private.privacy_error_covariance`), is
+published covariance, with the plug-in ``H = Ĥ_0`` (the nearest PSD
+matrix of the first batch's last released curvature: not the shrinkage
+:meth:`~._inference_private.PrivateRefinement.hessian` the one-batch
+refinement's own variance now plugs in), is
 
 ``Σ_b = L_b⁻¹ (M Σ_{b-1} Mᵀ + W_b B̂ + n_sites σ_g² I) L_b⁻¹``
 
-(:func:`~._inference.propagate_covariance`), ``B̂`` the first batch's
-score variance per row (``A Σ_s A / W_1`` from its sandwich ``Σ_s`` and
-system ``A``). The first batch's curvature error enters the estimate only
+(:func:`~._inference.propagate_covariance`), ``B̂ = A Σ_s A / W_1`` from
+the first batch's sandwich ``Σ_s`` and repaired system ``A``. Since the
+sandwich became ``Ĥ_f⁻¹ B̃ Ĥ_f⁻¹`` (``Ĥ_f`` the floored shrinkage), ``B̂``
+is ``B̃ / W_1`` only where ``A`` and ``Ĥ_f`` agree; elsewhere it is scaled
+by ``A Ĥ_f⁻¹`` on each side (both post-processing; the stream intervals
+in ``benchmarks/README.md``, "As shipped", were measured with this
+``B̂``). The first batch's curvature error enters the estimate only
 times the distance of the points where later gradients are taken from the
 target: small while the first batch holds most of the rows, which the
 published interval therefore needs. A later batch publishes its interval
@@ -139,8 +145,9 @@ def private_stream_rates(refinement, weight):
     rates : dict
         ``system`` (K, p1, p1): the repaired curvature (floored at its noise,
         no ridge) per unit of row weight; ``curvature``: the nearest PSD
-        matrix of the released curvature per unit; ``outer``: ``B̃`` per unit
-        (``A Σ_s A`` from the refinement's sandwich ``Σ_s`` and system ``A``).
+        matrix of the released curvature per unit; ``outer``: ``A Σ_s A``
+        per unit, from the refinement's sandwich ``Σ_s`` and system ``A``
+        (``B̃`` where ``A`` and the sandwich's curvature agree; module doc).
     """
     system = refinement.system(-1)
     ridge = np.diag(refinement.ridge)[None]
