@@ -13,7 +13,7 @@ from test_dwd_solver import _count_curvature_matrices
 from skfedpriv import DWDClassifier
 from skfedpriv._losses import gendwd_smoothed_curvature
 from skfedpriv.datasets import make_federated_gaussians
-from skfedpriv.linear_model import _newton
+from skfedpriv.linear_model import _dwd_solver, _newton
 from skfedpriv.linear_model._quasi_newton import LBFGSPhase
 
 ALPHA = 1e-3
@@ -68,10 +68,43 @@ def test_wide_one_vs_rest_models_each_reach_their_optimum():
     _check_optimum(clf, X, y, 1.0)
 
 
-def test_a_stream_continues_from_the_wide_fit_as_from_the_newton_steps(monkeypatch):
+def _spy_reduced_precision(monkeypatch):
+    """Force the float32 passes at any size; the switches asked and answered."""
+    monkeypatch.setattr(_dwd_solver, "_REDUCED_SIZE", 0)
+    switches, original = [], _dwd_solver.SiteData.reduced_precision
+
+    def spy(self, on):
+        switches.append((on, original(self, on)))
+        return switches[-1][1]
+
+    monkeypatch.setattr(_dwd_solver.SiteData, "reduced_precision", spy)
+    return switches
+
+
+@pytest.mark.parametrize("q", [0.5, 4.0])
+def test_float32_passes_reach_the_optimum_of_the_rows_as_given(q, monkeypatch):
+    # the phase's early passes on a float32 copy of the rows, then the rows
+    # as given: the optimum of the float64 objective (gap <= 1e-10 against
+    # L-BFGS-B), the kept curvature the float64 one at the returned point
+    # (rtol 1e-9: a float32 sum would be off by ~1e-7), formed once
+    X, y, g, _ = _wide(3000, 300, seed=3)
+    switches = _spy_reduced_precision(monkeypatch)
+    formed = _count_curvature_matrices(monkeypatch)
+    clf = DWDClassifier(q=q, alpha=ALPHA).fit(X, y, sample_group=g)
+    assert switches == [(True, True), (False, True)]
+    assert len(formed) == 1
+    _check_optimum(clf, X, y, q)
+
+
+@pytest.mark.parametrize("reduced", [False, True], ids=["float64", "float32-passes"])
+def test_a_stream_continues_from_the_wide_fit_as_from_the_newton_steps(reduced, monkeypatch):
     X, y, g, batch = _wide(3000, 300, seed=2)
     first, second = batch < batch.max() // 2, batch >= batch.max() // 2
+    if reduced:
+        switches = _spy_reduced_precision(monkeypatch)
     quasi = DWDClassifier(alpha=ALPHA).fit(X[first], y[first], sample_group=g[first])
+    if reduced:
+        assert switches == [(True, True), (False, True)]
     monkeypatch.setattr(_newton, "_QUASI_NEWTON_PARAMS", 10**9)  # Newton steps only
     newton = DWDClassifier(alpha=ALPHA).fit(X[first], y[first], sample_group=g[first])
     # both stopped within tol = 1e-12 of the same optimum: the same state to
@@ -99,6 +132,7 @@ def test_lbfgs_direction_is_the_bfgs_update_of_the_pairs_kept():
         active = np.ones(2, dtype=bool)
         scale = 1.0
         Theta = np.zeros((6, 2))
+        sites = None
 
     phase = LBFGSPhase(Solver())
     for _ in range(4):
@@ -170,6 +204,7 @@ def test_lbfgs_memory_keeps_the_newest_pairs_and_their_products():
         active = np.ones(3, dtype=bool)
         scale = 1.0
         Theta = np.zeros((5, 3))
+        sites = None
 
     phase = LBFGSPhase(Solver())
     pairs = []

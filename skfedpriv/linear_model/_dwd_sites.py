@@ -254,6 +254,13 @@ class DWDSites(abc.ABC):
         raise NotImplementedError(
             f"{type(self).__name__} holds no noise streams of its own.")
 
+    def reduced_precision(self, on):
+        """A speed hint of the L-BFGS phase: the next summaries may be
+        formed in float32 (``on``) until switched off. Sites that ignore it
+        (the default) return False; sites that follow it return True and
+        answer in float64 again after ``reduced_precision(False)``."""
+        return False
+
     rounds = 0
     floats_sent = 0
     #: whether the requests may name the loss by a loss object

@@ -60,6 +60,9 @@ _FUSED_STEPS = 1 + len(_EXPANSIONS)
 _FUSED_SIZE = 1 << 16
 _FUSED_TAKEN = frozenset((0.0, 1.0) + _EXPANSIONS)
 _BUCKETED_STEPS = 8
+# the L-BFGS phase's early passes run on a float32 copy of pooled rows of
+# at least this many numbers (32 MB as float64: beyond the caches)
+_REDUCED_SIZE = 1 << 22
 _GRAM_ROWS = 4096
 _GRAM_DENSE = 0.8
 
@@ -119,16 +122,26 @@ def augmented_gram(X, row_weights, fit_intercept):
 
 
 def augmented_scores(X, Theta, fit_intercept):
-    """``x̄_iᵀ θ_k`` for every row and class model."""
-    if not fit_intercept:
-        return X @ Theta
-    scores = X @ Theta[1:]
-    scores += Theta[0]
+    """``x̄_iᵀ θ_k`` for every row and class model (float64; on float32 rows
+    the product runs in float32, see :meth:`SiteData.reduced_precision`)."""
+    coefficients = Theta[1:] if fit_intercept else Theta
+    if X.dtype == np.float32:
+        coefficients = coefficients.astype(np.float32)
+    scores = (X @ coefficients).astype(float, copy=False)
+    if fit_intercept:
+        scores += Theta[0]
     return scores
 
 
 def _augmented_sum(X, R, fit_intercept):
-    """``Σ_i x̄_i r_ik``, shape (p1, K)."""
+    """``Σ_i x̄_i r_ik``, shape (p1, K) (float64; on float32 rows the product
+    runs in float32)."""
+    if X.dtype == np.float32:
+        out = np.empty((X.shape[1] + int(fit_intercept), R.shape[1]))
+        out[int(fit_intercept):] = X.T @ R.astype(np.float32)
+        if fit_intercept:
+            out[0] = R.sum(axis=0)
+        return out
     if not fit_intercept:
         return X.T @ R
     out = np.empty((X.shape[1] + 1, R.shape[1]))
@@ -231,7 +244,7 @@ def _row_blocks(X):
     sparse ``X`` (a sparse product reads only the stored values)."""
     if sp.issparse(X):
         return [slice(None)]
-    size = max(64, _BLOCK_BYTES // (8 * max(X.shape[1], 1)))
+    size = max(64, _BLOCK_BYTES // (X.dtype.itemsize * max(X.shape[1], 1)))
     return [slice(start, start + size) for start in range(0, len(X), size)]
 
 
@@ -502,6 +515,34 @@ class SiteData(DWDSites):
     def scattered(self):
         """True when the sites' rows were sent to a Dask cluster."""
         return self._handles is not None
+
+    def reduced_precision(self, on):
+        """Answer the next requests from a float32 copy of the rows (``on``)
+        or from the rows themselves again; True if the answers changed.
+
+        Only pooled dense float64 rows of at least ``_REDUCED_SIZE``
+        numbers in this process take the copy (the passes over them are
+        bound by memory traffic: half the bytes a pass); the copy, half the
+        rows' memory, is made here and dropped when switched off. Scores and
+        sums are then products in float32 (relative error ~1e-7, returned
+        as float64); every cached score and sum is dropped at each switch,
+        so no float32 number answers a later request. Outside the
+        L-BFGS phase's early iterations the rows are read as given (see
+        :mod:`~skfedpriv.linear_model._quasi_newton`)."""
+        X, Y, w = self.parts[0]
+        if on:
+            if (not self._pooled or sp.issparse(X) or X.dtype != np.float64
+                    or _n_numbers(X) < _REDUCED_SIZE):
+                return False
+            self._full_rows = X
+            self.parts = [(X.astype(np.float32), Y, w)]
+        elif getattr(self, "_full_rows", None) is not None:
+            self.parts, self._full_rows = [(self._full_rows, Y, w)], None
+        else:
+            return False
+        self._cache, self._last_summary, self._line = [], (None, None), None
+        self._curvature_key = self._row_curvature = None
+        return True
 
     def _count(self, *results):
         self.rounds += 1

@@ -21,6 +21,19 @@ stopping rule (half the Newton decrement on that matrix, see
 that matrix is the one at the returned point (the renewable state), formed
 once. A model that makes no progress, or runs out of the phase's
 iterations, is handed over as well (the Newton steps continue from there).
+
+The early iterations may run on float32 rows (sites that take the hint
+:meth:`~skfedpriv.linear_model._dwd_sites.DWDSites.reduced_precision`:
+large pooled rows in process, whose passes are bound by memory traffic):
+until a model's L-BFGS decrement is within ``_REDUCED_UNTIL |F|``, or a
+model makes no progress on them, or the iterations run out; then the loss
+and gradient are asked again on the rows as given at the point reached, and
+every later request (the rest of the phase, the curvature matrix, the
+stopping test) reads them. The float32 rows are a perturbation of ~1e-7 of
+the data (rounding of the rows and the sums), whose optimum is within
+~1e-14 relative in the objective of the true one; the phase then continues
+from there on the true objective, so the returned point and its test are
+those of the rows as given.
 """
 
 import numpy as np
@@ -45,6 +58,10 @@ _HANDOVER_CHEAP = 1e-4
 # 50 to 125 rounds, and the Newton steps from there still formed 5 to 14
 # matrices (each ~p / 30 gradient rounds) where L-BFGS forms one
 _MAX_ITER = 200
+# the relative L-BFGS decrement down to which the passes may read float32
+# rows (their objective differs by ~1e-8 relative from the true one: line
+# searches below this level would compare rounding)
+_REDUCED_UNTIL = 1e-6
 
 
 def _bordered(inner, row, column):
@@ -90,6 +107,8 @@ class LBFGSPhase:
         self.S = self.Y = np.zeros((n_models, 0, p1))
         self.sy = self.yy = np.zeros((n_models, 0, 0))
         self.n_iter = 0
+        hint = getattr(solver.sites, "reduced_precision", None)
+        self.reduced = hint is not None and bool(hint(True))
         if start is not None:
             self.remember(solver.Theta - start, solver.grad - start_grad)
 
@@ -151,14 +170,20 @@ class LBFGSPhase:
         over the models within the estimated gap; False once none runs."""
         solver = self.solver
         running = self.running & solver.active
-        direction = np.where(running, 1.0, 0.0) * self.direction(solver.grad)
-        decrement = -0.5 * (solver.grad * direction).sum(axis=0)
+        direction, decrement = self.decrement(running)
+        last = self.n_iter >= self.max_iter
+        if self.reduced and (last or np.any(decrement[running] <= _REDUCED_UNTIL
+                                            * solver.stream_weight
+                                            * np.abs(solver.value[running]))):
+            self.full_precision()
+            direction, decrement = self.decrement(running)
         level = _HANDOVER_CHEAP if self.cheap_matrices else _HANDOVER * solver.tol
         target = level * solver.stream_weight * np.abs(solver.value)
         done = running & (decrement <= target)
-        self.hand_over(done | (running & (self.n_iter >= self.max_iter)))
+        self.hand_over(done | (running & last))
         running = self.running & solver.active
         if not running.any():
+            self.full_precision()
             return False
         self.n_iter += 1
         direction *= np.where(running, 1.0, 0.0)
@@ -166,11 +191,33 @@ class LBFGSPhase:
         self.remember(Theta_new - solver.Theta, np.where(moved, grad_new - solver.grad, 0.0))
         decrease = solver.value - value_new
         stuck = running & ~(moved & (decrease > 4 * np.finfo(float).eps * np.abs(solver.value)))
-        self.hand_over(stuck)
         solver.Theta, solver.value = Theta_new, value_new
         solver.grad = np.where(moved, grad_new, solver.grad)
         solver.history.append(solver.value.copy())
+        if self.reduced and stuck.any():
+            self.full_precision()  # no progress on float32 rows: try the rows as given
+        else:
+            self.hand_over(stuck)
         return True
+
+    def decrement(self, running):
+        """The L-BFGS direction of the running models (zero for the others)
+        and its decrement ``½ gᵀ H̃ g``."""
+        grad = self.solver.grad
+        direction = np.where(running, 1.0, 0.0) * self.direction(grad)
+        return direction, -0.5 * (grad * direction).sum(axis=0)
+
+    def full_precision(self):
+        """Leave the float32 rows (if the phase reads them): the objective
+        and gradient asked again at the point reached, on the rows as given
+        (one round); the pairs kept are those of the float32 rows."""
+        if not self.reduced:
+            return
+        self.reduced = False
+        solver = self.solver
+        solver.sites.reduced_precision(False)
+        solver.value, solver.grad, _ = solver.objective_and_gradient(solver.Theta, False)
+        solver.history[-1] = solver.value.copy()
 
     def step(self, direction, running):
         """Armijo steps along ``direction``: the full step's loss and gradient
