@@ -504,6 +504,9 @@ class SiteData(DWDSites):
         self._last_summary = (None, None)  # (q, Theta) and the loss and gradient sent there
         self._line = None  # the last line search's steps, losses and gradients
         self._fuse = True  # whether line searches form the gradient at their steps
+        # on float32 rows (reduced_precision): the rows as given, and the
+        # scores and parameters of the last summary (None otherwise)
+        self._full_rows = self._anchor = None
         # under Dask's backend: futures of the rows, sent to the cluster
         # once here and referred to by every round's tasks
         self._handles = None
@@ -525,8 +528,11 @@ class SiteData(DWDSites):
         bound by memory traffic: half the bytes a pass); the copy, half the
         rows' memory, is made here and dropped when switched off. Scores and
         sums are then products in float32 (relative error ~1e-7, returned
-        as float64); every cached score and sum is dropped at each switch,
-        so no float32 number answers a later request. Outside the
+        as float64), a new point's scores those of the last point asked
+        plus the move's (their rounding relative to the move: nearby points
+        compare their losses to the move's precision); every cached score
+        and sum is dropped at each switch, so no float32 number answers a
+        later request. Outside the
         L-BFGS phase's early iterations the rows are read as given (see
         :mod:`~skfedpriv.linear_model._quasi_newton`)."""
         X, Y, w = self.parts[0]
@@ -536,12 +542,12 @@ class SiteData(DWDSites):
                 return False
             self._full_rows = X
             self.parts = [(X.astype(np.float32), Y, w)]
-        elif getattr(self, "_full_rows", None) is not None:
+        elif self._full_rows is not None:
             self.parts, self._full_rows = [(self._full_rows, Y, w)], None
         else:
             return False
         self._cache, self._last_summary, self._line = [], (None, None), None
-        self._curvature_key = self._row_curvature = None
+        self._curvature_key = self._row_curvature = self._anchor = None
         return True
 
     def _count(self, *results):
@@ -679,10 +685,15 @@ class SiteData(DWDSites):
                 total, grad = self._last_summary[1]
             elif _n_numbers(X) >= _FUSED_SIZE and self._cached_scores(Theta) is None:
                 # scores not known here (e.g. the full step of a Newton step):
-                # X Theta and the gradient sum in one read of the rows
-                losses, grads, scores = _step_summaries(X, Y, w, None, Theta, [1.0], loss,
+                # X Theta and the gradient sum in one read of the rows; on
+                # float32 rows the scores of the last point asked plus those
+                # of the move from it (rounding relative to the move, so
+                # nearby points compare their objectives to its precision)
+                base, at = self._anchor if self._anchor is not None else (None, None)
+                move = Theta if base is None else Theta - at
+                losses, grads, scores = _step_summaries(X, Y, w, base, move, [1.0], loss,
                                                         self.fit_intercept)
-                self._remember(Theta, scores)
+                self._remember(Theta, scores if base is None else base + scores)
                 total, grad = losses[0], grads[0]
             else:
                 total, grad, _ = site_summary(X, Y, w, Theta, loss, self.fit_intercept, False,
@@ -691,6 +702,8 @@ class SiteData(DWDSites):
                                          with_curvature)
                          if np.any(with_curvature) else None)
             self._last_summary = (key, (total, grad))
+            if self._full_rows is not None:
+                self._anchor = (self._scores(Theta), Theta.copy())
         else:
             rest = (Theta, loss, self.fit_intercept, with_curvature)
             results = self._map(site_summary, _site_summary, rest, rest)
