@@ -594,6 +594,18 @@ def _gram_count(func):
     return count[0], infos
 
 
+def _float64_passes(func):
+    """Run ``func`` with the L-BFGS phase's passes on the rows as given (no
+    float32 copy): the fit of before, in the same run."""
+    import skfedpriv.linear_model._dwd_solver as solver_module
+
+    original, solver_module._REDUCED_SIZE = solver_module._REDUCED_SIZE, np.inf
+    try:
+        return func()
+    finally:
+        solver_module._REDUCED_SIZE = original
+
+
 def wide_rows(ps, qs, reps, n=20_000):
     """Wide non-separable rows: our fit beside LogisticRegression (default
     tol and tol = 1e-10, "LRt"), LinearSVC and scipy's L-BFGS-B on the same
@@ -622,12 +634,18 @@ def wide_rows(ps, qs, reps, n=20_000):
             lbfgs_iters = int(reached[0]) + 1 if len(reached) else len(history)
             methods = {
                 "DWD": lambda: DWDClassifier(q=q).fit(X, y, sample_group=g),
+                "DWD float64": lambda: _float64_passes(
+                    lambda: DWDClassifier(q=q).fit(X, y, sample_group=g)),
                 "L-BFGS-B": lambda: _lbfgs(X, y_pm, q, maxiter=lbfgs_iters),
                 "LR": lambda: SkLogisticRegression().fit(X, y),
                 "LRt": lambda: SkLogisticRegression(tol=1e-10, max_iter=10_000).fit(X, y),
                 "LinearSVC": lambda: LinearSVC().fit(X, y),
             }
             times = {name: [] for name in methods}
+            times.update(gram=[], dgemm=[])
+            row_curvature = gendwd_smoothed_curvature(
+                y_pm * (X @ theta[1:] + theta[0]), q)
+            square = np.random.default_rng(0).standard_normal((p, p))
             lbfgs_nfev = None
             for _ in range(reps):
                 for name, run in methods.items():
@@ -637,9 +655,14 @@ def wide_rows(ps, qs, reps, n=20_000):
                     if name == "L-BFGS-B":
                         lbfgs_nfev = int(out.nfev)
                     times[name].append(seconds)
+                # the curvature matrix at the optimum alone, and the machine's
+                # DGEMM rate (a p x p product) in the same run
+                times["gram"].append(_time(lambda: augmented_gram(X, row_curvature, True))[1])
+                times["dgemm"].append(_time(lambda: square @ square)[1])
             info = infos[0]
             rows.append(dict(n=n, p=p, q=q, seconds={k: float(np.median(v))
                                                      for k, v in times.items()},
+                             copy_mb=X.nbytes / 2e6, load=os.getloadavg()[0],
                              gap=gap, target=target, grams=grams, iters=info["n_iter"],
                              rounds=info["rounds"], floats=info["floats_sent"],
                              lbfgs_iters=lbfgs_iters, lbfgs_nfev=lbfgs_nfev))
@@ -791,18 +814,25 @@ def main():
                   "LogisticRegression (default tol; LRt: tol = 1e-10), LinearSVC and scipy "
                   "L-BFGS-B on the same genDWD objective to the relative gap our fit reached "
                   "(at least 1e-13), same run:", "",
-                  "| n, p | q | DWD s | L-BFGS-B s | LR s | LRt s | LinearSVC s | DWD / "
-                  "L-BFGS-B | DWD / LRt | relative gap | curvature matrices | Newton steps | "
-                  "rounds | numbers sent per site | L-BFGS-B iterations / evaluations |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| n, p | q | DWD s | DWD float64 passes s | L-BFGS-B s | LR s | LRt s | "
+                  "LinearSVC s | DWD / L-BFGS-B | DWD / LRt | relative gap | curvature "
+                  "matrices | Newton steps | rounds | numbers sent per site | L-BFGS-B "
+                  "iterations / evaluations | float32 copy MB | curvature matrix alone s "
+                  "(GFlop/s: n p1² / s) | DGEMM p³ GFlop/s (2 p³ / s) | load |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+                  "---|---|"]
         for r in wide:
             t = r["seconds"]
             lines.append(
-                f"| {r['n']:.0e}, {r['p']} | {r['q']} | {t['DWD']:.3f} | {t['L-BFGS-B']:.3f} | "
+                f"| {r['n']:.0e}, {r['p']} | {r['q']} | {t['DWD']:.3f} | "
+                f"{t['DWD float64']:.3f} | {t['L-BFGS-B']:.3f} | "
                 f"{t['LR']:.3f} | {t['LRt']:.3f} | {t['LinearSVC']:.3f} | "
                 f"{t['DWD'] / t['L-BFGS-B']:.2f}× | {t['DWD'] / t['LRt']:.2f}× | "
                 f"{r['gap']:.1e} | {r['grams']} | {r['iters']} | {r['rounds']} | "
-                f"{r['floats']:,} | {r['lbfgs_iters']} / {r['lbfgs_nfev']} |")
+                f"{r['floats']:,} | {r['lbfgs_iters']} / {r['lbfgs_nfev']} | "
+                f"{r['copy_mb']:.0f} | {t['gram']:.3f} "
+                f"({r['n'] * (r['p'] + 1) ** 2 / t['gram'] / 1e9:.0f}) | "
+                f"{2 * r['p'] ** 3 / t['dgemm'] / 1e9:.0f} | {r['load']:.1f} |")
     if profile:
         from _dwd_profile import BREAKDOWN_HEADER
 
