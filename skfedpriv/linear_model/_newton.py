@@ -798,7 +798,9 @@ class NewtonSolver:
         at least the parameters per model, and at least
         ``_QUASI_NEWTON_PARAMS`` of them or at least ``_QUASI_NEWTON_MODELS``
         models. Only what every transport's sites report decides it, so a
-        remote fit takes the same path and rounds as one in process."""
+        remote fit takes the phase where one in process does (and the same
+        path and rounds, except where in-process sites read float32 rows
+        early in the phase: :meth:`~._dwd_sites.DWDSites.reduced_precision`)."""
         return (self.refresh and not self.always_direct and self.prior is None
                 and self.loss.flat_at_zero and self.sites.weight_sum >= self.p1
                 and (self.p1 >= _QUASI_NEWTON_PARAMS or self.n_models >= _QUASI_NEWTON_MODELS))
