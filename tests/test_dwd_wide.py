@@ -223,3 +223,28 @@ def test_lbfgs_memory_keeps_the_newest_pairs_and_their_products():
     # a pair a model left out is zero in its memory
     left_out = [(s[:, 1] * y[:, 1]).sum() <= 0 for s, y in kept]
     assert np.all(phase.S[1][left_out] == 0) and np.any(left_out)
+
+
+def test_float32_copy_only_for_pooled_dense_float64_rows_and_dropped_after(monkeypatch):
+    import scipy.sparse as sp
+
+    X, y, g, _ = _wide(600, 40, seed=4)
+    Y = np.where(y == y.max(), 1.0, -1.0)[:, None]
+    w = np.ones(len(X))
+    pooled = _dwd_solver.SiteData(X, Y, w, [np.arange(len(X))], None, True)
+    assert not pooled.reduced_precision(True)  # below _REDUCED_SIZE: read as given
+    monkeypatch.setattr(_dwd_solver, "_REDUCED_SIZE", 0)
+    Theta = np.full((41, 1), 0.01)
+    exact = pooled.summaries(Theta, 1.0, False)
+    assert pooled.reduced_precision(True) and pooled.parts[0][0].dtype == np.float32
+    coarse = pooled.summaries(Theta, 1.0, False)
+    np.testing.assert_allclose(coarse[1], exact[1], rtol=1e-5, atol=1e-5)
+    assert not np.array_equal(coarse[1], exact[1])  # float32 products, not cached numbers
+    assert pooled.reduced_precision(False) and pooled.parts[0][0] is X
+    for a, b in zip(pooled.summaries(Theta, 1.0, False)[:2], exact[:2]):
+        np.testing.assert_array_equal(a, b)  # the rows as given again, nothing float32 kept
+    assert not pooled.reduced_precision(False)
+    for sites in (_dwd_solver.SiteData(sp.csr_matrix(X), Y, w, [np.arange(len(X))], None, True),
+                  _dwd_solver.SiteData(X.astype(np.float32), Y, w, [np.arange(len(X))], None,
+                                       True)):
+        assert not sites.reduced_precision(True)
