@@ -248,3 +248,16 @@ def test_float32_copy_only_for_pooled_dense_float64_rows_and_dropped_after(monke
                   _dwd_solver.SiteData(X.astype(np.float32), Y, w, [np.arange(len(X))], None,
                                        True)):
         assert not sites.reduced_precision(True)
+
+
+def test_sites_read_the_rows_as_given_after_a_solve_that_raised(monkeypatch):
+    X, y, g, _ = _wide(900, 300, seed=5)
+    switches = _spy_reduced_precision(monkeypatch)
+
+    def fail(self, direction, running):
+        raise RuntimeError("a transport failed")
+
+    monkeypatch.setattr(LBFGSPhase, "step", fail)
+    with pytest.raises(RuntimeError, match="transport"):
+        DWDClassifier(alpha=ALPHA).fit(X, y, sample_group=g)
+    assert switches == [(True, True), (False, True)]

@@ -532,9 +532,8 @@ class SiteData(DWDSites):
         plus the move's (their rounding relative to the move: nearby points
         compare their losses to the move's precision); every cached score
         and sum is dropped at each switch, so no float32 number answers a
-        later request. Outside the
-        L-BFGS phase's early iterations the rows are read as given (see
-        :mod:`~skfedpriv.linear_model._quasi_newton`)."""
+        later request. Outside the L-BFGS phase's early iterations the rows
+        are read as given (see :mod:`~skfedpriv.linear_model._quasi_newton`)."""
         X, Y, w = self.parts[0]
         if on:
             if (not self._pooled or sp.issparse(X) or X.dtype != np.float64

@@ -871,12 +871,20 @@ class NewtonSolver:
         :func:`solve_batch`)."""
         self.setup(Theta)
         n_iter, exhausted = 0, False
-        for n_iter in range(1, self.max_iter + 1):
-            if not self.active.any() or not self.iterate(n_iter):
-                n_iter -= 1
-                break
-        else:
-            exhausted = self.warn and self.active.any()
+        try:
+            for n_iter in range(1, self.max_iter + 1):
+                if not self.active.any() or not self.iterate(n_iter):
+                    n_iter -= 1
+                    break
+            else:
+                exhausted = self.warn and self.active.any()
+            if self.quasi_newton is not None:
+                # out of iterations in the phase: the loss and gradient on the
+                # rows as given, which the warning's gap estimate reads
+                self.quasi_newton.full_precision()
+        finally:
+            if self.quasi_newton is not None:
+                self.quasi_newton.release()  # the sites read the rows as given again
         result = self.finish(n_iter)
         if exhausted:
             self.warn_not_converged(result[1])

@@ -214,11 +214,18 @@ class LBFGSPhase:
         (one round); the pairs kept are those of the float32 rows."""
         if not self.reduced:
             return
-        self.reduced = False
+        self.release()
         solver = self.solver
-        solver.sites.reduced_precision(False)
         solver.value, solver.grad, _ = solver.objective_and_gradient(solver.Theta, False)
         solver.history[-1] = solver.value.copy()
+
+    def release(self):
+        """Switch the sites back to the rows as given (no round): also when
+        the solve ends by an exception, so that sites passed in from outside
+        are left as they came."""
+        if self.reduced:
+            self.reduced = False
+            self.solver.sites.reduced_precision(False)
 
     def step(self, direction, running):
         """Armijo steps along ``direction``: the full step's loss and gradient
