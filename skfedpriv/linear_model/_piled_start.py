@@ -34,23 +34,34 @@ from ._factored_curvature import RowCurvature
 
 __all__ = ["piled_direction"]
 
-# bisection steps on log(u) for u* over [_U_LOW, _U_HIGH]: the ridge is a
-# heuristic, a relative precision of a few percent is plenty
-_BISECTIONS = 40
+# u* is bracketed in [_U_LOW, _U_HIGH] and found by Newton's method on
+# log(u) (exact in one step where -V' is a power of u, as genDWD's on either
+# side of its kink), bisecting where a step leaves the bracket
 _U_LOW, _U_HIGH = 1e-8, 1e12
+_ROOT_STEPS = 60
 
 
 def _piled_margin(loss, slope):
-    """``u*`` solving ``u * slope = -V'(u)`` for each model's ``slope > 0``."""
+    """``u*`` solving ``u * slope = -V'(u)`` for each model's ``slope > 0``:
+    the root in ``t = log u`` of the increasing ``t + log slope - log(-V'(u))``."""
     low = np.full(len(slope), np.log(_U_LOW))
     high = np.full(len(slope), np.log(_U_HIGH))
-    for _ in range(_BISECTIONS):
-        middle = 0.5 * (low + high)
-        u = np.exp(middle)
-        above = u * slope > -loss.derivative(u)
-        high = np.where(above, middle, high)
-        low = np.where(above, low, middle)
-    return np.exp(0.5 * (low + high))
+    t = np.zeros(len(slope))
+    for _ in range(_ROOT_STEPS):
+        u = np.exp(t)
+        pull = -loss.derivative(u)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            f = t + np.log(slope) - np.log(np.maximum(pull, 0.0))
+            newton = t - f / (1.0 + u * loss.curvature(u) / pull)
+        above = f > 0
+        high, low = np.where(above, t, high), np.where(above, low, t)
+        inside = np.isfinite(newton) & (newton > low) & (newton < high)
+        step = np.where(inside, newton, 0.5 * (low + high))
+        done = np.abs(step - t) <= 1e-14 * np.maximum(1.0, np.abs(t))
+        t = step
+        if done.all():
+            break
+    return np.exp(t)
 
 
 def piled_direction(sites, loss, alpha, fit_intercept):
