@@ -39,6 +39,7 @@ __all__ = ["piled_direction"]
 # side of its kink), bisecting where a step leaves the bracket
 _U_LOW, _U_HIGH = 1e-8, 1e12
 _ROOT_STEPS = 60
+_ROOT_TOL = 1e-13  # |log(u slope / -V'(u))|
 
 
 def _piled_margin(loss, slope):
@@ -53,14 +54,12 @@ def _piled_margin(loss, slope):
         with np.errstate(divide="ignore", invalid="ignore"):
             f = t + np.log(slope) - np.log(np.maximum(pull, 0.0))
             newton = t - f / (1.0 + u * loss.curvature(u) / pull)
+        if np.all(np.abs(f) <= _ROOT_TOL):
+            break
         above = f > 0
         high, low = np.where(above, t, high), np.where(above, low, t)
-        inside = np.isfinite(newton) & (newton > low) & (newton < high)
-        step = np.where(inside, newton, 0.5 * (low + high))
-        done = np.abs(step - t) <= 1e-14 * np.maximum(1.0, np.abs(t))
-        t = step
-        if done.all():
-            break
+        inside = np.isfinite(newton) & (newton >= low) & (newton <= high)
+        t = np.where(inside, newton, 0.5 * (low + high))
     return np.exp(t)
 
 
