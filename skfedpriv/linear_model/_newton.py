@@ -821,7 +821,8 @@ class NewtonSolver:
                 return True
             self.quasi_newton = None
         # offline the first step from a flat start is a grid search along the
-        # gradient (genDWD at Theta = 0: every margin 0, the curvature 0)
+        # gradient (genDWD at Theta = 0: every margin 0, the curvature 0), on
+        # factored rows along the piled margins' direction (:meth:`grid_direction`)
         grid = self.refresh and n_iter == 1 and self.loss.flat_at_zero
         # models that take no step this round: their estimated gap is checked
         # against the matrix at this very point next round
@@ -996,7 +997,8 @@ def solve_batch(
         :class:`~._factored_curvature.CurvatureStack`. The steps then run in
         the coordinates of the span of the rows (:mod:`._row_span`: no pass
         over the ``p`` columns per step) when the start and ``center`` lie
-        in it.
+        in it; offline from ``Theta = 0`` without a prior the first grid
+        step runs along the piled margins' direction (:mod:`._piled_start`).
 
     Returns
     -------
