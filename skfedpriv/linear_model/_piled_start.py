@@ -5,7 +5,8 @@ left of the kink), so the solver's first step is a grid search along a
 direction. The gradient's (the weighted mean difference ``X̄ᵀWy``) leaves
 some rows left of the kink at p >> n, where the next Newton direction is
 unbounded along what only those rows see: damped and cut steps follow
-(n = 400, p = 2 000: 10 Newton steps, two of them cut).
+(n = 400, p = 2 000: 10 iterations, the grid's and nine Newton steps, two
+of them cut).
 
 With fewer rows than features the rows are separable and at the optimum
 every margin lies right of the kink. Linearize the stationarity
@@ -16,14 +17,16 @@ it is the weighted ridge regression of the targets ``y (v / V'' + u*)`` on
 ``x̄`` with the ridge ``λ = α W / V''(u*)`` on the coefficients (the
 intercept's equation ``Σ w_i y_i (-V'(u_i)) = 0`` likewise). ``u*`` is the
 margin the piled solution itself gives: with every margin ``u*``,
-``β = v Xᵀ W y / (α W)`` and its weighted mean margin is ``v S / (α W²)``,
+``β = v Xᵀ W y / (α W)`` and its weighted mean margin (the intercept left
+out of this estimate) is ``v S / (α W²)``,
 ``S = yᵀ W X Xᵀ W y``, so ``u*`` solves ``u α W² / S = -V'(u)`` (one root:
 the left side increases, the right does not). The ridge solve is one
 Woodbury factor of the ``m x m`` system
 (:class:`~._factored_curvature.WoodburyFactor`) on the rows' Gram matrix the
 factored path keeps anyway. The grid then scales the direction: the
 optimum reached is the solver's, only the path to it changes (n = 400,
-p = 2 000: 4-5 Newton steps instead of 10; benchmarks/README.md).
+p = 2 000: 5 iterations instead of 10; benchmarks/README.md, "Few rows: a
+start from piled margins").
 """
 
 from itertools import pairwise
