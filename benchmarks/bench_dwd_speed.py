@@ -28,8 +28,9 @@ alternate the methods (a shared machine slows both alike).
   {100, 400}, p in {2 000, 10 000, 20 000}, DWD's factored curvature (its
   steps in the span of the rows) beside LinearSVC and LogisticRegression
   (time, peak traced memory, accuracy, the gap to L-BFGS-B on the same
-  objective), the factored path without the span, the Gram matrix and the
-  copy of the rows alone and, up to p = 2 000, the dense path.
+  objective), the factored path without the span, the first step along the
+  gradient (before the piled start), the Gram matrix and the copy of the
+  rows alone and, up to p = 2 000, the dense path.
 * Where the fit's time goes (``--parts profile``, not in the default):
   timers around the solver's steps (:mod:`_dwd_profile`) on the wide rows
   and digits: passes over the rows, L-BFGS iterations and their Python
@@ -406,6 +407,25 @@ def _unreduced():
     return patched()
 
 
+def _gradient_start():
+    """A context in which the few-rows fit's first grid step runs along the
+    gradient (the start before ``linear_model/_piled_start.py``)."""
+    import contextlib
+
+    import skfedpriv.linear_model._newton as newton
+
+    original = newton.piled_direction
+
+    @contextlib.contextmanager
+    def patched():
+        newton.piled_direction = lambda *args, **kwargs: None
+        try:
+            yield
+        finally:
+            newton.piled_direction = original
+    return patched()
+
+
 def _peak(func):
     """``func()`` and the peak memory tracemalloc traced while it ran."""
     tracemalloc.start()
@@ -466,6 +486,11 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
             with _unreduced():
                 return DWDClassifier().fit(X, y)
         methods["DWD unreduced"] = unreduced
+
+        def gradient_start():
+            with _gradient_start():
+                return DWDClassifier().fit(X, y)
+        methods["DWD gradient start"] = gradient_start
         # the Gram matrix alone (one syrk): the floor of every step in the span
         methods["X Xᵀ"] = lambda: X @ X.T
         # the private copy of the rows the state keeps (fresh memory), and
@@ -478,9 +503,14 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
                     return DWDClassifier().fit(X, y)
             methods["DWD dense"] = dense
         times = {name: [] for name in methods}
+        # CPU time of this process beside the wall time: on a loaded host the
+        # wall time adds the waits for a core, which fall on each method alike
+        cpu = {name: [] for name in methods}
         for _ in range(reps):
             for name, run in methods.items():
+                start = time.process_time()
                 model, seconds = _time(run)
+                cpu[name].append(time.process_time() - start)
                 times[name].append(seconds)
         fitted = {name: run() for name, run in methods.items()
                   if name not in ("X Xᵀ", "X copy", "numpy copy")}
@@ -496,11 +526,14 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
         if _HUGEPAGE_SWITCH is None and X.nbytes >= _ORDINARY_PAGES_FROM:
             peaks["DWD"] += X.nbytes
         infos = _solver_info(methods["DWD"])
+        gradient_infos = _solver_info(gradient_start)
         rows.append(dict(n=n, p=p, seconds={k: float(np.median(v)) for k, v in times.items()},
+                         cpu={k: float(np.median(v)) for k, v in cpu.items()},
                          accuracy=accuracy, auc=auc, peaks=peaks, data=X.nbytes,
                          rounds=sum(i["rounds"] for i in infos),
                          floats=sum(i["floats_sent"] for i in infos),
                          iters=sum(i["n_iter"] for i in infos),
+                         gradient_iters=sum(i["n_iter"] for i in gradient_infos),
                          gap=float(_lbfgs_gap(methods["DWD"](), X, y))))
         print(rows[-1], flush=True)
     return rows
@@ -731,6 +764,8 @@ def main():
                              "non-separable, p in --wide-p), digits (the bundled "
                              "part on digits alone) and profile (where the fit's time goes: "
                              "wide rows at --wide-p and digits, each q)")
+    parser.add_argument("--suffix", default="",
+                        help="appended to the results file's name (runs kept apart)")
     parser.add_argument("--wide-p", default="500,2000", help="features of the wide part")
     parser.add_argument("--qs", default="0.5,1,4", help="genDWD exponents of the offline table")
     parser.add_argument("--max-p", type=int, default=None,
@@ -902,30 +937,44 @@ def main():
                   "peak memory traced by tracemalloc (numpy's allocations: liblinear's "
                   "own copy of the rows is not traced; DWD's copy of the rows is, or is "
                   "added where it is made in a memory map):", "",
-                  "| n, p | DWD s | X Xᵀ alone s | state's copy of X alone s | numpy X.copy() s | "
-                  "DWD unreduced s | "
+                  "| n, p | DWD s | DWD gradient start s | X Xᵀ alone s | "
+                  "state's copy of X alone s | numpy X.copy() s | DWD unreduced s | "
                   "DWD dense s | LinearSVC s | "
                   "LR s | DWD / LinearSVC | "
                   "DWD peak MB (× data) | dense peak MB | LinearSVC traced MB | "
-                  "Newton steps | rounds | numbers sent per site | gap to L-BFGS-B | "
+                  "Newton steps (gradient start) | rounds | numbers sent per site | "
+                  "gap to L-BFGS-B | "
                   "accuracy DWD / DWD balanced / LinearSVC / LR | "
                   "test AUC DWD / LinearSVC / LR |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in few_rows:
             t, peaks, mb = r["seconds"], r["peaks"], 1e6
             dense = f"{t['DWD dense']:.3f}" if "DWD dense" in t else "not run"
             dense_peak = f"{peaks['DWD dense'] / mb:.0f}" if "DWD dense" in peaks else "not run"
             lines.append(
-                f"| {r['n']}, {r['p']} | {t['DWD']:.4f} | {t['X Xᵀ']:.4f} | {t['X copy']:.4f} | "
+                f"| {r['n']}, {r['p']} | {t['DWD']:.4f} | {t['DWD gradient start']:.4f} | "
+                f"{t['X Xᵀ']:.4f} | {t['X copy']:.4f} | "
                 f"{t['numpy copy']:.4f} | "
                 f"{t['DWD unreduced']:.4f} | {dense} | {t['LinearSVC']:.4f} | "
                 f"{t['LR']:.4f} | {t['DWD'] / t['LinearSVC']:.2f}× | "
                 f"{peaks['DWD'] / mb:.0f} ({peaks['DWD'] / r['data']:.1f}×) | {dense_peak} | "
-                f"{peaks['LinearSVC'] / mb:.0f} | {r['iters']} | {r['rounds']} | "
+                f"{peaks['LinearSVC'] / mb:.0f} | {r['iters']} ({r['gradient_iters']}) | "
+                f"{r['rounds']} | "
                 f"{r['floats']:,} | {r['gap']:.1e} | {r['accuracy']['DWD']:.3f} / "
                 f"{r['accuracy']['DWD balanced']:.3f} / "
                 f"{r['accuracy']['LinearSVC']:.3f} / {r['accuracy']['LR']:.3f} | "
                 f"{r['auc']['DWD']:.3f} / {r['auc']['LinearSVC']:.3f} / {r['auc']['LR']:.3f} |")
+        lines += ["", "CPU time of the process (medians, the same fits): the time without "
+                  "the waits for a core on a shared host:", "",
+                  "| n, p | DWD s | DWD gradient start s | X Xᵀ alone s | LinearSVC s | LR s | "
+                  "DWD / LinearSVC | gradient start / LinearSVC |",
+                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['n']}, {r['p']} | {r['cpu']['DWD']:.4f} | "
+                  f"{r['cpu']['DWD gradient start']:.4f} | {r['cpu']['X Xᵀ']:.4f} | "
+                  f"{r['cpu']['LinearSVC']:.4f} | {r['cpu']['LR']:.4f} | "
+                  f"{r['cpu']['DWD'] / r['cpu']['LinearSVC']:.2f}× | "
+                  f"{r['cpu']['DWD gradient start'] / r['cpu']['LinearSVC']:.2f}× |"
+                  for r in few_rows]
         lines += ["", f"Load average after this part: {few_rows_load:.1f}."]
     if streams:
         lines += ["", "**Few rows, a stream**: `fit` on 100 rows, then `partial_fit` "
@@ -943,6 +992,7 @@ def main():
     suffix = "_quick" if quick else ("" if parts == every else "_" + "_".join(sorted(parts)))
     if args.min_p is not None or args.max_p is not None:
         suffix += f"_p{args.min_p or ''}-{args.max_p or ''}"
+    suffix += args.suffix
     (results / f"dwd_speed{suffix}.md").write_text(text)
     print(text)
     wrote(results / f"dwd_speed{suffix}.md")

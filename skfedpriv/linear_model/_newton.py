@@ -117,6 +117,7 @@ from ._factored_curvature import (
     shifted,
     stack_curvatures,
 )
+from ._piled_start import piled_direction
 from ._quasi_newton import LBFGSPhase
 from ._row_span import reduce_to_row_span
 
@@ -775,6 +776,16 @@ class NewtonSolver:
         return self.sites.advance(Theta, direction, steps), np.where(
             steps > 0, values[best, np.arange(n_models)], value), steps > 0
 
+    def grid_direction(self):
+        """The first step's direction: on factored rows from ``θ = 0``
+        without a prior, the piled margins' ridge direction
+        (:mod:`._piled_start`), else the gradient's."""
+        if self.rows and self.prior is None and not self.Theta.any():
+            direction = piled_direction(self.sites, self.loss, self.alpha, self.fit_intercept)
+            if direction is not None:
+                return direction
+        return -self.grad / self.scale
+
     def predict_landing(self, predicted, moved):
         """The gap where this step lands, extrapolating the last two full
         steps' rate (rel_{k+1} ≈ rel_k² / rel_{k-1}; a smoothed curvature
@@ -812,7 +823,8 @@ class NewtonSolver:
                 return True
             self.quasi_newton = None
         # offline the first step from a flat start is a grid search along the
-        # gradient (genDWD at Theta = 0: every margin 0, the curvature 0)
+        # gradient (genDWD at Theta = 0: every margin 0, the curvature 0), on
+        # factored rows along the piled margins' direction (:meth:`grid_direction`)
         grid = self.refresh and n_iter == 1 and self.loss.flat_at_zero
         # models that take no step this round: their estimated gap is checked
         # against the matrix at this very point next round
@@ -821,7 +833,7 @@ class NewtonSolver:
         if grid:
             start, start_grad = self.Theta, self.grad
             Theta_new, value_new, moved = self.first_step_grid(
-                -self.grad / self.scale, self.active, self.value)
+                self.grid_direction(), self.active, self.value)
         else:
             newton, direct, iterative = self.newton_direction()
             predicted, recheck = self.convergence_test(newton, direct, iterative)
@@ -995,7 +1007,8 @@ def solve_batch(
         :class:`~._factored_curvature.CurvatureStack`. The steps then run in
         the coordinates of the span of the rows (:mod:`._row_span`: no pass
         over the ``p`` columns per step) when the start and ``center`` lie
-        in it.
+        in it; offline from ``Theta = 0`` without a prior the first grid
+        step runs along the piled margins' direction (:mod:`._piled_start`).
 
     Returns
     -------
