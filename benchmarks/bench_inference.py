@@ -608,6 +608,10 @@ def main():
     parser.add_argument("--curvature-noise", action="store_true",
                         help="only the table of summed per-batch curvature noise against "
                              "the stream's curvature (private streams)")
+    parser.add_argument("--epsilons", type=float, nargs="*", default=None,
+                        help="run the private cells of these epsilon only (default: all)")
+    parser.add_argument("--tag", default="",
+                        help="appended to the result files' names (e.g. a revision's name)")
     parser.add_argument("--modes", nargs="*", default=None,
                         help="run the cells of these modes only (e.g. stream-2nd; default: all)")
     args = parser.parse_args()
@@ -643,7 +647,9 @@ def main():
                           else cells(args.quick, args.private_only, args.second_order,
                                      tuple(args.sizes)))
               if (not args.features or c[1] in args.features) and c[0] in args.sizes
-              and (not args.modes or c[4] in args.modes)]
+              and (not args.modes or c[4] in args.modes)
+              and (not args.epsilons or c[5] in args.epsilons)]
+    stem += f"_{args.tag}" if args.tag else ""
     for n, p, q, ratio, mode, epsilon in chosen:
         row = run_cell(n, p, q, ratio, mode, epsilon, reps, args.n_jobs,
                        bootstrap=not args.no_bootstrap)
