@@ -26,7 +26,7 @@ width against the non-private one and the share of fits that give none
 (NaN: the released curvature below its noise floor in some direction).
 
 Private stream cells (``--private-stream``): the same private estimator
-fed a 20-batch ``partial_fit`` stream over the 5 sites, n = 20 000, p = 5,
+fed a 20-batch ``partial_fit`` stream over the 5 sites, n = 20 000, p in {5, 20},
 q in {1, 4}, balanced and 4:1, ε in {1, 4}, with two schedules: "stream,
 rule off" (20 equal batches of 1 000 rows, the generator's, measured with
 ``FIRST_BATCH_SHARE`` set to 0: with it, such a stream publishes no
@@ -63,15 +63,17 @@ default stream (mode ``stream``) and with ``shift_correction='second-order'``
 choose among them).
 
     python benchmarks/bench_inference.py [--quick] [--reps R] [--n-jobs J]
-        [--private-only | --private-stream | --curvature-noise | --every-batch]
+        [--private-only | --private-stream | --curvature-noise | --curvature-plans
+         | --every-batch]
         [--second-order] [--features P ...] [--sizes N ...] [--modes MODE ...]
-        [--no-bootstrap]
+        [--epsilons EPS ...] [--tag TAG] [--no-bootstrap]
         [--study {dwd,multinomial,batch-size}]
 
 Writes inference.csv and inference.md (``inference_private_stream.*`` with
 ``--private-stream``, ``inference_private_stream_curvature.md`` with
-``--curvature-noise``, ``inference_private_stream_every_batch.md`` with
-``--every-batch``; ``*_quick`` with ``--quick``) into
+``--curvature-noise``, ``inference_private_stream_curvature_plans.md`` with
+``--curvature-plans``, ``inference_private_stream_every_batch.md`` with
+``--every-batch``; ``*_quick`` with ``--quick``, ``*_TAG`` with ``--tag``) into
 ``--output-dir`` (default ``benchmarks/results``); the CSV is rewritten after
 each cell, so an interrupted run keeps the cells it finished.
 """
@@ -328,8 +330,8 @@ def private_stream_cells(quick):
     """``(n, p, q, ratio, mode, epsilon)`` of the private stream cells."""
     if quick:
         return [(20000, 5, 1.0, 1.0, mode, 4.0) for mode in PRIVATE_SCHEDULES]
-    return [(20000, 5, q, ratio, mode, eps) for mode in PRIVATE_SCHEDULES for q in (1.0, 4.0)
-            for ratio in (1.0, 4.0) for eps in (4.0, 1.0)]
+    return [(20000, p, q, ratio, mode, eps) for p in (5, 20) for mode in PRIVATE_SCHEDULES
+            for q in (1.0, 4.0) for ratio in (1.0, 4.0) for eps in (4.0, 1.0)]
 
 
 def replications(seeds, *cell, replication=one_replication, **options):
