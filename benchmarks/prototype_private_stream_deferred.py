@@ -63,11 +63,11 @@ from bench_inference import BATCHES, MU, SIGMA, SITES, private_estimator  # noqa
 Z = 1.959963984540054
 
 
-def later_sums(X, y, g, b, theta, clip, loss):
-    """The later batches' exact summed curvature, outer products and
-    gradient at ``theta`` (what the sites would accumulate)."""
+def later_sums(X, y, g, b, batches, theta, clip, loss):
+    """The exact summed curvature, outer products and gradient at ``theta``
+    of the rows of ``batches`` (what the sites would accumulate)."""
     total = None
-    for k in range(1, BATCHES):
+    for k in batches:
         rows = b == k
         sites = SiteData.from_site_codes(X[rows], y[rows], np.ones(rows.sum()), g[rows], SITES)
         sites.prepare(np.array([-1, 1]), fit_intercept=True, clip_norm=clip)
@@ -77,7 +77,42 @@ def later_sums(X, y, g, b, theta, clip, loss):
     return total
 
 
-def replication(seed, p, q, ratio, epsilon, kappa_h, kappa_b, n=20000):
+def noised(exact, stds, rng):
+    """The sites' one release of a segment's sums: ``(G̃, C̃, B̃)``, each site
+    adding its own noise (``stds``: gradient, curvature, outer products)."""
+    p1 = exact.curvature.shape[-1]
+    grad = exact.score_sum + np.sqrt(SITES) * stds[0] * rng.standard_normal(exact.score_sum.shape)
+    return (grad, exact.curvature + _site_matrix_noise(stds[1], SITES, p1, 1, rng),
+            exact.score_outer + _site_matrix_noise(stds[2], SITES, p1, 1, rng))
+
+
+def one_step(releases, points, weight, penalty, stds):
+    """A Newton step from the last point ``θ_J`` on the segments' summed
+    quadratic models, ``θ' = θ_J - Ĥ⁻¹ (Σ_j [G̃_j + C̃_j (θ_J - θ_j)] + R θ_J)``
+    (one segment: the module doc's step), and its covariance: the error is
+    ``Ĥ⁻¹ (U - Σ_j ξ_j + Σ_j Ξ_j (θ_j - θ*))`` to first order."""
+    p1 = len(penalty)
+    s = np.sqrt(SITES) * stds[1]
+    total_s = np.sqrt(len(releases)) * s  # the summed curvature noise's entry std
+    curvature = sum(r[1] for r in releases)
+    ridge = penalty * weight
+    hessian = shrunk_curvature(curvature, total_s, SANDWICH_FLOOR * total_s)[0] + np.diag(ridge)
+    last = points[-1]
+    gradient = sum(r[0][:, 0] + r[1][0] @ (last - theta) for r, theta in zip(releases, points))
+    estimate = last - np.linalg.solve(hessian, gradient + ridge * last)
+    grad = sum(r[0] for r in releases)
+    outer = sum(r[2] for r in releases)
+    summary = InferenceSummary(curvature, _project_psd(outer), grad, weight)
+    middle = (score_covariance(summary, estimate[:, None], penalty)[0]
+              + len(releases) * SITES * stds[0]**2 * np.eye(p1))
+    for theta in points:
+        v = theta - estimate
+        middle += s**2 * (v @ v * np.eye(p1) + np.outer(v, v) - np.diag(v**2))
+    inverse = np.linalg.inv(hessian)
+    return estimate, np.sqrt(np.diag(inverse @ middle @ inverse))
+
+
+def replication(seed, p, q, ratio, epsilon, kappa_h, kappa_b, starts, n=20000):
     X, y, g, b = make_federated_gaussians(
         n_sites=SITES, n_batches=BATCHES, n_per_batch=n // (SITES * BATCHES), n_features=p,
         mu=MU, sigma=SIGMA, ratio=ratio, random_state=seed)
@@ -90,42 +125,34 @@ def replication(seed, p, q, ratio, epsilon, kappa_h, kappa_b, n=20000):
         for k in range(BATCHES):
             rows = b == k
             public.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=[-1, 1])
-    theta = np.r_[first.intercept_, first.coef_[0]][:, None]
-    exact = later_sums(X, y, g, b, theta, clip, loss)
+    theta = np.r_[first.intercept_, first.coef_[0]]
     rng = np.random.default_rng(10**7 + seed)
     sigma = local_gaussian_sigma(epsilon, 1e-5, 1.0 + kappa_h**2 + kappa_b**2, "analytic")
-    grad_std = sigma * summary_sensitivity("gradient", loss, clip)
-    h_std = sigma * exact_curvature_sensitivity(loss, clip) / kappa_h
-    b_std = sigma * score_outer_sensitivity(loss, clip) / kappa_b
-    p1 = p + 1
-    grad = exact.score_sum + np.sqrt(SITES) * grad_std * rng.standard_normal(exact.score_sum.shape)
-    curvature = exact.curvature + _site_matrix_noise(h_std, SITES, p1, 1, rng)
-    outer = exact.score_outer + _site_matrix_noise(b_std, SITES, p1, 1, rng)
-    weight = exact.weight_sq_sum
-    penalty = first.alpha * penalty_mask(p1, True)
-    s = np.sqrt(SITES) * h_std
-    hessian = (shrunk_curvature(curvature, s, SANDWICH_FLOOR * s)[0] + np.diag(penalty * weight))
-    step = np.linalg.solve(hessian, grad[:, 0] + penalty * weight * theta[:, 0])
-    estimate = theta[:, 0] - step
-    summary = InferenceSummary(curvature, _project_psd(outer), grad, weight)
-    middle = (score_covariance(summary, estimate[:, None], penalty)[0]
-              + SITES * grad_std**2 * np.eye(p1)
-              + s**2 * (step @ step * np.eye(p1) + np.outer(step, step) - np.diag(step**2)))
-    inverse = np.linalg.inv(hessian)
-    se = np.sqrt(np.diag(inverse @ middle @ inverse))
-    return estimate, se, np.diff(public.confint(0.95)[0], axis=1)[:, 0], theta[:, 0]
+    stds = (sigma * summary_sensitivity("gradient", loss, clip),
+            sigma * exact_curvature_sensitivity(loss, clip) / kappa_h,
+            sigma * score_outer_sensitivity(loss, clip) / kappa_b)
+    penalty = first.alpha * penalty_mask(p + 1, True)
+    releases, points, weight, start_theta = [], [], 0.0, theta
+    for start, stop in zip(starts, [*starts[1:], BATCHES]):
+        # each segment's rows at the estimate released before it, released once
+        exact = later_sums(X, y, g, b, range(start, stop), theta[:, None], clip, loss)
+        releases.append(noised(exact, stds, rng))
+        points.append(theta)
+        weight += exact.weight_sq_sum
+        theta, se = one_step(releases, points, weight, penalty, stds)
+    return theta, se, np.diff(public.confint(0.95)[0], axis=1)[:, 0], start_theta
 
 
-def cell(p, q, ratio, epsilon, reps, n_jobs, kappa_h, kappa_b):
+def cell(p, q, ratio, epsilon, reps, n_jobs, kappa_h, kappa_b, starts):
     intercept, coef = gaussian_gendwd_target(p, MU, SIGMA, ratio, q=q)
     target = np.r_[intercept, coef]
     out = Parallel(n_jobs=n_jobs)(delayed(replication)(seed, p, q, ratio, epsilon, kappa_h,
-                                                       kappa_b) for seed in range(reps))
+                                                       kappa_b, starts) for seed in range(reps))
     estimate, se, public_width, first = (np.array(v) for v in zip(*out))
     covered = np.abs(estimate - target) <= Z * se
     spread = estimate.std(axis=0, ddof=1)
     return dict(p=p, q=q, classes="balanced" if ratio == 1 else "4:1", epsilon=epsilon,
-                kappa_h=kappa_h, kappa_b=kappa_b, reps=reps, coverage=covered.mean(),
+                kappa_h=kappa_h, kappa_b=kappa_b, segments=" ".join(map(str, starts)), reps=reps, coverage=covered.mean(),
                 coverage_min=covered.mean(0).min(), coverage_max=covered.mean(0).max(),
                 width_ratio=np.mean(2 * Z * se / public_width),
                 se_ratio_min=(se.mean(0) / spread).min(), se_ratio_max=(se.mean(0) / spread).max(),
@@ -140,6 +167,8 @@ def main():
     parser.add_argument("--kappa-h", type=float, default=3.0)
     parser.add_argument("--kappa-b", type=float, default=1.0)
     parser.add_argument("--epsilons", type=float, nargs="*", default=(4.0, 1.0))
+    parser.add_argument("--segments", type=int, nargs="+", default=(1,),
+                        help="first batch of each segment (0-based; default: one, 1..19)")
     parser.add_argument("--features", type=int, nargs="*", default=(5,))
     parser.add_argument("--output", type=Path, default=Path(__file__).parent / "results"
                         / "inference_private_stream_deferred_prototype.csv")
@@ -150,7 +179,7 @@ def main():
             for ratio in (1.0, 4.0):
                 for eps in args.epsilons:
                     rows.append(cell(p, q, ratio, eps, args.reps, args.n_jobs, args.kappa_h,
-                                     args.kappa_b))
+                                     args.kappa_b, list(args.segments)))
                     print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                    for k, v in rows[-1].items()), flush=True)
                     with open(args.output, "w", newline="") as handle:
