@@ -26,7 +26,7 @@ width against the non-private one and the share of fits that give none
 (NaN: the released curvature below its noise floor in some direction).
 
 Private stream cells (``--private-stream``): the same private estimator
-fed a 20-batch ``partial_fit`` stream over the 5 sites, n = 20 000, p = 5,
+fed a 20-batch ``partial_fit`` stream over the 5 sites, n = 20 000, p in {5, 20},
 q in {1, 4}, balanced and 4:1, ε in {1, 4}, with two schedules: "stream,
 rule off" (20 equal batches of 1 000 rows, the generator's, measured with
 ``FIRST_BATCH_SHARE`` set to 0: with it, such a stream publishes no
@@ -63,15 +63,17 @@ default stream (mode ``stream``) and with ``shift_correction='second-order'``
 choose among them).
 
     python benchmarks/bench_inference.py [--quick] [--reps R] [--n-jobs J]
-        [--private-only | --private-stream | --curvature-noise | --every-batch]
+        [--private-only | --private-stream | --curvature-noise | --curvature-plans
+         | --every-batch]
         [--second-order] [--features P ...] [--sizes N ...] [--modes MODE ...]
-        [--no-bootstrap]
+        [--epsilons EPS ...] [--tag TAG] [--no-bootstrap]
         [--study {dwd,multinomial,batch-size}]
 
 Writes inference.csv and inference.md (``inference_private_stream.*`` with
 ``--private-stream``, ``inference_private_stream_curvature.md`` with
-``--curvature-noise``, ``inference_private_stream_every_batch.md`` with
-``--every-batch``; ``*_quick`` with ``--quick``) into
+``--curvature-noise``, ``inference_private_stream_curvature_plans.md`` with
+``--curvature-plans``, ``inference_private_stream_every_batch.md`` with
+``--every-batch``; ``*_quick`` with ``--quick``, ``*_TAG`` with ``--tag``) into
 ``--output-dir`` (default ``benchmarks/results``); the CSV is rewritten after
 each cell, so an interrupted run keeps the cells it finished.
 """
@@ -229,6 +231,64 @@ def curvature_noise_rows(n=20000, p=5, sample=400_000):
     return rows
 
 
+#: Release plans of the later batches' accumulated curvature
+#: (``--curvature-plans``): plan -> (factorization of the 19 later batches'
+#: prefix sums, or None for one deferred release of the running sum).
+CURVATURE_PLANS = {"per batch (independent)": "independent", "continual, tree (Honaker)":
+                   "honaker", "continual, BLT": "blt", "continual, optimal": "optimal",
+                   "deferred: one release at the last batch": None}
+
+
+def curvature_plan_rows(n=20000, p=5, kappa=3.0):
+    """The noise of the later batches' accumulated curvature under each of
+    :data:`CURVATURE_PLANS`, against the smallest eigenvalue of the stream's
+    curvature (equal batches, the first excluded: its rows already spend the
+    refinement's budget). A later row enters its gradient (1 unit) and, at
+    ``1/kappa`` of the gradient's noise per unit of sensitivity, the
+    curvature stream (``kappa²`` units); with a factorization ``A = B C`` the
+    last prefix's noise std is ``sensitivity(C) ‖B_last‖`` times one
+    release's. Data-independent numbers (the factorizations of
+    ``skfedpriv.privacy``, σ from the calibration, Δ_H from ``clip_norm``)
+    but the eigenvalues (:func:`curvature_noise_rows`). For reference, the
+    offline fit's last released curvature (its whole budget's units, at
+    ``1/STAGE_PRECISION[-1]``): the one-batch refinement publishes at n =
+    20 000, ε = 4 with that ratio."""
+    from skfedpriv._loss import GenDWDLoss
+    from skfedpriv.linear_model import _inference_private as refinement
+    from skfedpriv.privacy import make_factorization
+    from skfedpriv.privacy._objective_perturbation import (local_gaussian_releases,
+                                                           local_gaussian_sigma)
+    from skfedpriv.privacy._score_outer import exact_curvature_sensitivity
+
+    later = BATCHES - 1
+    # the offline fit's units (one model, the default online_steps)
+    offline_units = (local_gaussian_releases(1, DWDClassifier().online_steps, True)
+                     + refinement.inference_releases(1))
+    factor = {plan: 1.0 if name is None else
+              make_factorization(name, later).sensitivity
+              * float(np.linalg.norm(np.asarray(make_factorization(name, later).B)[-1]))
+              for plan, name in CURVATURE_PLANS.items()}
+    rows = []
+    for row in curvature_noise_rows(n, p):
+        sensitivity = exact_curvature_sensitivity(GenDWDLoss(row["q"]), 2.0 * np.sqrt(1.0 + p))
+        sigma = local_gaussian_sigma(row["epsilon"], 1e-5, 1.0 + kappa**2, "analytic")
+        unit = 2.0 * np.sqrt(p + 1.0) * np.sqrt(SITES) * sensitivity * sigma / kappa
+        offline = local_gaussian_sigma(row["epsilon"], 1e-5, offline_units, "analytic")
+        reference = unit * offline / sigma * kappa / refinement.STAGE_PRECISION[-1]
+        rows.append(dict(row, offline=reference / row["smallest"],
+                         **{plan: unit * f / row["smallest"] for plan, f in factor.items()}))
+    return rows, factor
+
+
+def curvature_plan_markdown(rows, factor):
+    plans = list(CURVATURE_PLANS)
+    return markdown_table(
+        ["q", "classes", "ε", "smallest eigenvalue", "offline fit's last curvature"]
+        + [f"{plan} (×{factor[plan]:.2f})" for plan in plans],
+        [[f"{r['q']:g}", r["classes"], f"{r['epsilon']:g}", f"{r['smallest']:.0f}",
+          f"{r['offline']:.2f}"] + [f"{r[plan]:.2f}" for plan in plans] for r in rows])
+
+
 def curvature_noise_markdown(rows):
     return markdown_table(
         ["q", "classes", "ε", "curvature eigenvalues (min–max)",
@@ -270,8 +330,8 @@ def private_stream_cells(quick):
     """``(n, p, q, ratio, mode, epsilon)`` of the private stream cells."""
     if quick:
         return [(20000, 5, 1.0, 1.0, mode, 4.0) for mode in PRIVATE_SCHEDULES]
-    return [(20000, 5, q, ratio, mode, eps) for mode in PRIVATE_SCHEDULES for q in (1.0, 4.0)
-            for ratio in (1.0, 4.0) for eps in (4.0, 1.0)]
+    return [(20000, p, q, ratio, mode, eps) for p in (5, 20) for mode in PRIVATE_SCHEDULES
+            for q in (1.0, 4.0) for ratio in (1.0, 4.0) for eps in (4.0, 1.0)]
 
 
 def replications(seeds, *cell, replication=one_replication, **options):
@@ -608,6 +668,13 @@ def main():
     parser.add_argument("--curvature-noise", action="store_true",
                         help="only the table of summed per-batch curvature noise against "
                              "the stream's curvature (private streams)")
+    parser.add_argument("--curvature-plans", action="store_true",
+                        help="only the table of the later batches' accumulated curvature "
+                             "noise under continual-counting and deferred release plans")
+    parser.add_argument("--epsilons", type=float, nargs="*", default=None,
+                        help="run the private cells of these epsilon only (default: all)")
+    parser.add_argument("--tag", default="",
+                        help="appended to the result files' names (e.g. a revision's name)")
     parser.add_argument("--modes", nargs="*", default=None,
                         help="run the cells of these modes only (e.g. stream-2nd; default: all)")
     args = parser.parse_args()
@@ -620,6 +687,10 @@ def main():
         target.write_text(markdown_table(
             ["q", "classes", "ε", "reps"] + [f"after batch {k}" for k in CHECKED_BATCHES],
             lines))
+        return wrote(target)
+    if args.curvature_plans:
+        target = folder / "inference_private_stream_curvature_plans.md"
+        target.write_text(curvature_plan_markdown(*curvature_plan_rows()))
         return wrote(target)
     if args.curvature_noise:
         (folder / "inference_private_stream_curvature.md").write_text(
@@ -643,7 +714,9 @@ def main():
                           else cells(args.quick, args.private_only, args.second_order,
                                      tuple(args.sizes)))
               if (not args.features or c[1] in args.features) and c[0] in args.sizes
-              and (not args.modes or c[4] in args.modes)]
+              and (not args.modes or c[4] in args.modes)
+              and (not args.epsilons or c[5] in args.epsilons)]
+    stem += f"_{args.tag}" if args.tag else ""
     for n, p, q, ratio, mode, epsilon in chosen:
         row = run_cell(n, p, q, ratio, mode, epsilon, reps, args.n_jobs,
                        bootstrap=not args.no_bootstrap)

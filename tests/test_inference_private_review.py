@@ -77,7 +77,7 @@ def test_the_published_refinement_holds_releases_and_public_numbers_only():
     clf, _ = _fitted()
     out = clf.private_refinement_
     documented = {"pilot", "theta", "curvatures", "curvature_stds", "grad_std", "n_sites",
-                  "ridge", "steps", "damping", "sampling_cov", "residual_bound", "cov"}
+                  "ridge", "steps", "damping", "score_cov", "sampling_cov", "residual_bound", "cov"}
     assert set(vars(out)) == documented
     for value in vars(out).values():
         for item in (value if isinstance(value, list) else [value]):
@@ -85,7 +85,7 @@ def test_the_published_refinement_holds_releases_and_public_numbers_only():
     assert np.allclose(out.ridge, clf.alpha * clf.n_samples_seen_ * np.r_[0.0, 1.0, 1.0])
     secret = clf._training_state
     for value in (secret.curvature, secret.coef_cov):
-        for item in [*out.curvatures, out.cov, out.sampling_cov]:
+        for item in [*out.curvatures, out.cov, out.score_cov, out.sampling_cov]:
             assert not np.shares_memory(value, item)
 
 

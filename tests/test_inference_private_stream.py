@@ -193,6 +193,36 @@ def test_a_later_batch_adds_its_gradient_noise_through_the_scaled_first_system()
     assert np.linalg.eigvalsh(cov[0] - expected).min() > 0
 
 
+def test_the_later_batches_score_variance_is_the_first_batchs_noisy_score_covariance():
+    """``B̂ W_1`` (the later batches' score variance per row times the first
+    batch's rows) is the refinement's own ``B̃``, the one its sandwich
+    inverts, and (noise negligible, no row clipped) the brute-force
+    ``Σ_i g_i g_iᵀ`` of the rows' penalized scores at the refined estimate."""
+    from skfedpriv._loss import GenDWDLoss
+    from skfedpriv.linear_model._inference_private_curvature import SANDWICH_FLOOR
+    from skfedpriv.linear_model._inference_private_stream import private_stream_rates
+
+    X, y, g = _data(6, 2000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = _private(epsilon=1e5, clip_norm=10.0).fit(X, y, sample_group=g)
+    refinement = clf.private_refinement_
+    outer = private_stream_rates(refinement, 2000.0)["outer"] * 2000.0
+    np.testing.assert_array_equal(outer, refinement.score_cov)
+    inverse = np.linalg.inv(refinement.hessian(SANDWICH_FLOOR * refinement.floor_std()))
+    np.testing.assert_allclose(inverse @ outer @ inverse, refinement.sampling_cov, rtol=1e-8)
+    theta = refinement.theta[:, 0]
+    rows = np.c_[np.ones(len(X)), X]
+    assert np.linalg.norm(rows, axis=1).max() < 10.0
+    margins = GenDWDLoss(1.0).derivative(y * (rows @ theta))
+    scores = (y * margins)[:, None] * rows + clf.alpha * np.r_[0.0, 1.0, 1.0] * theta
+    brute = scores.T @ scores
+    scale = np.sqrt(np.outer(np.diag(brute), np.diag(brute)))
+    # the outer products are taken where the last stage starts, a few
+    # converging steps before the refined estimate
+    np.testing.assert_allclose(outer[0] / scale, brute / scale, atol=5e-3)
+
+
 def _replication(seed):
     X, y, g = _data(seed, 7000)
     return _stream(_private(random_state=10_000 + seed), X, y, g, 4000, 1000)

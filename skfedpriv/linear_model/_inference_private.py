@@ -177,6 +177,10 @@ class PrivateRefinement:
     damping : ndarray of shape (n_stages, steps, K)
         The factor each step's system was multiplied by
         (:func:`safeguarded_step`).
+    score_cov : ndarray of shape (K, p1, p1)
+        ``B̃``: the noisy score covariance (the released score outer
+        products made PSD, with the penalty's cross terms from the released
+        gradient; :func:`~._inference.score_covariance`).
     sampling_cov : ndarray of shape (K, p1, p1)
         The sandwich ``Ĥ⁻¹ B̃ Ĥ⁻¹`` (sampling error of the non-private fit;
         ``Ĥ`` of :meth:`hessian`, floored).
@@ -255,9 +259,9 @@ def private_refinement(sites, theta, sigma, rng, *, loss, alpha, fit_intercept, 
             if last and step == 0:
                 # the score sum is the gradient sum (rows weigh one): no new release
                 summary = InferenceSummary(curvature, _project_psd(outer), grad, sites.weight_sum)
+                out.score_cov = score_covariance(summary, theta, penalty)
                 out.sampling_cov = propagate_covariance(
-                    None, out.hessian(SANDWICH_FLOOR * out.floor_std()), None,
-                    score_covariance(summary, theta, penalty))
+                    None, out.hessian(SANDWICH_FLOOR * out.floor_std()), None, out.score_cov)
             move, damping, last_norm = safeguarded_step(
                 (grad + out.ridge[:, None] * theta).T, system, damping, last_norm)
             out.damping[stage, step] = damping

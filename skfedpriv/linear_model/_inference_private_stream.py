@@ -53,13 +53,15 @@ refinement's own variance now plugs in), is
 
 ``Σ_b = L_b⁻¹ (M Σ_{b-1} Mᵀ + W_b B̂ + n_sites σ_g² I) L_b⁻¹``
 
-(:func:`~._inference.propagate_covariance`), ``B̂ = A Σ_s A / W_1`` from
-the first batch's sandwich ``Σ_s`` and repaired system ``A``. Since the
-sandwich became ``Ĥ_f⁻¹ B̃ Ĥ_f⁻¹`` (``Ĥ_f`` the floored shrinkage), ``B̂``
-is ``B̃ / W_1`` only where ``A`` and ``Ĥ_f`` agree; elsewhere it is scaled
-by ``A Ĥ_f⁻¹`` on each side (both post-processing; the stream intervals
-in ``benchmarks/README.md``, "As shipped", were measured with this
-``B̂``). The first batch's curvature error enters the estimate only
+(:func:`~._inference.propagate_covariance`), ``B̂ = B̃ / W_1`` with ``B̃``
+the first batch's noisy score covariance
+(:attr:`~._inference_private.PrivateRefinement.score_cov`: its released
+score outer products made PSD, post-processing). It was rebuilt before as
+``A Σ_s A / W_1`` from the first batch's sandwich ``Σ_s = Ĥ_f⁻¹ B̃ Ĥ_f⁻¹``
+and repaired system ``A``, which scales ``B̃`` by ``A Ĥ_f⁻¹`` on each side
+where the lifted ``A`` and the floored shrinkage ``Ĥ_f`` differ
+(``benchmarks/README.md``, "Private streams", for both measured).
+The first batch's curvature error enters the estimate only
 times the distance of the points where later gradients are taken from the
 target: small while the first batch holds most of the rows, which the
 published interval therefore needs. A later batch publishes its interval
@@ -145,15 +147,14 @@ def private_stream_rates(refinement, weight):
     rates : dict
         ``system`` (K, p1, p1): the repaired curvature (floored at its noise,
         no ridge) per unit of row weight; ``curvature``: the nearest PSD
-        matrix of the released curvature per unit; ``outer``: ``A Σ_s A``
-        per unit, from the refinement's sandwich ``Σ_s`` and system ``A``
-        (``B̃`` where ``A`` and the sandwich's curvature agree; module doc).
+        matrix of the released curvature per unit; ``outer``: the
+        refinement's noisy score covariance ``B̃`` per unit (module doc).
     """
     system = refinement.system(-1)
     ridge = np.diag(refinement.ridge)[None]
     return dict(system=(system - ridge) / weight,
                 curvature=_project_psd(refinement.curvatures[-1]) / weight,
-                outer=system @ refinement.sampling_cov @ system / weight)
+                outer=refinement.score_cov / weight)
 
 
 def private_stream_step(sites, theta, prior, rates, previous_cov, sigma, rng, *,
