@@ -29,9 +29,9 @@ eigenvalues near zero wherever the noise pushed them down, and gave
 bounds of 7-280 standard errors (median of a fit's largest) at n = 20 000,
 p = 5, ε = 1, where the true residual is under 0.1 standard error:
 54-99 % of those fits withheld. The shrinkage estimate itself (share 1)
-bounds too little: the true residual was above it in 15-51 % of the
-parameters in the cells checked (n = 2 000, p = 5; n = 20 000, p = 5
-with 4:1 classes and p = 20). It is not a certified bound: the noise's spectral
+bounds too little: the true residual was above it in up to 69 % of the
+parameters of a cell (benchmarks/results/private_bound.md). It is not a
+certified bound: the noise's spectral
 norm, the only certified margin for ``H``, is above the smallest released
 eigenvalue in these cells. What it achieves is measured
 (benchmarks/README.md, "Private intervals").
@@ -68,7 +68,7 @@ __all__ = ["CURVATURE_SHARE", "RESIDUAL_QUANTILE", "bias_aware_critical", "bias_
 #: The bound's plug-in curvature is this share of the shrinkage estimate
 #: (module doc). 0.25 kept the true residual within the bound in at least
 #: 99 % of the parameters in every cell measured (n in {2 000, 20 000}, p in
-#: {5, 20}, ε in {1, 4}, 150-300 fits each); 0.33 did not (92-97 % in five
+#: {5, 20}, ε in {1, 4}, 150-300 fits each); 0.33 did not (92-99 % in six
 #: cells), 0.5 and 1 far less.
 CURVATURE_SHARE = 0.25
 #: The noise term of :func:`residual_bound` is this quantile of ``|N(0, 1)|``
