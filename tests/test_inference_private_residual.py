@@ -15,8 +15,11 @@ from skfedpriv._loss import GenDWDLoss
 from skfedpriv.datasets import make_federated_gaussians
 from skfedpriv.linear_model import _dwd_solver, _inference_private
 from skfedpriv.linear_model._inference_private import RESOLVED, privacy_error_covariance
-from skfedpriv.linear_model._inference_residual import (bias_aware_critical, pilot_transfer,
-                                                       residual_bound)
+from skfedpriv.linear_model._inference_residual import (
+    bias_aware_critical,
+    pilot_transfer,
+    residual_bound,
+)
 from skfedpriv.linear_model._inference_sites import site_inference_summary
 from skfedpriv.privacy import NoiseDominatesWarning
 from skfedpriv.privacy._objective_perturbation import clip_augmented_rows
@@ -187,7 +190,8 @@ def test_bias_aware_critical_value_is_the_quantile_of_the_folded_normal():
         ratios = np.array([0.0, 0.3, 1.0, 2.0, 5.0, 8.0])
         critical = bias_aware_critical(ratios, level)
         for t, c in zip(ratios, critical):
-            root = brentq(lambda x: norm.cdf(x - t) - norm.cdf(-x - t) - level, 0.0, t + 10.0)
+            root = brentq(lambda x, t=t, level=level: norm.cdf(x - t) - norm.cdf(-x - t) - level,
+                          0.0, t + 10.0)
             assert math.isclose(c, root, rel_tol=1e-7, abs_tol=1e-9)
         assert math.isclose(critical[0], norm.ppf(0.5 + level / 2), rel_tol=1e-9)
         bias = np.linspace(-1.0, 1.0, 41)[:, None] * ratios  # std 1, |bias| <= t
