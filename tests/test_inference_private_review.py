@@ -77,7 +77,8 @@ def test_the_published_refinement_holds_releases_and_public_numbers_only():
     clf, _ = _fitted()
     out = clf.private_refinement_
     documented = {"pilot", "theta", "curvatures", "curvature_stds", "grad_std", "n_sites",
-                  "ridge", "steps", "damping", "score_cov", "sampling_cov", "residual_bound", "cov"}
+                  "ridge", "steps", "damping", "score_cov", "sampling_cov", "residual_bound",
+                  "std_err", "cov"}
     assert set(vars(out)) == documented
     for value in vars(out).values():
         for item in (value if isinstance(value, list) else [value]):

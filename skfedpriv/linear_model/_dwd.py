@@ -633,8 +633,10 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         refined fit, the square of a bound on the pilot's error the
         refinement may have left, added to each variance (a bound on the
         mean squared error; NaN, with a NoiseDominatesWarning, where that
-        bound exceeds 2 standard errors); it is formed from noised releases
-        only (post-processing, covered as ``coef_``).
+        bound exceeds 8 standard errors); it is formed from noised releases
+        only (post-processing, covered as ``coef_``). :meth:`confint` then
+        gives the bias-aware intervals (``private_refinement_.intervals``),
+        narrower than a Wald interval on ``coef_se_``.
     coef_se_ : ndarray of shape (n_models, n_features)
         With ``inference=True``: standard errors of ``coef_``.
     intercept_se_ : ndarray of shape (n_models,)

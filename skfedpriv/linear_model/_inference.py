@@ -145,10 +145,16 @@ def renewable_covariance(previous, *, starting, continuing, prior, exact, used, 
     return out
 
 
+def standard_errors(cov):
+    """The square roots of the diagonals of a ``(K, p1, p1)`` covariance
+    (negative rounding clipped at 0; NaN stays NaN)."""
+    return np.sqrt(np.clip(np.diagonal(cov, axis1=1, axis2=2), 0.0, None))
+
+
 def inference_attributes(coef_cov, fit_intercept):
     """The public fitted attributes of a covariance of ``(intercept, coef)``:
     ``coef_cov_``, ``coef_se_`` and ``intercept_se_`` (0 without an intercept)."""
-    std = np.sqrt(np.clip(np.diagonal(coef_cov, axis1=1, axis2=2), 0.0, None))
+    std = standard_errors(coef_cov)
     if fit_intercept:
         return dict(coef_cov_=coef_cov, intercept_se_=std[:, 0].copy(), coef_se_=std[:, 1:].copy())
     return dict(coef_cov_=coef_cov, intercept_se_=np.zeros(len(std)), coef_se_=std)
@@ -240,7 +246,12 @@ class CoefficientInferenceMixin:
             Coverage of the two-sided intervals (named ``level`` so as not to
             clash with the ridge strength ``alpha``).
         method : {'wald', 'bootstrap'}, default='wald'
-            ``'wald'``: ``estimate ± z se`` from ``coef_se_``.
+            ``'wald'``: ``estimate ± z se`` from ``coef_se_``; after a
+            private fit (``private_refinement_``) the bias-aware interval
+            ``estimate ± cv(b / s) s`` with ``s`` the noise-aware standard
+            error and ``b`` the bound on the refinement's residual bias
+            (:mod:`skfedpriv.linear_model._inference_residual`), at most
+            as wide as ``estimate ± z coef_se_`` at 95 %.
             ``'bootstrap'``: the parametric bootstrap of a private fit
             (``mechanism='local-gaussian', inference=True``), which replays
             the private refinement from its released numbers
@@ -263,9 +274,19 @@ class CoefficientInferenceMixin:
             return self._bootstrap_confint(level, n_resamples, random_state)
         if method != "wald":
             raise ValueError(f"method must be 'wald' or 'bootstrap', got {method!r}.")
+        return self._wald_intervals(level)
+
+    def _wald_intervals(self, level):
+        """``(n_models, p1, 2)`` Wald intervals, bias-aware after a private fit."""
         theta, std = self._parameters_and_se()
-        _, _, lower, upper = wald_table(theta, std, level)
-        return np.stack([lower, upper], axis=-1)
+        refinement = getattr(self, "private_refinement_", None)
+        if refinement is None:
+            _, _, lower, upper = wald_table(theta, std, level)
+            return np.stack([lower, upper], axis=-1)
+        intervals = refinement.intervals(level)
+        if not self.fit_intercept:
+            intervals = np.concatenate([np.zeros_like(intervals[:, :1]), intervals], axis=1)
+        return intervals
 
     def _bootstrap_confint(self, level, n_resamples, random_state):
         from ._inference_bootstrap import bootstrap_intervals
@@ -290,7 +311,8 @@ class CoefficientInferenceMixin:
         Parameters
         ----------
         level : float, default=0.95
-            Coverage of the intervals.
+            Coverage of the intervals (those of :meth:`confint`, bias-aware
+            after a private fit; ``z`` and ``P>|z|`` from ``coef_se_``).
 
         Returns
         -------
@@ -300,7 +322,8 @@ class CoefficientInferenceMixin:
         """
         level = _check_level(level)
         theta, std = self._parameters_and_se()
-        z, p_value, lower, upper = wald_table(theta, std, level)
+        z, p_value, _, _ = wald_table(theta, std, level)
+        lower, upper = np.moveaxis(self._wald_intervals(level), -1, 0)
         names = getattr(self, "feature_names_in_", None)
         if names is None:
             names = [f"x{j}" for j in range(theta.shape[1] - 1)]

@@ -42,8 +42,10 @@ privacy error ``e = θ - θ̂`` of a step is ``e ← M e - (d A_s)⁻¹ ξ`` wit
 over every step from ``V = 0``. The pilot's own error is not noise: what
 the steps leave of it is a bias, bounded from released numbers in
 :mod:`._inference_residual`; the published covariance adds the bound's
-square to each parameter's variance, or is withheld where the bound is
-above :data:`RESOLVED` standard errors (:func:`_withhold_unresolved`).
+square to each parameter's variance and the intervals are bias-aware
+(``θ̃ ± cv(b / s) s``, :func:`~._inference_residual.bias_aware_intervals`),
+or both are withheld where the bound is above :data:`RESOLVED` standard
+errors (:func:`_withhold_unresolved`).
 ``H`` is unknown: the plug-in ``Ĥ`` (:meth:`PrivateRefinement.hessian`)
 is the spread-matching shrinkage of the last released curvature towards
 its mean eigenvalue (:mod:`._inference_private_curvature`), plus the
@@ -79,9 +81,9 @@ from ..privacy._objective_perturbation import summary_sensitivity
 from ..privacy._score_outer import exact_curvature_sensitivity, score_outer_sensitivity
 from ._dwd_private import _project_psd
 from ._dwd_sites import loss_message
-from ._inference import propagate_covariance, score_covariance
+from ._inference import propagate_covariance, score_covariance, standard_errors
 from ._inference_private_curvature import SANDWICH_FLOOR, shrunk_curvature
-from ._inference_residual import residual_bound
+from ._inference_residual import bias_aware_intervals, residual_bound
 from ._inference_sites import InferenceSummary, site_inference_summary
 
 __all__ = ["CURVATURE_RELEASES", "GRADIENT_STEPS", "PRECISION", "RESOLVED", "STAGE_PRECISION",
@@ -111,9 +113,12 @@ PRECISION = 3.0
 GROWTH = 2.0
 #: The largest bound on the pilot's residual error
 #: (:mod:`._inference_residual`) a parameter may have, in its standard
-#: errors, for the model's Wald covariance to be published (widened by the
-#: bound); above it in some parameter the model's covariance is NaN.
-RESOLVED = 2.0
+#: errors, for the model's covariance (widened by the bound) and its
+#: bias-aware intervals to be published; above it in some parameter they
+#: are NaN. At 8 a bias-aware 95 % interval is at most ``cv(8) / 1.96 =
+#: 4.9`` times the noise-aware one (benchmarks/README.md, "Private
+#: intervals": 2, 4, 8 and 16 measured).
+RESOLVED = 8.0
 
 
 def inference_releases(n_models):
@@ -187,14 +192,23 @@ class PrivateRefinement:
     residual_bound : ndarray of shape (K, p1)
         The bound on the pilot's error left in each parameter
         (:func:`~._inference_residual.residual_bound`).
+    std_err : ndarray of shape (K, p1)
+        The noise-aware standard errors (before the widening); NaN for the
+        models :func:`_withhold_unresolved` withholds.
     cov : ndarray of shape (K, p1, p1)
-        The published Wald covariance: the noise-aware covariance plus
-        ``diag(residual_bound²)``; NaN for the models
-        :func:`_withhold_unresolved` withholds.
+        The published covariance: the noise-aware covariance plus
+        ``diag(residual_bound²)`` (a bound on the mean squared error); NaN
+        for the models :func:`_withhold_unresolved` withholds.
     """
 
     def __init__(self, **fields):
         self.__dict__.update(fields)
+
+    def intervals(self, level=0.95):
+        """The bias-aware intervals ``θ̃ ± cv(b / s) s`` of every parameter
+        (:func:`~._inference_residual.bias_aware_intervals`; NaN where
+        withheld), shape ``(K, p1, 2)``."""
+        return bias_aware_intervals(self.theta.T, self.std_err, self.residual_bound, level)
 
     def floor_std(self, stage=-1):
         """Entry std of a stage's summed curvature noise (the repair's scale)."""
@@ -325,24 +339,28 @@ def privacy_error_covariance(refinement):
 
 
 def _withhold_unresolved(out):
-    """Widen the Wald covariance by the pilot's residual error, or withhold it.
+    """Widen the covariance by the pilot's residual error, or withhold it.
 
     ``out.residual_bound`` (:func:`~._inference_residual.residual_bound`,
     post-processing of the releases) bounds the pilot's error left in each
     parameter. A model whose bound is at most :data:`RESOLVED` standard
     errors in every parameter publishes ``cov + diag(bound²)`` (a bound on
-    the mean squared error: a 95 % Wald interval on it covers at least
-    95 % of the time whenever the bound holds, whatever the bias below
-    it); the others publish NaN, with a warning. The warning comes after
+    the mean squared error) and its noise-aware standard errors
+    ``out.std_err``, from which :meth:`PrivateRefinement.intervals` gives
+    the bias-aware intervals (at least ``level`` coverage whenever the
+    bound holds, whatever the bias below it); the others publish NaN, with
+    a warning. The warning comes after
     the noise is drawn: raised as an error it refuses the fit with nothing
     fitted, but the charge stands (its outcome is post-processing of the
     drawn releases; a refund would let retries read it for free)."""
     out.residual_bound = residual_bound(out, out.cov - out.sampling_cov)
-    unresolved = _unresolved(out.residual_bound, out.cov)
+    out.std_err = standard_errors(out.cov)
+    unresolved = _unresolved(out.residual_bound, out.std_err)
     widening = np.where(unresolved[:, None], 0.0, out.residual_bound) ** 2
     out.cov = out.cov + widening[:, :, None] * np.eye(widening.shape[1])[None]
     if unresolved.any():
         out.cov[unresolved] = np.nan
+        out.std_err[unresolved] = np.nan
         warnings.warn(NoiseDominatesWarning(
             "mechanism='local-gaussian', inference=True: the sites' noised curvature is "
             "too close to its noise level for some models to bound the pilot's error the "
@@ -352,8 +370,7 @@ def _withhold_unresolved(out):
             stacklevel=7)
 
 
-def _unresolved(bound, cov):
+def _unresolved(bound, std_err):
     """Models with a parameter whose residual ``bound`` (shape ``(K, p1)``)
     is above :data:`RESOLVED` times its standard error (or not finite)."""
-    std_err = np.sqrt(np.clip(np.diagonal(cov, axis1=1, axis2=2), 0.0, None))
     return ~(bound <= RESOLVED * std_err).all(axis=1)

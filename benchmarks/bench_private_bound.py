@@ -1,0 +1,166 @@
+"""The private refinement's residual bound against the true residual, and
+what a publish rule built on it would publish (issue #24).
+
+For each cell (the design of ``bench_inference.py``: 5 sites, the
+two-Gaussian rows, ``clip_norm = 2 sqrt(1 + p)``) and each replication:
+the private fit (``mechanism='local-gaussian', inference=True``), the
+non-private minimizer on the same rows and the noiseless curvature there;
+the *true residual* is the fit's own steps replayed on that quadratic from
+the fit's pilot (the linearization the bound assumes). Each plug-in
+curvature of the bound (the nearest PSD matrix of the last release, or a
+share of the shrinkage estimate) is scored by the share of parameters
+whose true residual is within its bound (+ 0.05 SE), and each rule
+(plug-in, largest bound in standard errors ``R``) by the share of fits it
+publishes, the pooled coverage of the bias-aware intervals it publishes
+(target: the population minimizer) and their mean width over the
+noise-aware Wald width. Post-processing of each fit's releases: one fit
+per replication serves every rule.
+
+Usage::
+
+    python benchmarks/bench_private_bound.py [--quick] [--reps R] [--n-jobs J]
+
+Writes ``private_bound.md`` (``private_bound_quick.md``) under
+``--output-dir`` (default ``benchmarks/results``).
+"""
+
+import os
+import warnings
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+from joblib import Parallel, delayed  # noqa: E402
+
+from skfedpriv import DWDClassifier  # noqa: E402
+from skfedpriv._loss import GenDWDLoss  # noqa: E402
+from skfedpriv.datasets import gaussian_gendwd_target, make_federated_gaussians  # noqa: E402
+from skfedpriv.linear_model._dwd_private import _project_psd  # noqa: E402
+from skfedpriv.linear_model._inference_private import privacy_error_covariance  # noqa: E402
+from skfedpriv.linear_model._inference_private_curvature import shrunk_curvature  # noqa: E402
+from skfedpriv.linear_model._inference_residual import (  # noqa: E402
+    RESIDUAL_QUANTILE, bias_aware_critical, pilot_transfer)
+from skfedpriv.linear_model._inference_sites import site_inference_summary  # noqa: E402
+from skfedpriv.privacy._objective_perturbation import clip_augmented_rows  # noqa: E402
+
+from _output import benchmark_parser, output_dir, wrote  # noqa: E402
+
+MU, SIGMA, SITES, BATCHES = 0.2, 1.0, 5, 20
+#: The bound's plug-in curvatures: None the nearest PSD matrix of the last
+#: release, a number that share of the shrinkage estimate.
+PLUG_INS = (None, 1.0, 0.5, 0.33, 0.25)
+RESOLVED = (2.0, 4.0, 8.0, 16.0)
+CELLS = [(20000, 5, q, r, 1.0) for q in (1.0, 4.0) for r in (1.0, 4.0)] + [
+    (20000, 5, 1.0, 4.0, 4.0), (20000, 5, 4.0, 4.0, 4.0),
+    (20000, 20, 1.0, 1.0, 1.0), (20000, 20, 1.0, 1.0, 4.0), (20000, 20, 4.0, 4.0, 4.0),
+    (2000, 5, 1.0, 1.0, 1.0), (2000, 5, 1.0, 4.0, 1.0), (2000, 5, 4.0, 4.0, 1.0),
+    (2000, 5, 1.0, 1.0, 4.0), (2000, 5, 4.0, 4.0, 4.0), (2000, 20, 4.0, 4.0, 4.0)]
+
+
+def _bound(refinement, privacy, hessian):
+    """The residual bound of ``_inference_residual`` with a given plug-in."""
+    transfer = pilot_transfer(refinement, hessian[None])[0]
+    lifted = transfer - np.eye(len(transfer))
+    if np.linalg.cond(lifted) > 1e12:
+        return np.full(len(transfer), np.inf)
+    carry = transfer @ np.linalg.inv(lifted)
+    moved = (refinement.theta - refinement.pilot)[:, 0]
+    spread = np.sqrt(np.maximum(np.diag(carry @ privacy @ carry.T), 0.0))
+    return np.abs(carry @ moved) + RESIDUAL_QUANTILE * spread
+
+
+def _replayed(refinement, hessian, minimizer):
+    theta = refinement.pilot[:, 0].copy()
+    for stage in range(len(refinement.curvatures)):
+        system = refinement.system(stage)[0]
+        for damping in refinement.damping[stage, :, 0]:
+            theta = theta - np.linalg.solve(damping * system, hessian @ (theta - minimizer))
+    return theta
+
+
+def replication(seed, n, p, q, ratio, epsilon):
+    """Per plug-in: the bounds; and the error, noise-aware SE and true residual."""
+    X, y, g, _ = make_federated_gaussians(
+        n_sites=SITES, n_batches=BATCHES, n_per_batch=n // (SITES * BATCHES), n_features=p,
+        mu=MU, sigma=SIGMA, ratio=ratio, random_state=seed)
+    clip = 2.0 * np.sqrt(1.0 + p)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        private = DWDClassifier(q=q, inference=True, mechanism="local-gaussian",
+                                epsilon=epsilon, clip_norm=clip, classes=[-1, 1],
+                                random_state=10**6 + seed).fit(X, y, sample_group=g)
+    public = DWDClassifier(q=q, clip_norm=clip, classes=[-1, 1]).fit(X, y, sample_group=g)
+    minimizer = np.r_[public.intercept_, public.coef_[0]]
+    loss = GenDWDLoss(q)
+    curvature = site_inference_summary(
+        clip_augmented_rows(X, clip, True), y[:, None].astype(float), np.ones(len(y)),
+        minimizer[:, None], True, loss.derivative, loss.curvature).curvature[0]
+    refinement = private.private_refinement_
+    ridge = np.diag(refinement.ridge)
+    privacy = privacy_error_covariance(refinement)[0]
+    std_err = np.sqrt(np.diag(privacy + refinement.sampling_cov[0]))
+    release = refinement.curvatures[-1]
+    plug_ins = [(_project_psd(release) if share is None else
+                 share * shrunk_curvature(release, refinement.floor_std()))[0] + ridge
+                for share in PLUG_INS]
+    return dict(estimate=np.r_[private.intercept_, private.coef_[0]], std_err=std_err,
+                residual=_replayed(refinement, curvature + ridge, minimizer) - minimizer,
+                bounds=[_bound(refinement, privacy, h) for h in plug_ins])
+
+
+def cell_lines(n, p, q, ratio, epsilon, reps, n_jobs):
+    intercept, coef = gaussian_gendwd_target(p, MU, SIGMA, ratio, q=q)
+    target = np.r_[intercept, coef]
+    rows = Parallel(n_jobs=n_jobs)(delayed(replication)(s, n, p, q, ratio, epsilon)
+                                   for s in range(reps))
+    head = f"| {n} | {p} | {q:g} | {'balanced' if ratio == 1 else '4:1'} | {epsilon:g} | {reps} |"
+    lines = []
+    for k, share in enumerate(PLUG_INS):
+        ratio_se = np.array([r["bounds"][k] / r["std_err"] for r in rows])
+        holds = np.mean([np.abs(r["residual"]) <= r["bounds"][k] + 0.05 * r["std_err"]
+                         for r in rows])
+        cells = []
+        for limit in RESOLVED:
+            published = np.all(ratio_se <= limit, axis=1)
+            if not published.any():
+                cells.append("0 % / – / –")
+                continue
+            half = bias_aware_critical(ratio_se[published]) * np.array(
+                [r["std_err"] for r in rows])[published]
+            error = np.array([r["estimate"] - target for r in rows])[published]
+            width = (half / (1.959963984540054 * np.array(
+                [r["std_err"] for r in rows])[published])).mean()
+            cells.append(f"{100 * published.mean():.0f} % / "
+                         f"{100 * np.mean(np.abs(error) <= half):.1f} % / {width:.2f}")
+        name = "nearest PSD" if share is None else f"{share:g} × shrinkage"
+        lines.append(f"{head} {name} | {100 * holds:.1f} % | "
+                     f"{np.median(ratio_se.max(axis=1)):.3g} | "
+                     f"{np.median(np.max(np.abs([r['residual'] / r['std_err'] for r in rows]), axis=1)):.2f} | "
+                     + " | ".join(cells) + " |")
+    return lines
+
+
+def main():
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--reps", type=int, default=None,
+                        help="replications per cell (default 300, 20 with --quick)")
+    parser.add_argument("--n-jobs", type=int, default=1, help="joblib processes")
+    args = parser.parse_args()
+    reps = args.reps or (20 if args.quick else 300)
+    cells = CELLS[:2] if args.quick else CELLS
+    header = ("| n | p | q | classes | ε | reps | plug-in | true residual within bound | "
+              "largest bound / SE (median) | largest true residual / SE (median) | "
+              + " | ".join(f"R = {r:g}: publish / coverage / width" for r in RESOLVED) + " |")
+    lines = [header, "|" + "---|" * (10 + len(RESOLVED))]
+    target = output_dir(args.output_dir) / ("private_bound_quick.md" if args.quick
+                                            else "private_bound.md")
+    for cell in cells:
+        lines += cell_lines(*cell, reps, args.n_jobs)
+        print(lines[-1], flush=True)
+        target.write_text("\n".join(lines) + "\n")
+    wrote(target)
+
+
+if __name__ == "__main__":
+    main()
