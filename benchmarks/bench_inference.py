@@ -64,7 +64,8 @@ choose among them; ``--q`` and ``--classes`` too). ``--per-parameter``
 also writes every parameter's coverage with its Monte Carlo standard error
 and 95 % (Wilson) interval, the share of intervals lying wholly above and
 below the target, bias / SD and SE / SD (``*_per_parameter.csv`` / ``.md``);
-a ``--reps`` other than 1 000 is appended to the file names.
+``--q``, ``--classes`` and a ``--reps`` other than 1 000 are appended to
+the file names.
 
     python benchmarks/bench_inference.py [--quick] [--reps R] [--n-jobs J]
         [--private-only | --private-stream | --curvature-noise | --every-batch]
@@ -706,6 +707,10 @@ def main():
               and (not args.q or c[2] in args.q)
               and (not args.classes or ("balanced" if c[3] == 1 else "4:1") in args.classes)]
     parameters = [] if args.per_parameter else None
+    if args.q:
+        stem += "_q" + "_".join(f"{q:g}" for q in args.q)
+    if args.classes:
+        stem += "_" + "_".join(c.replace(":", "to") for c in args.classes)
     if args.reps and args.reps != 1000:
         stem += f"_{args.reps}"
     for n, p, q, ratio, mode, epsilon in chosen:
