@@ -1,24 +1,14 @@
 """The coverage study's per-parameter statistics (benchmarks/bench_inference.py)."""
 
-import pathlib
-import sys
-
 import numpy as np
 import pytest
+from conftest import import_benchmark
 from scipy.stats import binomtest
-
-BENCH = pathlib.Path(__file__).parents[1] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import bench_inference
-
-        yield bench_inference
-    finally:
-        sys.path.remove(str(BENCH))
+    yield from import_benchmark("bench_inference")
 
 
 def test_per_parameter_rows_count_coverage_misses_and_wilson_interval(bench):
