@@ -62,13 +62,19 @@ Two more studies (``--study``):
 q in {1, 4}, both class ratios; p = 5, n = 2 000 with ``--quick``), each as the
 default stream (mode ``stream``) and with ``shift_correction='second-order'``
 (mode ``stream-2nd``) on the same data sets (``--sizes`` and ``--modes``
-choose among them).
+choose among them; ``--q`` and ``--classes`` too). ``--per-parameter``
+also writes every parameter's coverage with its Monte Carlo standard error
+and 95 % (Wilson) interval, the share of intervals lying wholly above and
+below the target, bias / SD and SE / SD (``*_per_parameter.csv`` / ``.md``);
+``--q``, ``--classes`` and a ``--reps`` other than 1 000 are appended to
+the file names.
 
     python benchmarks/bench_inference.py [--quick] [--reps R] [--n-jobs J]
         [--private-only | --private-stream | --curvature-noise | --curvature-plans
          | --every-batch]
         [--second-order] [--features P ...] [--sizes N ...] [--modes MODE ...]
-        [--epsilons EPS ...] [--tag TAG] [--no-bootstrap]
+        [--epsilons EPS ...] [--tag TAG] [--q Q ...] [--classes {balanced,4:1} ...]
+        [--per-parameter] [--no-bootstrap]
         [--study {dwd,multinomial,batch-size}]
 
 Writes inference.csv and inference.md (``inference_private_stream.*`` with
@@ -361,7 +367,50 @@ def coverage_row(intervals, target, estimates=None, **fields):
                 se_ratio_min=se_ratio.min(), se_ratio_max=se_ratio.max(), bias_max=bias.max())
 
 
-def run_cell(n, p, q, ratio, mode, epsilon, reps, n_jobs, bootstrap=True):
+def per_parameter_rows(intervals, target, estimates=None, **fields):
+    """One row per parameter of ``(reps, n_params, 2)`` intervals: its
+    coverage with the Monte Carlo standard error ``sqrt(c (1 - c) / R)``
+    and a 95 % Wilson interval, the share of intervals lying wholly above
+    / below the target, bias / SD and SE / SD (as :func:`coverage_row`)."""
+    estimates = intervals.mean(axis=-1) if estimates is None else estimates
+    reps, z = len(intervals), 1.959963984540054
+    spread = estimates.std(axis=0, ddof=1)
+    rows = []
+    for j, value in enumerate(target):
+        low, high = intervals[:, j, 0], intervals[:, j, 1]
+        c = np.mean((low <= value) & (value <= high))
+        centre = (c + z * z / (2 * reps)) / (1 + z * z / reps)
+        half = z * np.sqrt(c * (1 - c) / reps + z * z / (4 * reps * reps)) / (1 + z * z / reps)
+        rows.append(dict(fields, parameter="intercept" if j == 0 else f"coef {j}", reps=reps,
+                         coverage=c, mc_se=np.sqrt(c * (1 - c) / reps),
+                         wilson_low=centre - half, wilson_high=centre + half,
+                         above=np.mean(low > value), below=np.mean(high < value),
+                         bias_sd=(estimates[:, j].mean() - value) / spread[j],
+                         se_sd=np.mean(high - low) / (2 * z) / spread[j]))
+    return rows
+
+
+PER_PARAMETER_FIELDS = ["n", "p", "q", "classes", "mode", "parameter", "reps", "coverage",
+                        "mc_se", "wilson_low", "wilson_high", "above", "below", "bias_sd",
+                        "se_sd"]
+
+
+def per_parameter_markdown(rows):
+    return markdown_table(
+        ["n", "p", "q", "classes", "fit", "parameter", "coverage ± MC SE",
+         "95 % MC interval", "interval above / below target", "bias / SD", "SE / SD",
+         "reps"],
+        [[str(r["n"]), str(r["p"]), f"{r['q']:g}", r["classes"], r["mode"], r["parameter"],
+          f"{100 * r['coverage']:.1f} ± {100 * r['mc_se']:.1f} %",
+          f"{100 * r['wilson_low']:.1f}–{100 * r['wilson_high']:.1f} %",
+          f"{100 * r['above']:.1f} / {100 * r['below']:.1f} %", f"{r['bias_sd']:+.2f}",
+          f"{r['se_sd']:.2f}", str(r["reps"])] for r in rows])
+
+
+def run_cell(n, p, q, ratio, mode, epsilon, reps, n_jobs, bootstrap=True, parameters=None):
+    """A cell's row (:func:`coverage_row`); with a list ``parameters``, its
+    per-parameter rows (:func:`per_parameter_rows`, non-private cells) are
+    appended to it."""
     intercept, coef = gaussian_gendwd_target(p, MU, SIGMA, ratio, q=q)
     target = np.r_[intercept, coef]
     start = time.perf_counter()
@@ -376,6 +425,10 @@ def run_cell(n, p, q, ratio, mode, epsilon, reps, n_jobs, bootstrap=True):
     public_width = both[:, 1, :, 1] - both[:, 1, :, 0]
     width = intervals[..., 1] - intervals[..., 0]
     boot = coverage_row(both[:, 3], target)
+    if parameters is not None:
+        parameters += per_parameter_rows(
+            intervals, target, both[:, 2].mean(axis=-1), n=n, p=p, q=q,
+            classes="balanced" if ratio == 1 else "4:1", mode=mode)
     boot_width = both[:, 3, :, 1] - both[:, 3, :, 0]
     return coverage_row(
         intervals, target, both[:, 2].mean(axis=-1),
@@ -418,7 +471,7 @@ def boot_text(r):
     if not r.get("boot_run", True):
         return "not run | – | –"
     if r["boot_unresolved"] == 1.0:
-        return f"– | – | 100 %"
+        return "– | – | 100 %"
     return (f"{100 * r['boot_coverage']:.1f} % ({100 * r['boot_coverage_min']:.1f}–"
             f"{100 * r['boot_coverage_max']:.1f} %) | {r['boot_width_ratio']:.2f} | "
             f"{100 * r['boot_unresolved']:.0f} %")
@@ -677,6 +730,13 @@ def main():
                         help="run the private cells of these epsilon only (default: all)")
     parser.add_argument("--tag", default="",
                         help="appended to the result files' names (e.g. a revision's name)")
+    parser.add_argument("--per-parameter", action="store_true",
+                        help="also write each parameter's coverage with its Monte Carlo "
+                             "interval, bias and SE / SD (*_per_parameter.csv / .md)")
+    parser.add_argument("--classes", nargs="*", default=None, choices=("balanced", "4:1"),
+                        help="run the cells of these class ratios only (default: both)")
+    parser.add_argument("--q", type=float, nargs="*", default=None,
+                        help="run the cells of these q only (default: all)")
     parser.add_argument("--modes", nargs="*", default=None,
                         help="run the cells of these modes only (e.g. stream-2nd; default: all)")
     args = parser.parse_args()
@@ -717,11 +777,20 @@ def main():
                                      tuple(args.sizes)))
               if (not args.features or c[1] in args.features) and c[0] in args.sizes
               and (not args.modes or c[4] in args.modes)
-              and (not args.epsilons or c[5] in args.epsilons)]
+              and (not args.epsilons or c[5] in args.epsilons)
+              and (not args.q or c[2] in args.q)
+              and (not args.classes or ("balanced" if c[3] == 1 else "4:1") in args.classes)]
+    parameters = [] if args.per_parameter else None
+    if args.q:
+        stem += "_q" + "_".join(f"{q:g}" for q in args.q)
+    if args.classes:
+        stem += "_" + "_".join(c.replace(":", "to") for c in args.classes)
+    if args.reps and args.reps != 1000:
+        stem += f"_{args.reps}"
     stem += f"_{args.tag}" if args.tag else ""
     for n, p, q, ratio, mode, epsilon in chosen:
         row = run_cell(n, p, q, ratio, mode, epsilon, reps, args.n_jobs,
-                       bootstrap=not args.no_bootstrap)
+                       bootstrap=not args.no_bootstrap, parameters=parameters)
         rows.append(row)
         print(" ".join(f"{k}={row[k]:.4g}" if isinstance(row[k], float) else f"{k}={row[k]}"
                        for k in FIELDS), flush=True)
@@ -729,6 +798,9 @@ def main():
             writer = csv.DictWriter(handle, fieldnames=FIELDS)
             writer.writeheader()
             writer.writerows(rows)
+        if parameters is not None:
+            write_rows(folder, f"{stem}_per_parameter", PER_PARAMETER_FIELDS, parameters,
+                       per_parameter_markdown)
     (folder / f"{stem}.md").write_text(markdown(rows, footer=not args.private_stream))
     wrote(folder / f"{stem}.csv")
     wrote(folder / f"{stem}.md")

@@ -42,3 +42,17 @@ def ledger_dir(tmp_path):
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def import_benchmark(name):
+    """Import ``benchmarks/<name>.py`` (its folder on ``sys.path`` while it
+    loads its sibling modules); a generator for a module-scoped fixture."""
+    import importlib
+    import sys
+
+    folder = str(Path(__file__).parents[1] / "benchmarks")
+    sys.path.insert(0, folder)
+    try:
+        yield importlib.import_module(name)
+    finally:
+        sys.path.remove(folder)

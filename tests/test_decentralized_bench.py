@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import import_benchmark
 from scipy.optimize import minimize
 
 from skfedpriv._losses import softmax_loss
@@ -19,13 +20,7 @@ BENCH = pathlib.Path(__file__).parents[1] / "benchmarks"
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import bench_decentralized
-
-        yield bench_decentralized
-    finally:
-        sys.path.remove(str(BENCH))
+    yield from import_benchmark("bench_decentralized")
 
 
 def test_best_fixed_loss_matches_a_generic_solver(bench):

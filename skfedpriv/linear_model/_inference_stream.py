@@ -58,7 +58,8 @@ class StreamShiftWarning(UserWarning):
     remove it; for ``DWDClassifier``, ``shift_correction='second-order'``
     corrects the estimate and gives intervals that include the
     correction's own variance (measured to cover where these under-cover,
-    at some more width)."""
+    at some more width; where the shift is small it can over-correct and
+    over-cover, see :doc:`/guide_inference`)."""
 
 
 def require_every_side(started, two_sided, name):

@@ -55,7 +55,13 @@ removed (at most 0.07 of the estimate's spread at n = 2 000, p = 20), and
 the intervals of the 20-batch streams cover 94.3-96.9 % pooled at
 n = 2 000 (the default stream: 89.5-95.2 %), SE / SD 0.85-1.19; they are
 5-30 % wider than the default stream's there. Without ``∂S`` they
-over-stated the spread by about 10 %.
+over-stated the spread by about 10 %. Where the shift is small (q = 4,
+4:1 classes, p = 5, n = 2 000) the correction over-corrects (its mean
+0.43-0.56 of the estimate's spread against a shift of 0.10-0.28; four of
+six parameters cover 97.0-97.5 % at 2 000 data sets): there the expected
+remainders of a perturbation independent of the batch's rows (the model
+above) over-predict the shift 3-6 times even with the simulated
+``Cov(θ_B - θ_j)`` (``benchmarks/diagnose_stream_shift.py``).
 """
 
 from dataclasses import dataclass
