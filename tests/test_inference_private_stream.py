@@ -181,9 +181,10 @@ def test_a_later_batch_adds_its_gradient_noise_through_the_scaled_first_system()
     rates = private_stream_rates(refinement, 2000.0)
     estimates = []
     for seed in range(2000):
-        theta, _, cov = private_stream_step(
-            sites, state.theta, state.curvature, rates, state.coef_cov, sigma,
-            np.random.default_rng(seed), loss=GenDWDLoss(1.0), alpha=clf.alpha,
+        theta, _, cov, _ = private_stream_step(
+            sites, state.theta, state.curvature, rates, state.extra["noise_cov"], sigma,
+            np.random.default_rng(seed), transfer=state.extra["bias_transfer"],
+            loss=GenDWDLoss(1.0), alpha=clf.alpha,
             fit_intercept=True, clip_norm=CLIP)
         estimates.append(theta[:, 0])
     empirical = np.cov(np.array(estimates).T)
@@ -259,7 +260,7 @@ def test_later_batch_publishes_only_releases_and_data_independent_values():
     same seed), and the release holds no secret."""
     from test_release_any import check_neighbouring_releases
 
-    noised = {"coef_", "intercept_", "coef_cov_", "coef_se_", "intercept_se_"}
+    noised = {"coef_", "intercept_", "coef_cov_", "coef_se_", "intercept_se_", "bias_bound_"}
     independent = {"classes_", "n_batches_", "n_features_in_", "n_iter_", "n_samples_seen_",
                    "noise_scale_", "privacy_spent_", "rho_"}
     X, y, g = _data(4, 3000)

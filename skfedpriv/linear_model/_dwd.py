@@ -40,8 +40,8 @@ from ._dwd_settings import CONTINUAL, dwd_settings
 from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step
 from ._inference_private import ROUNDS, inference_releases, private_refinement
-from ._inference_private_stream import (private_stream_batch, private_stream_rates,
-                                        private_stream_start)
+from ._inference_private_stream import (private_stream_batch, private_stream_bias_start,
+                                        private_stream_rates, private_stream_start)
 from ._inference import (
     CoefficientInferenceMixin,
     inference_attributes,
@@ -182,13 +182,15 @@ def _local_gaussian(sites, stream, settings, *, first):
             sites, theta, sigma, stream.rng, loss=settings.loss, alpha=settings.alpha,
             fit_intercept=settings.fit_intercept, clip_norm=settings.clip_norm)
         theta = refinement.theta
-        release.update(inference_attributes(refinement.cov, settings.fit_intercept),
-                       private_refinement_=refinement)
         # the refined fit's repaired system starts the stream's; its rates per
-        # row serve the later batches
+        # row serve the later batches, its residual bound is carried as a bias
         curvature, noise_var = private_stream_start(refinement, sites, settings)
         stream.extra.update(first_batch_weight=sites.weight_sum,  # a row count: public
-                            rates=private_stream_rates(refinement, sites.weight_sum))
+                            rates=private_stream_rates(refinement, sites.weight_sum),
+                            **private_stream_bias_start(refinement))
+        release.update(inference_attributes(refinement.cov, settings.fit_intercept),
+                       private_refinement_=refinement,
+                       bias_bound_=stream.extra["first_bias"].copy())
         n_iter += ROUNDS
     return theta, curvature, n_iter, release, (noise_var + stream.curvature_noise_var)
 

@@ -113,8 +113,9 @@ from ._dwd_sites import loss_message
 from ._inference import inference_attributes, propagate_covariance
 from ._newton import _solve_psd
 
-__all__ = ["FIRST_BATCH_SHARE", "private_stream_batch", "private_stream_rates",
-           "private_stream_start", "private_stream_step", "stream_batch_releases"]
+__all__ = ["FIRST_BATCH_SHARE", "bias_widened", "carried_bias_bound", "private_stream_batch",
+           "private_stream_bias_start", "private_stream_rates", "private_stream_start",
+           "private_stream_step", "stream_batch_releases"]
 
 #: A later batch publishes its interval only while the stream's first batch
 #: holds at least this share of the rows seen: its curvature is the
@@ -158,9 +159,9 @@ def private_stream_rates(refinement, weight):
 
 
 def private_stream_step(sites, theta, prior, rates, previous_cov, sigma, rng, *,
-                        loss, alpha, fit_intercept, clip_norm):
-    """One later batch's gradient release, renewable step and covariance
-    (module doc).
+                        transfer, loss, alpha, fit_intercept, clip_norm):
+    """One later batch's gradient release, renewable step, noise covariance
+    and bias transfer (module doc).
 
     Parameters
     ----------
@@ -173,11 +174,13 @@ def private_stream_step(sites, theta, prior, rates, previous_cov, sigma, rng, *,
     rates : dict
         :func:`private_stream_rates`.
     previous_cov : ndarray of shape (K, p1, p1)
-        ``Σ_{b-1}``.
+        ``Σ_{b-1}``, the noise-only covariance (no bias term).
     sigma : float
         The batch's unit noise multiplier.
     rng : numpy.random.Generator
         The sites' generator.
+    transfer : ndarray of shape (K, p1, p1)
+        ``T_{b-1}``: how the first batch's residual reaches ``θ_{b-1}``.
 
     Returns
     -------
@@ -185,6 +188,9 @@ def private_stream_step(sites, theta, prior, rates, previous_cov, sigma, rng, *,
     increment : ndarray of shape (K, p1, p1)
         ``W_b Ĥ + R_b``, the batch's increment of the system.
     cov : ndarray of shape (K, p1, p1)
+        ``Σ_b``, noise only.
+    transfer : ndarray of shape (K, p1, p1)
+        ``T_b = L_b⁻¹ M_b T_{b-1}``.
     """
     p1 = theta.shape[0]
     weight = sites.weight_sum
@@ -196,8 +202,38 @@ def private_stream_step(sites, theta, prior, rates, previous_cov, sigma, rng, *,
     middle = sites.n_sites * grad_std**2 * np.eye(p1)[None] + weight * rates["outer"]
     carried = system - weight * rates["curvature"] - np.diag(ridge)[None]
     cov = propagate_covariance(previous_cov, system, carried, middle)
+    transfer = np.linalg.solve(system, carried @ transfer)
     theta = theta - _solve_psd(system, grad + ridge[:, None] * theta)
-    return theta, increment, cov
+    return theta, increment, cov, transfer
+
+
+def private_stream_bias_start(refinement):
+    """The stream's bias state after the one-batch fit (module doc, "The
+    bias"): ``first_bias`` the refinement's residual bound ``b`` (NaN for a
+    withheld model), ``noise_cov`` its published covariance without the
+    ``diag(b²)`` widening, ``bias_transfer`` ``T_1 = I``. Post-processing
+    of the refinement's releases."""
+    bound = np.where(np.isnan(refinement.std_err), np.nan, refinement.residual_bound)
+    n_models, p1 = bound.shape
+    return dict(first_bias=bound, noise_cov=refinement.cov - _diagonal(bound**2),
+                bias_transfer=np.tile(np.eye(p1), (n_models, 1, 1)))
+
+
+def carried_bias_bound(transfer, first_bias):
+    """``B_b = |T_b| b`` per model: the bound on the first batch's residual
+    as carried to ``θ_b``, valid for every sign pattern of ``|r_1| <= b``."""
+    return np.einsum("kij,kj->ki", np.abs(transfer), first_bias)
+
+
+def bias_widened(cov, bound):
+    """The published covariance: the noise covariance plus ``diag(bound²)``
+    (the one-batch fit's convention, a bound on the mean squared error)."""
+    return cov + _diagonal(bound**2)
+
+
+def _diagonal(values):
+    """``(K, p)`` -> ``(K, p, p)`` diagonal matrices."""
+    return values[:, :, None] * np.eye(values.shape[1])[None]
 
 
 def private_stream_batch(sites, stream, settings):
@@ -222,14 +258,18 @@ def private_stream_batch(sites, stream, settings):
             "measured to under-cover, so no interval is published (NaN standard errors) "
             "from this batch on. Start the stream with a larger first batch."),
             stacklevel=7)
-    theta, increment, cov = private_stream_step(
-        sites, stream.theta, stream.prior, stream.extra["rates"], stream.coef_cov, sigma,
-        stream.rng, loss=settings.loss, alpha=settings.alpha,
+    extra = stream.extra
+    theta, increment, cov, transfer = private_stream_step(
+        sites, stream.theta, stream.prior, extra["rates"], extra["noise_cov"], sigma,
+        stream.rng, transfer=extra["bias_transfer"], loss=settings.loss, alpha=settings.alpha,
         fit_intercept=settings.fit_intercept, clip_norm=settings.clip_norm)
+    bound = carried_bias_bound(transfer, extra["first_bias"])
     if withheld:
-        cov = np.full_like(cov, np.nan)
+        cov, bound = np.full_like(cov, np.nan), np.full_like(bound, np.nan)
+    extra.update(noise_cov=cov, bias_transfer=transfer)
     release = dict(privacy_spent_=stream.privacy_spent, noise_scale_=sigma, rho_=None,
-                   **inference_attributes(cov, settings.fit_intercept))
+                   bias_bound_=bound,
+                   **inference_attributes(bias_widened(cov, bound), settings.fit_intercept))
     # the system is the first batch's scaled by the rows seen, its noise too
     growth = (stream.seen + sites.weight_sum) / stream.seen
     return theta, increment, 1, release, stream.curvature_noise_var * growth**2
