@@ -253,7 +253,9 @@ class CoefficientInferenceMixin:
             ``estimate ± cv(b / s) s`` with ``s`` the noise-aware standard
             error and ``b`` the bound on the refinement's residual bias
             (:mod:`skfedpriv.linear_model._inference_residual`), at most
-            as wide as ``estimate ± z coef_se_`` at 95 %.
+            as wide as ``estimate ± z coef_se_`` at 95 %; after a private
+            stream's later batch the same with ``b = bias_bound_`` and
+            ``s² = diag(coef_cov_) - b²``.
             ``'bootstrap'``: the parametric bootstrap of a private fit
             (``mechanism='local-gaussian', inference=True``), which replays
             the private refinement from its released numbers

@@ -46,14 +46,16 @@ batch's summed scores at ``θ*``, independent of the earlier batches, ``H``
 the per-row curvature), the error ``e_b = θ_b - θ*`` obeys
 ``L_b e_b = M e_{b-1} + U_b - ξ_b`` with ``M = L_b - W_b H - R_b`` and
 ``ξ_b`` the summed gradient noise (covariance ``n_sites σ_g² I``). The
-published covariance, with the plug-in ``H = Ĥ_0`` (the nearest PSD
+noise covariance, with the plug-in ``H = Ĥ_0`` (the nearest PSD
 matrix of the first batch's last released curvature: not the shrinkage
 :meth:`~._inference_private.PrivateRefinement.hessian` the one-batch
 refinement's own variance now plugs in), is
 
 ``Σ_b = L_b⁻¹ (M Σ_{b-1} Mᵀ + W_b B̂ + n_sites σ_g² I) L_b⁻¹``
 
-(:func:`~._inference.propagate_covariance`), ``B̂ = B̃ / W_1`` with ``B̃``
+(:func:`~._inference.propagate_covariance`) from ``Σ_1`` the first batch's
+noise-aware covariance (its published one without the ``diag(b²)``
+widening), ``B̂ = B̃ / W_1`` with ``B̃``
 the first batch's noisy score covariance
 (:attr:`~._inference_private.PrivateRefinement.score_cov`: its released
 score outer products made PSD, post-processing). It was rebuilt before as
@@ -61,6 +63,19 @@ score outer products made PSD, post-processing). It was rebuilt before as
 and repaired system ``A``, which scales ``B̃`` by ``A Ĥ_f⁻¹`` on each side
 where the lifted ``A`` and the floored shrinkage ``Ĥ_f`` differ
 (``benchmarks/README.md``, "Private streams", for both measured).
+**The bias.** The first batch's residual ``r_1`` (the pilot's error its
+refinement may have left, ``|r_1| <= b`` per parameter,
+:func:`~._inference_residual.residual_bound`) is no noise: given the
+releases it is fixed, and the same linearization carries it as
+``r_b = L_b⁻¹ M r_{b-1} = T_b r_1`` with ``T_b = L_b⁻¹ M T_{b-1}``,
+``T_1 = I`` (``p1 × p1`` per model, in the stream's state). A later batch
+publishes ``bias_bound_`` ``B_b = |T_b| b`` (the elementwise absolute
+matrix: a bound for every sign pattern of ``r_1``), ``coef_cov_ = Σ_b +
+diag(B_b²)`` (the one-batch fit's convention), and ``confint`` gives the
+bias-aware ``θ_b ± cv(B_b / s_b) s_b`` with ``s_b² = diag Σ_b``
+(:func:`~._inference_residual.bias_aware_intervals`). Carried before as
+variance in ``Σ_b``, the bound made the intervals conservative
+(``benchmarks/README.md``, "Private streams").
 The first batch's curvature error enters the estimate only
 times the distance of the points where later gradients are taken from the
 target: small while the first batch holds most of the rows, which the
@@ -77,12 +92,13 @@ stream's length.
 site's batch. Each site adds its own noise to everything it sends, so
 the guarantee holds against the server and the other sites, over every
 message of every batch and every released attribute (``coef_``,
-``intercept_``, ``coef_cov_``, ``coef_se_``, ``intercept_se_`` after each
-batch): a row enters the releases of its own batch only, calibrated to
+``intercept_``, ``coef_cov_``, ``coef_se_``, ``intercept_se_``,
+``bias_bound_`` after each batch): a row enters the releases of its own batch only, calibrated to
 ``(epsilon, delta)`` as one Gaussian mechanism; the other batches'
 releases depend on it only through released, noised numbers
-(post-processing: the first batch's curvature and score variance a later
-batch uses are the first batch's releases), so the stream is
+(post-processing: the first batch's curvature, score variance and
+residual bound a later batch uses are the first batch's releases, and
+``T_b`` is formed from them and the public row counts), so the stream is
 ``(epsilon, delta)``-DP and the budget is charged once, with the first
 batch (every batch's releases have the same ratio of sensitivity to σ).
 The charge does not depend on the number of batches, so the stream needs
