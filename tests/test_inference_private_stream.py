@@ -1,8 +1,7 @@
 """Intervals after every batch of a 'local-gaussian' stream (issue #24): the
 later batches' releases and their calibration, refusals that change
 nothing, the covariance against the spread of the private stream estimate over
-simulated data sets, a coverage check, and the first batch's residual bound
-carried as a bias (against a brute-force replay)."""
+simulated data sets, and a coverage check."""
 
 import math
 import warnings
@@ -149,11 +148,10 @@ def test_a_first_batch_without_interval_leaves_the_stream_without_one():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         clf = _private(epsilon=1.0, random_state=4).fit(X[:600], y[:600], sample_group=g[:600])
-        assert np.isnan(clf.coef_se_).all() and np.isnan(clf.bias_bound_).all()
+        assert np.isnan(clf.coef_se_).all()
         before = clf.coef_.copy()
         clf.partial_fit(X[600:], y[600:], sample_group=g[600:])
     assert np.isnan(clf.coef_se_).all() and np.isnan(clf.confint()).all()
-    assert np.isnan(clf.bias_bound_).all() and np.isnan(clf.release().confint()).all()
     assert np.isfinite(clf.coef_).all() and not np.array_equal(clf.coef_, before)
 
 
@@ -183,10 +181,9 @@ def test_a_later_batch_adds_its_gradient_noise_through_the_scaled_first_system()
     rates = private_stream_rates(refinement, 2000.0)
     estimates = []
     for seed in range(2000):
-        theta, _, cov, _ = private_stream_step(
-            sites, state.theta, state.curvature, rates, state.extra["noise_cov"], sigma,
-            np.random.default_rng(seed), transfer=state.extra["bias_transfer"],
-            loss=GenDWDLoss(1.0), alpha=clf.alpha,
+        theta, _, cov = private_stream_step(
+            sites, state.theta, state.curvature, rates, state.coef_cov, sigma,
+            np.random.default_rng(seed), loss=GenDWDLoss(1.0), alpha=clf.alpha,
             fit_intercept=True, clip_norm=CLIP)
         estimates.append(theta[:, 0])
     empirical = np.cov(np.array(estimates).T)
@@ -262,7 +259,7 @@ def test_later_batch_publishes_only_releases_and_data_independent_values():
     same seed), and the release holds no secret."""
     from test_release_any import check_neighbouring_releases
 
-    noised = {"coef_", "intercept_", "coef_cov_", "coef_se_", "intercept_se_", "bias_bound_"}
+    noised = {"coef_", "intercept_", "coef_cov_", "coef_se_", "intercept_se_"}
     independent = {"classes_", "n_batches_", "n_features_in_", "n_iter_", "n_samples_seen_",
                    "noise_scale_", "privacy_spent_", "rho_"}
     X, y, g = _data(4, 3000)
@@ -287,121 +284,9 @@ def test_a_stream_whose_first_batch_is_under_half_the_rows_publishes_no_interval
         warnings.simplefilter("ignore")
         clf.fit(X[:2000], y[:2000], sample_group=g[:2000])
         clf.partial_fit(X[2000:4000], y[2000:4000], sample_group=g[2000:4000])
-    assert np.isfinite(clf.coef_se_).all() and np.isfinite(clf.bias_bound_).all()
+    assert np.isfinite(clf.coef_se_).all()
     before = clf.coef_.copy()
     with pytest.warns(NoiseDominatesWarning, match="first batch holds less than 50%"):
         clf.partial_fit(X[4000:], y[4000:], sample_group=g[4000:])
     assert np.isnan(clf.coef_se_).all() and np.isnan(clf.confint()).all()
-    assert np.isnan(clf.bias_bound_).all() and np.isnan(clf.release().confint()).all()
     assert np.isfinite(clf.coef_).all() and not np.array_equal(clf.coef_, before)
-
-
-# -- the first batch's residual bound, carried as a bias -----------------------------
-
-
-class _LinearSites:
-    """Sites whose noised gradient is exactly linear in θ, with the
-    plug-in curvature as its Jacobian and a fixed noise: a renewable step is
-    then an affine map and its Jacobian is ``T``'s factor exactly."""
-
-    speaks_loss_objects = True
-
-    def __init__(self, weight, curvature, centre, noise, n_sites=2):
-        self.weight_sum, self.n_sites = weight, n_sites
-        self.curvature, self.centre, self.noise = curvature, centre, noise
-
-    def noised_summary(self, kind, theta, loss, std, rng):
-        assert kind == "gradient"
-        moved = theta - self.centre
-        return np.einsum("kij,jk->ik", self.curvature, moved) + self.noise
-
-
-def test_the_carried_transfer_is_the_replayed_response_to_the_first_estimate():
-    """Brute force: three later steps replayed from ``θ_1 + δ e_j`` for every
-    ``j`` with the noise held fixed; the change of ``θ_4`` is ``T_4 δ e_j``
-    column by column, and ``bias_bound`` is ``|T_4| b``."""
-    from skfedpriv._loss import GenDWDLoss
-    from skfedpriv.linear_model._inference_private_stream import (
-        carried_bias_bound, private_stream_bias_start, private_stream_rates, private_stream_step)
-
-    X, y, g = _data(7, 2000)
-    clf = _private(epsilon=4.0).fit(X, y, sample_group=g)
-    refinement, state = clf.private_refinement_, clf._training_state
-    rates = private_stream_rates(refinement, 2000.0)
-    start = private_stream_bias_start(refinement)
-    rng = np.random.default_rng(0)
-    p1 = state.theta.shape[0]
-    batches = [_LinearSites(w, w * rates["curvature"], rng.normal(size=(p1, 1)),
-                            rng.normal(size=(p1, 1))) for w in (500.0, 800.0, 700.0)]
-
-    def replay(theta):
-        prior, cov, transfer = state.curvature, start["noise_cov"], start["bias_transfer"]
-        for sites in batches:
-            theta, increment, cov, transfer = private_stream_step(
-                sites, theta, prior, rates, cov, 1.0, None, transfer=transfer,
-                loss=GenDWDLoss(1.0), alpha=clf.alpha, fit_intercept=True, clip_norm=CLIP)
-            prior = prior + increment
-        return theta, transfer
-
-    base, transfer = replay(state.theta)
-    delta = 1e-3
-    replayed = np.column_stack([(replay(state.theta + delta * np.eye(p1)[:, [j]])[0] - base)[:, 0]
-                                for j in range(p1)]) / delta
-    np.testing.assert_allclose(replayed, transfer[0], rtol=1e-6, atol=1e-9)
-    assert not np.allclose(transfer[0], np.eye(p1))
-    b = start["first_bias"]
-    np.testing.assert_allclose(carried_bias_bound(transfer, b)[0], np.abs(transfer[0]) @ b[0])
-    # every sign pattern of |r| <= b stays within the bound
-    signs = np.array(np.meshgrid(*[[-1.0, 1.0]] * p1)).reshape(p1, -1)
-    worst = np.abs(transfer[0] @ (signs * b[0][:, None])).max(axis=1)
-    np.testing.assert_allclose(worst, carried_bias_bound(transfer, b)[0])
-
-
-def test_the_stream_starts_from_the_noise_only_covariance():
-    """The first batch's bias state: its published covariance minus
-    ``diag(b²)`` is the refinement's noise-aware covariance (privacy error
-    plus sampling sandwich, recomputed); ``bias_bound_`` is its ``b``."""
-    from skfedpriv.linear_model._inference_private import privacy_error_covariance
-
-    X, y, g = _data(8, 2000)
-    clf = _private(epsilon=4.0).fit(X, y, sample_group=g)
-    refinement, extra = clf.private_refinement_, clf._training_state.extra
-    noise = privacy_error_covariance(refinement) + refinement.sampling_cov
-    np.testing.assert_allclose(extra["noise_cov"], noise, rtol=1e-9, atol=1e-12)
-    np.testing.assert_array_equal(clf.bias_bound_, refinement.residual_bound)
-    assert (clf.bias_bound_ > 0).all()
-    np.testing.assert_allclose(clf.confint(), refinement.intervals())
-
-
-@pytest.mark.parametrize("fit_intercept", [True, False])
-def test_intervals_after_later_batches_are_bias_aware_on_the_carried_bound(fit_intercept):
-    """After two later batches: ``bias_bound_ = |T_b| b`` from the stream's
-    state, ``coef_cov_`` the noise covariance plus ``diag(B²)``, and
-    ``confint`` is ``θ ± cv(B / s) s`` with ``s`` the noise-only standard
-    error and ``cv`` the noncentral chi-squared quantile; the release gives
-    the same intervals and table."""
-    from scipy.stats import ncx2
-
-    X, y, g = _data(9, 4000)
-    clf = _stream(_private(epsilon=4.0, fit_intercept=fit_intercept), X, y, g, 2000, 1000)
-    extra = clf._training_state.extra
-    bound = np.abs(extra["bias_transfer"][0]) @ extra["first_bias"][0]
-    np.testing.assert_allclose(clf.bias_bound_[0], bound)
-    noise = extra["noise_cov"][0]
-    np.testing.assert_allclose(clf.coef_cov_[0], noise + np.diag(bound**2), rtol=1e-12)
-    s = np.sqrt(np.diag(noise))
-    half = np.sqrt(ncx2.ppf(0.9, 1, (bound / s) ** 2)) * s
-    theta = np.r_[clf.intercept_, clf.coef_[0]] if fit_intercept else clf.coef_[0]
-    expected = np.column_stack([theta - half, theta + half])
-    if not fit_intercept:
-        expected = np.vstack([[0.0, 0.0], expected])
-    intervals = clf.confint(0.9)
-    np.testing.assert_allclose(intervals[0], expected, rtol=1e-9, atol=1e-12)
-    # at 95 %: narrower than the Wald interval on the widened coef_se_, wider than on s
-    z = 1.959963984540054
-    wald = 2 * z * np.r_[clf.intercept_se_, clf.coef_se_[0]][1 - fit_intercept:]
-    width = np.diff(clf.confint()[0], axis=-1)[1 - fit_intercept:, 0]
-    assert (width <= wald).all() and (width > 2 * z * s).all()
-    released = clf.release()
-    np.testing.assert_array_equal(released.confint(0.9), intervals)
-    np.testing.assert_array_equal(released.summary(0.9).records.lower, clf.summary(0.9).records.lower)

@@ -152,8 +152,7 @@ NEW_PRIVATE_PATHS = {
     "dwd local-gaussian inference": (
         lambda: DWDClassifier(mechanism="local-gaussian", inference=True, clip_norm=4.0,
                               classes=[0, 1], random_state=1),
-        {"coef_", "intercept_", "coef_cov_", "coef_se_", "intercept_se_", "bias_bound_",
-         "private_refinement_"},
+        {"coef_", "intercept_", "coef_cov_", "coef_se_", "intercept_se_", "private_refinement_"},
         {"classes_", "n_batches_", "n_features_in_", "n_iter_", "n_samples_seen_",
          "noise_scale_", "privacy_spent_", "rho_"}),
 }

@@ -40,8 +40,8 @@ from ._dwd_settings import CONTINUAL, dwd_settings
 from ._dwd_sites import DWDSites
 from ._dwd_solver import SiteData, published_step
 from ._inference_private import ROUNDS, inference_releases, private_refinement
-from ._inference_private_stream import (private_stream_batch, private_stream_bias_start,
-                                        private_stream_rates, private_stream_start)
+from ._inference_private_stream import (private_stream_batch, private_stream_rates,
+                                        private_stream_start)
 from ._inference import (
     CoefficientInferenceMixin,
     inference_attributes,
@@ -182,15 +182,13 @@ def _local_gaussian(sites, stream, settings, *, first):
             sites, theta, sigma, stream.rng, loss=settings.loss, alpha=settings.alpha,
             fit_intercept=settings.fit_intercept, clip_norm=settings.clip_norm)
         theta = refinement.theta
+        release.update(inference_attributes(refinement.cov, settings.fit_intercept),
+                       private_refinement_=refinement)
         # the refined fit's repaired system starts the stream's; its rates per
-        # row serve the later batches, its residual bound is carried as a bias
+        # row serve the later batches
         curvature, noise_var = private_stream_start(refinement, sites, settings)
         stream.extra.update(first_batch_weight=sites.weight_sum,  # a row count: public
-                            rates=private_stream_rates(refinement, sites.weight_sum),
-                            **private_stream_bias_start(refinement))
-        release.update(inference_attributes(refinement.cov, settings.fit_intercept),
-                       private_refinement_=refinement,
-                       bias_bound_=stream.extra["first_bias"].copy())
+                            rates=private_stream_rates(refinement, sites.weight_sum))
         n_iter += ROUNDS
     return theta, curvature, n_iter, release, (noise_var + stream.curvature_noise_var)
 
@@ -638,25 +636,12 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         bound exceeds 8 standard errors); it is formed from noised releases
         only (post-processing, covered as ``coef_``). :meth:`confint` then
         gives the bias-aware intervals (``private_refinement_.intervals``),
-        narrower than a Wald interval on ``coef_se_``. After a later batch
-        of such a stream it is the propagated noise covariance plus the
-        square of the carried bound ``bias_bound_``, and :meth:`confint`
-        is bias-aware on that bound.
+        narrower than a Wald interval on ``coef_se_``.
     coef_se_ : ndarray of shape (n_models, n_features)
         With ``inference=True``: standard errors of ``coef_``.
     intercept_se_ : ndarray of shape (n_models,)
         With ``inference=True``: standard errors of ``intercept_`` (0
         without an intercept).
-    bias_bound_ : ndarray of shape (n_models, p1)
-        With ``mechanism='local-gaussian', inference=True``: per parameter
-        of ``coef_cov_`` (intercept first when ``fit_intercept``), the
-        bound on the bias of the estimate: after the first batch the
-        refinement's bound on the pilot's residual error ``b``, after a
-        later batch ``|T_b| b``, that bound carried by the renewable steps
-        (:mod:`~skfedpriv.linear_model._inference_private_stream`); NaN
-        where the covariance is withheld. Post-processing of the noised
-        releases, covered by the same claim as ``coef_`` (no further
-        release, no further charge).
     private_refinement_ : PrivateRefinement
         With ``mechanism='local-gaussian', inference=True``: the refinement's
         noised curvature releases, its pilot and the noise stds (releases
@@ -746,8 +731,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
       (``sqrt(2) C2²``) at ``σ / 3`` (9 releases), so ``releases`` grows by
       ``K (30 + 38.5)`` and the one charge (and the claim above, for every
       site message and every released attribute,
-      ``coef_se_``/``coef_cov_``/``bias_bound_``/``private_refinement_``
-      included) covers
+      ``coef_se_``/``coef_cov_``/``private_refinement_`` included) covers
       them. ``confint(method='bootstrap')`` is
       post-processing of those releases (no further cost).
       Each later batch of such a stream releases instead, per model and

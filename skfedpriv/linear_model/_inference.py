@@ -46,8 +46,6 @@ import numpy as np
 from scipy.stats import norm
 from sklearn.utils.validation import check_is_fitted
 
-from ._inference_residual import bias_aware_intervals
-
 __all__ = [
     "CoefficientInferenceMixin",
     "CoefficientTable",
@@ -253,9 +251,7 @@ class CoefficientInferenceMixin:
             ``estimate ± cv(b / s) s`` with ``s`` the noise-aware standard
             error and ``b`` the bound on the refinement's residual bias
             (:mod:`skfedpriv.linear_model._inference_residual`), at most
-            as wide as ``estimate ± z coef_se_`` at 95 %; after a private
-            stream's later batch the same with ``b = bias_bound_`` and
-            ``s² = diag(coef_cov_) - b²``.
+            as wide as ``estimate ± z coef_se_`` at 95 %.
             ``'bootstrap'``: the parametric bootstrap of a private fit
             (``mechanism='local-gaussian', inference=True``), which replays
             the private refinement from its released numbers
@@ -281,23 +277,13 @@ class CoefficientInferenceMixin:
         return self._wald_intervals(level)
 
     def _wald_intervals(self, level):
-        """``(n_models, p1, 2)`` Wald intervals, bias-aware after a private fit
-        (``private_refinement_``) or a private stream's later batch
-        (``bias_bound_``: ``θ ± cv(B / s) s`` with ``s² = diag(coef_cov_) - B²``
-        the noise-only variance)."""
+        """``(n_models, p1, 2)`` Wald intervals, bias-aware after a private fit."""
         theta, std = self._parameters_and_se()
         refinement = getattr(self, "private_refinement_", None)
-        bound = getattr(self, "bias_bound_", None)
-        if refinement is None and bound is None:
+        if refinement is None:
             _, _, lower, upper = wald_table(theta, std, level)
             return np.stack([lower, upper], axis=-1)
-        if refinement is not None:
-            intervals = refinement.intervals(level)
-        else:
-            noise_var = np.diagonal(self.coef_cov_, axis1=1, axis2=2) - bound**2
-            intervals = bias_aware_intervals(theta if self.fit_intercept else theta[:, 1:],
-                                             np.sqrt(np.clip(noise_var, 0.0, None)), bound,
-                                             level)
+        intervals = refinement.intervals(level)
         if not self.fit_intercept:
             intervals = np.concatenate([np.zeros_like(intervals[:, :1]), intervals], axis=1)
         return intervals

@@ -46,16 +46,14 @@ batch's summed scores at ``θ*``, independent of the earlier batches, ``H``
 the per-row curvature), the error ``e_b = θ_b - θ*`` obeys
 ``L_b e_b = M e_{b-1} + U_b - ξ_b`` with ``M = L_b - W_b H - R_b`` and
 ``ξ_b`` the summed gradient noise (covariance ``n_sites σ_g² I``). The
-noise covariance, with the plug-in ``H = Ĥ_0`` (the nearest PSD
+published covariance, with the plug-in ``H = Ĥ_0`` (the nearest PSD
 matrix of the first batch's last released curvature: not the shrinkage
 :meth:`~._inference_private.PrivateRefinement.hessian` the one-batch
 refinement's own variance now plugs in), is
 
 ``Σ_b = L_b⁻¹ (M Σ_{b-1} Mᵀ + W_b B̂ + n_sites σ_g² I) L_b⁻¹``
 
-(:func:`~._inference.propagate_covariance`) from ``Σ_1`` the first batch's
-noise-aware covariance (its published one without the ``diag(b²)``
-widening), ``B̂ = B̃ / W_1`` with ``B̃``
+(:func:`~._inference.propagate_covariance`), ``B̂ = B̃ / W_1`` with ``B̃``
 the first batch's noisy score covariance
 (:attr:`~._inference_private.PrivateRefinement.score_cov`: its released
 score outer products made PSD, post-processing). It was rebuilt before as
@@ -63,19 +61,6 @@ score outer products made PSD, post-processing). It was rebuilt before as
 and repaired system ``A``, which scales ``B̃`` by ``A Ĥ_f⁻¹`` on each side
 where the lifted ``A`` and the floored shrinkage ``Ĥ_f`` differ
 (``benchmarks/README.md``, "Private streams", for both measured).
-**The bias.** The first batch's residual ``r_1`` (the pilot's error its
-refinement may have left, ``|r_1| <= b`` per parameter,
-:func:`~._inference_residual.residual_bound`) is no noise: given the
-releases it is fixed, and the same linearization carries it as
-``r_b = L_b⁻¹ M r_{b-1} = T_b r_1`` with ``T_b = L_b⁻¹ M T_{b-1}``,
-``T_1 = I`` (``p1 × p1`` per model, in the stream's state). A later batch
-publishes ``bias_bound_`` ``B_b = |T_b| b`` (the elementwise absolute
-matrix: a bound for every sign pattern of ``r_1``), ``coef_cov_ = Σ_b +
-diag(B_b²)`` (the one-batch fit's convention), and ``confint`` gives the
-bias-aware ``θ_b ± cv(B_b / s_b) s_b`` with ``s_b² = diag Σ_b``
-(:func:`~._inference_residual.bias_aware_intervals`). Carried before as
-variance in ``Σ_b``, the bound made the intervals conservative
-(``benchmarks/README.md``, "Private streams").
 The first batch's curvature error enters the estimate only
 times the distance of the points where later gradients are taken from the
 target: small while the first batch holds most of the rows, which the
@@ -92,13 +77,12 @@ stream's length.
 site's batch. Each site adds its own noise to everything it sends, so
 the guarantee holds against the server and the other sites, over every
 message of every batch and every released attribute (``coef_``,
-``intercept_``, ``coef_cov_``, ``coef_se_``, ``intercept_se_``,
-``bias_bound_`` after each batch): a row enters the releases of its own batch only, calibrated to
+``intercept_``, ``coef_cov_``, ``coef_se_``, ``intercept_se_`` after each
+batch): a row enters the releases of its own batch only, calibrated to
 ``(epsilon, delta)`` as one Gaussian mechanism; the other batches'
 releases depend on it only through released, noised numbers
-(post-processing: the first batch's curvature, score variance and
-residual bound a later batch uses are the first batch's releases, and
-``T_b`` is formed from them and the public row counts), so the stream is
+(post-processing: the first batch's curvature and score variance a later
+batch uses are the first batch's releases), so the stream is
 ``(epsilon, delta)``-DP and the budget is charged once, with the first
 batch (every batch's releases have the same ratio of sensitivity to σ).
 The charge does not depend on the number of batches, so the stream needs
@@ -129,9 +113,8 @@ from ._dwd_sites import loss_message
 from ._inference import inference_attributes, propagate_covariance
 from ._newton import _solve_psd
 
-__all__ = ["FIRST_BATCH_SHARE", "bias_widened", "carried_bias_bound", "private_stream_batch",
-           "private_stream_bias_start", "private_stream_rates", "private_stream_start",
-           "private_stream_step", "stream_batch_releases"]
+__all__ = ["FIRST_BATCH_SHARE", "private_stream_batch", "private_stream_rates",
+           "private_stream_start", "private_stream_step", "stream_batch_releases"]
 
 #: A later batch publishes its interval only while the stream's first batch
 #: holds at least this share of the rows seen: its curvature is the
@@ -175,9 +158,9 @@ def private_stream_rates(refinement, weight):
 
 
 def private_stream_step(sites, theta, prior, rates, previous_cov, sigma, rng, *,
-                        transfer, loss, alpha, fit_intercept, clip_norm):
-    """One later batch's gradient release, renewable step, noise covariance
-    and bias transfer (module doc).
+                        loss, alpha, fit_intercept, clip_norm):
+    """One later batch's gradient release, renewable step and covariance
+    (module doc).
 
     Parameters
     ----------
@@ -190,13 +173,11 @@ def private_stream_step(sites, theta, prior, rates, previous_cov, sigma, rng, *,
     rates : dict
         :func:`private_stream_rates`.
     previous_cov : ndarray of shape (K, p1, p1)
-        ``Σ_{b-1}``, the noise-only covariance (no bias term).
+        ``Σ_{b-1}``.
     sigma : float
         The batch's unit noise multiplier.
     rng : numpy.random.Generator
         The sites' generator.
-    transfer : ndarray of shape (K, p1, p1)
-        ``T_{b-1}``: how the first batch's residual reaches ``θ_{b-1}``.
 
     Returns
     -------
@@ -204,9 +185,6 @@ def private_stream_step(sites, theta, prior, rates, previous_cov, sigma, rng, *,
     increment : ndarray of shape (K, p1, p1)
         ``W_b Ĥ + R_b``, the batch's increment of the system.
     cov : ndarray of shape (K, p1, p1)
-        ``Σ_b``, noise only.
-    transfer : ndarray of shape (K, p1, p1)
-        ``T_b = L_b⁻¹ M_b T_{b-1}``.
     """
     p1 = theta.shape[0]
     weight = sites.weight_sum
@@ -218,38 +196,8 @@ def private_stream_step(sites, theta, prior, rates, previous_cov, sigma, rng, *,
     middle = sites.n_sites * grad_std**2 * np.eye(p1)[None] + weight * rates["outer"]
     carried = system - weight * rates["curvature"] - np.diag(ridge)[None]
     cov = propagate_covariance(previous_cov, system, carried, middle)
-    transfer = np.linalg.solve(system, carried @ transfer)
     theta = theta - _solve_psd(system, grad + ridge[:, None] * theta)
-    return theta, increment, cov, transfer
-
-
-def private_stream_bias_start(refinement):
-    """The stream's bias state after the one-batch fit (module doc, "The
-    bias"): ``first_bias`` the refinement's residual bound ``b`` (NaN for a
-    withheld model), ``noise_cov`` its published covariance without the
-    ``diag(b²)`` widening, ``bias_transfer`` ``T_1 = I``. Post-processing
-    of the refinement's releases."""
-    bound = np.where(np.isnan(refinement.std_err), np.nan, refinement.residual_bound)
-    n_models, p1 = bound.shape
-    return dict(first_bias=bound, noise_cov=refinement.cov - _diagonal(bound**2),
-                bias_transfer=np.tile(np.eye(p1), (n_models, 1, 1)))
-
-
-def carried_bias_bound(transfer, first_bias):
-    """``B_b = |T_b| b`` per model: the bound on the first batch's residual
-    as carried to ``θ_b``, valid for every sign pattern of ``|r_1| <= b``."""
-    return np.einsum("kij,kj->ki", np.abs(transfer), first_bias)
-
-
-def bias_widened(cov, bound):
-    """The published covariance: the noise covariance plus ``diag(bound²)``
-    (the one-batch fit's convention, a bound on the mean squared error)."""
-    return cov + _diagonal(bound**2)
-
-
-def _diagonal(values):
-    """``(K, p)`` -> ``(K, p, p)`` diagonal matrices."""
-    return values[:, :, None] * np.eye(values.shape[1])[None]
+    return theta, increment, cov
 
 
 def private_stream_batch(sites, stream, settings):
@@ -274,18 +222,14 @@ def private_stream_batch(sites, stream, settings):
             "measured to under-cover, so no interval is published (NaN standard errors) "
             "from this batch on. Start the stream with a larger first batch."),
             stacklevel=7)
-    extra = stream.extra
-    theta, increment, cov, transfer = private_stream_step(
-        sites, stream.theta, stream.prior, extra["rates"], extra["noise_cov"], sigma,
-        stream.rng, transfer=extra["bias_transfer"], loss=settings.loss, alpha=settings.alpha,
+    theta, increment, cov = private_stream_step(
+        sites, stream.theta, stream.prior, stream.extra["rates"], stream.coef_cov, sigma,
+        stream.rng, loss=settings.loss, alpha=settings.alpha,
         fit_intercept=settings.fit_intercept, clip_norm=settings.clip_norm)
-    bound = carried_bias_bound(transfer, extra["first_bias"])
     if withheld:
-        cov, bound = np.full_like(cov, np.nan), np.full_like(bound, np.nan)
-    extra.update(noise_cov=cov, bias_transfer=transfer)
+        cov = np.full_like(cov, np.nan)
     release = dict(privacy_spent_=stream.privacy_spent, noise_scale_=sigma, rho_=None,
-                   bias_bound_=bound,
-                   **inference_attributes(bias_widened(cov, bound), settings.fit_intercept))
+                   **inference_attributes(cov, settings.fit_intercept))
     # the system is the first batch's scaled by the rows seen, its noise too
     growth = (stream.seen + sites.weight_sum) / stream.seen
     return theta, increment, 1, release, stream.curvature_noise_var * growth**2
