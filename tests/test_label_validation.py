@@ -99,3 +99,23 @@ def test_target_type_read_once_per_fit(monkeypatch):
     calls.clear()
     DWDClassifier(max_iter=2, classes=[2, 0, 1]).fit(X, np.arange(30) % 3)
     assert len(calls) == 2  # the labels' type, the declared classes
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_sites_classes_as_sklearn(monkeypatch):
+    from skfedpriv.linear_model._dwd_solver import SiteData
+
+    y = np.array(["b", "a", "c"] * 10)
+    sites = lambda labels: SiteData.from_rows(X, labels, np.ones(30), [np.arange(30)])
+    model = DWDClassifier(max_iter=2).fit_sites(sites(y))
+    np.testing.assert_array_equal(model.classes_, unique_labels(y))
+    assert _raised(DWDClassifier().fit_sites, sites(np.linspace(0, 1, 30))) == \
+        _raised(unique_labels, np.linspace(0, 1, 30))
+    with pytest.raises(ValueError, match="not in classes"):
+        DWDClassifier(classes=["a", "b"]).fit_sites(sites(y))
+    calls = []
+    original = multiclass.type_of_target
+    monkeypatch.setattr(multiclass, "type_of_target",
+                        lambda *a, **k: calls.append(1) or original(*a, **k))
+    DWDClassifier(max_iter=2).fit_sites(sites(y))
+    assert len(calls) == 1  # the labels' set, read once

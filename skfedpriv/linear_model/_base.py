@@ -297,8 +297,10 @@ class FederatedClassifierMixin(ClassifierMixin):
             if labels is None:
                 raise ValueError(f"The {who} do not report their labels: pass classes.")
             declared = unique_labels(np.asarray(labels))
+        # read from the labels or the classes hyperparameter: already in order
         return self._resolve_classes(
-            np.asarray([] if labels is None else labels), declared, first_call=first)
+            np.asarray([] if labels is None else labels), declared, first_call=first,
+            sorted_labels=declared is not None and declared is not classes)
 
     def _check_sites_width(self, n_features, *, first, who):
         """A continuation on sites must keep the stream's feature count."""
