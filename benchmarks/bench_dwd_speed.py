@@ -506,8 +506,14 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
         # CPU time of this process beside the wall time: on a loaded host the
         # wall time adds the waits for a core, which fall on each method alike
         cpu = {name: [] for name in methods}
+        # each repetition in its own (seeded) order: a fixed order made the
+        # first method (DWD) always run right after the dense path's 32 MB
+        # matrices, on caches and pages they had just taken (an order
+        # rotated by one keeps that neighbour)
+        order = np.random.default_rng(0)
         for _ in range(reps):
-            for name, run in methods.items():
+            for name in order.permutation(list(methods)):
+                run = methods[name]
                 start = time.process_time()
                 model, seconds = _time(run)
                 cpu[name].append(time.process_time() - start)
@@ -933,7 +939,8 @@ def main():
                   "informative; test accuracy on 2 000 rows; DWD with the factored "
                   "curvature and its steps in the span of the rows, the Gram matrix X Xᵀ "
                   "alone, the factored path without the span (every step over the p "
-                  "columns), and up to p = 2000 the dense path), same run; "
+                  "columns), and up to p = 2000 the dense path), same run, the methods in a "
+                  "new random order each repetition; "
                   "peak memory traced by tracemalloc (numpy's allocations: liblinear's "
                   "own copy of the rows is not traced; DWD's copy of the rows is, or is "
                   "added where it is made in a memory map):", "",

@@ -12,7 +12,7 @@ import copy
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
-from sklearn.utils.multiclass import check_classification_targets, unique_labels
+from sklearn.utils.multiclass import check_classification_targets, type_of_target, unique_labels
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._param_validation import InvalidParameterError, validate_parameters
@@ -20,6 +20,10 @@ from .._sites import check_sample_group
 from ._stream_position import check_position, commit_position, new_stream_id
 
 _FEATURE_ATTRIBUTES = ("n_features_in_", "feature_names_in_")
+
+# the target types scikit-learn's check_classification_targets accepts
+_CLASSIFICATION_TARGETS = ("binary", "multiclass", "multiclass-multioutput",
+                           "multilabel-indicator", "multilabel-sequences")
 
 
 @contextlib.contextmanager
@@ -45,6 +49,20 @@ def _labels_outside(y, classes):
     except TypeError:  # labels that do not order against the classes
         outside = ~np.isin(y, classes)
     return np.unique(y[outside]) if outside.any() else y[:0]
+
+
+def _classification_target_type(y):
+    """``type_of_target`` of a validated 1-d ``y``, read once, with
+    scikit-learn's ``check_classification_targets`` run where it would raise
+    or warn (a type it rejects; more classes than half of over 20 rows), so
+    those errors and that warning are scikit-learn's own. The type then
+    serves ``unique_labels(y, ys_types=...)``, which would read it again."""
+    y_type = type_of_target(y, input_name="y")
+    many = ("multiclass" in y_type and len(y) > 20
+            and len(np.unique(y)) > round(0.5 * len(y)))
+    if y_type not in _CLASSIFICATION_TARGETS or many:
+        check_classification_targets(y)
+    return y_type
 
 
 def check_sample_weight(sample_weight, n_samples):
@@ -279,8 +297,10 @@ class FederatedClassifierMixin(ClassifierMixin):
             if labels is None:
                 raise ValueError(f"The {who} do not report their labels: pass classes.")
             declared = unique_labels(np.asarray(labels))
+        # read from the labels or the classes hyperparameter: already in order
         return self._resolve_classes(
-            np.asarray([] if labels is None else labels), declared, first_call=first)
+            np.asarray([] if labels is None else labels), declared, first_call=first,
+            sorted_labels=declared is not None and declared is not classes)
 
     def _check_sites_width(self, n_features, *, first, who):
         """A continuation on sites must keep the stream's feature count."""
@@ -390,13 +410,16 @@ class FederatedClassifierMixin(ClassifierMixin):
         if infer_classes or reset:
             # later batches are checked against classes_ below, which
             # rejects continuous targets as well
-            check_classification_targets(y)
+            y_type = _classification_target_type(y)
         site_labels, site_codes = check_sample_group(sample_group, X.shape[0])
         weights = check_sample_weight(sample_weight, X.shape[0])
-        classes = self._declared_classes(classes, first_call=reset or infer_classes)
-        if infer_classes and classes is None:
-            classes = unique_labels(y)
-        batch_classes = self._resolve_classes(y, classes, first_call=reset)
+        declared = self._declared_classes(classes, first_call=reset or infer_classes)
+        # the classes hyperparameter comes back as unique_labels made it
+        sorted_labels = declared is not None and declared is not classes
+        if infer_classes and declared is None:
+            declared, sorted_labels = unique_labels(y, ys_types={y_type}), True
+        batch_classes = self._resolve_classes(y, declared, first_call=reset,
+                                              sorted_labels=sorted_labels)
         return Batch(X, y, site_labels, site_codes, weights), batch_classes
 
     def _declared_classes(self, classes, *, first_call):
@@ -435,13 +458,18 @@ class FederatedClassifierMixin(ClassifierMixin):
             )
         return classes
 
-    def _resolve_classes(self, y, classes, *, first_call):
+    def _resolve_classes(self, y, classes, *, first_call, sorted_labels=False):
+        """The classes a batch with labels ``y`` is fitted with: ``classes``
+        (already ``unique_labels``'s output when ``sorted_labels``), or on a
+        continuation ``classes_``; refused with one class or labels of ``y``
+        outside them."""
         if classes is None and first_call:
             raise ValueError(
                 "classes must be passed on the first call to partial_fit."
             )
         if classes is not None:
-            classes = unique_labels(np.asarray(classes))
+            if not sorted_labels:
+                classes = unique_labels(np.asarray(classes))
             if not first_call and not np.array_equal(classes, self.classes_):
                 raise ValueError(
                     f"`classes={classes!r}` is not the same as on the last "
