@@ -46,6 +46,7 @@ Writes ``dwd_speed.md`` (``dwd_speed_quick.md``) into ``--output-dir``
 (default ``benchmarks/results``) and prints its path.
 """
 
+import contextlib
 import os
 import platform
 import time
@@ -317,7 +318,6 @@ def conflicting_rows(qs, reps, shapes=((40, 2_000, False), (20, 300, True),
 
 
 def _no_context():
-    import contextlib
     return contextlib.nullcontext()
 
 
@@ -366,64 +366,43 @@ def _few_rows_data(n, p, seed=0, informative=20):
     return X, y
 
 
+@contextlib.contextmanager
+def _replaced(module, name, replacement):
+    """``module.name`` replaced by ``replacement(original)`` while the
+    context runs, restored after."""
+    original = getattr(module, name)
+    setattr(module, name, replacement(original))
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
+
+
 def _dense_form():
     """A context in which every batch takes the dense ``p1 x p1`` path (the
     path before the factored curvature): the form chosen as if rows were
     never wanted."""
-    import contextlib
-
     import skfedpriv.linear_model._renewable as renewable
 
-    original = renewable.curvature_form
-
-    @contextlib.contextmanager
-    def patched():
-        renewable.curvature_form = lambda sites, prior, p1, **kw: original(
-            sites, prior, p1, **dict(kw, wanted=False))
-        try:
-            yield
-        finally:
-            renewable.curvature_form = original
-    return patched()
+    return _replaced(renewable, "curvature_form", lambda original: (
+        lambda sites, prior, p1, **kw: original(sites, prior, p1, **dict(kw, wanted=False))))
 
 
 def _unreduced():
     """A context in which the factored path does not move its steps into the
     span of the rows (``linear_model/_row_span.py``): the factored path of
     before, every Newton step passing over the ``p`` columns."""
-    import contextlib
-
     import skfedpriv.linear_model._newton as newton
 
-    original = newton.reduce_to_row_span
-
-    @contextlib.contextmanager
-    def patched():
-        newton.reduce_to_row_span = lambda *args, **kwargs: None
-        try:
-            yield
-        finally:
-            newton.reduce_to_row_span = original
-    return patched()
+    return _replaced(newton, "reduce_to_row_span", lambda original: lambda *a, **k: None)
 
 
 def _gradient_start():
     """A context in which the few-rows fit's first grid step runs along the
     gradient (the start before ``linear_model/_piled_start.py``)."""
-    import contextlib
-
     import skfedpriv.linear_model._newton as newton
 
-    original = newton.piled_direction
-
-    @contextlib.contextmanager
-    def patched():
-        newton.piled_direction = lambda *args, **kwargs: None
-        try:
-            yield
-        finally:
-            newton.piled_direction = original
-    return patched()
+    return _replaced(newton, "piled_direction", lambda original: lambda *a, **k: None)
 
 
 def _peak(func):
@@ -551,8 +530,6 @@ def few_rows_stream(p, n_batch=100, n_batches=4, reps=3):
     ``reps`` streams, alternated with the factored path without the span,
     ``_unreduced``) and the bytes of the state it leaves, beside the dense
     ``(p+1)²`` matrix's."""
-    import contextlib
-
     X, y = _few_rows_data(n_batch * n_batches, p, seed=2)
 
     def stream(context):
