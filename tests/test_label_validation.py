@@ -93,7 +93,8 @@ def test_target_type_read_once_per_fit(monkeypatch):
     monkeypatch.setattr(multiclass, "type_of_target", counted)
     monkeypatch.setattr(_base, "type_of_target", counted)
     model = DWDClassifier(max_iter=2).fit(X, np.arange(30) % 3)
-    assert len(calls) == 1
+    # scikit-learn < 1.7's unique_labels reads the type again itself
+    assert len(calls) == (1 if _base._UNIQUE_LABELS_TAKES_TYPES else 2)
     np.testing.assert_array_equal(model.classes_, [0, 1, 2])
     # declared classes (the hyperparameter) are put in order once
     calls.clear()

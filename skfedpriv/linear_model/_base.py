@@ -9,6 +9,7 @@ exactly as it was.
 
 import contextlib
 import copy
+import inspect
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
@@ -51,12 +52,24 @@ def _labels_outside(y, classes):
     return np.unique(y[outside]) if outside.any() else y[:0]
 
 
+# scikit-learn >= 1.7 lets unique_labels take the target types already read
+_UNIQUE_LABELS_TAKES_TYPES = "ys_types" in inspect.signature(unique_labels).parameters
+
+
+def _labels_of(y, y_type):
+    """``unique_labels(y)``, passing the target type already read where
+    scikit-learn takes it (older releases read it again)."""
+    if _UNIQUE_LABELS_TAKES_TYPES:
+        return unique_labels(y, ys_types={y_type})
+    return unique_labels(y)
+
+
 def _classification_target_type(y):
     """``type_of_target`` of a validated 1-d ``y``, read once, with
     scikit-learn's ``check_classification_targets`` run where it would raise
     or warn (a type it rejects; more classes than half of over 20 rows), so
     those errors and that warning are scikit-learn's own. The type then
-    serves ``unique_labels(y, ys_types=...)``, which would read it again."""
+    serves :func:`_labels_of`, which would otherwise read it again."""
     y_type = type_of_target(y, input_name="y")
     many = ("multiclass" in y_type and len(y) > 20
             and len(np.unique(y)) > round(0.5 * len(y)))
@@ -417,7 +430,7 @@ class FederatedClassifierMixin(ClassifierMixin):
         # the classes hyperparameter comes back as unique_labels made it
         sorted_labels = declared is not None and declared is not classes
         if infer_classes and declared is None:
-            declared, sorted_labels = unique_labels(y, ys_types={y_type}), True
+            declared, sorted_labels = _labels_of(y, y_type), True
         batch_classes = self._resolve_classes(y, declared, first_call=reset,
                                               sorted_labels=sorted_labels)
         return Batch(X, y, site_labels, site_codes, weights), batch_classes
