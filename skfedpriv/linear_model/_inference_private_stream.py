@@ -46,10 +46,13 @@ batch's summed scores at ``θ*``, independent of the earlier batches, ``H``
 the per-row curvature), the error ``e_b = θ_b - θ*`` obeys
 ``L_b e_b = M e_{b-1} + U_b - ξ_b`` with ``M = L_b - W_b H - R_b`` and
 ``ξ_b`` the summed gradient noise (covariance ``n_sites σ_g² I``). The
-published covariance, with the plug-in ``H = Ĥ_0`` (the nearest PSD
-matrix of the first batch's last released curvature: not the shrinkage
-:meth:`~._inference_private.PrivateRefinement.hessian` the one-batch
-refinement's own variance now plugs in), is
+published covariance, with the plug-in ``H = Ĥ_0`` (the spread-matching
+shrinkage of the first batch's last released curvature,
+:func:`~._inference_private_curvature.shrunk_curvature`, the one-batch
+refinement's own variance's plug-in without its ridge and floor; the
+nearest PSD matrix, used before, took noise-lowered directions as flat,
+so ``M`` carried too much: 8-10 % wider streams at ε = 4, measured in
+benchmarks/README.md, "Private streams"), is
 
 ``Σ_b = L_b⁻¹ (M Σ_{b-1} Mᵀ + W_b B̂ + n_sites σ_g² I) L_b⁻¹``
 
@@ -108,9 +111,9 @@ import numpy as np
 from .._losses import penalty_mask
 from ..privacy._continual_summaries import NoiseDominatesWarning
 from ..privacy._objective_perturbation import local_gaussian_sigma, summary_sensitivity
-from ._dwd_private import _project_psd
 from ._dwd_sites import loss_message
 from ._inference import inference_attributes, propagate_covariance
+from ._inference_private_curvature import shrunk_curvature
 from ._newton import _solve_psd
 
 __all__ = ["FIRST_BATCH_SHARE", "private_stream_batch", "private_stream_rates",
@@ -146,14 +149,15 @@ def private_stream_rates(refinement, weight):
     -------
     rates : dict
         ``system`` (K, p1, p1): the repaired curvature (floored at its noise,
-        no ridge) per unit of row weight; ``curvature``: the nearest PSD
-        matrix of the released curvature per unit; ``outer``: the
+        no ridge) per unit of row weight; ``curvature``: the shrinkage of
+        the released curvature per unit (the covariance's plug-in
+        ``Ĥ_0``); ``outer``: the
         refinement's noisy score covariance ``B̃`` per unit (module doc).
     """
     system = refinement.system(-1)
     ridge = np.diag(refinement.ridge)[None]
     return dict(system=(system - ridge) / weight,
-                curvature=_project_psd(refinement.curvatures[-1]) / weight,
+                curvature=shrunk_curvature(refinement.curvatures[-1], refinement.floor_std()) / weight,
                 outer=refinement.score_cov / weight)
 
 
