@@ -563,7 +563,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         widened by the privacy noise of every batch and by a bound on the
         pilot's error the refinement may have left (see Notes; coverage,
         width and the share of fits that publish none measured in
-        ``benchmarks/README.md``; a first batch whose bound exceeds 2
+        ``benchmarks/README.md``; a first batch whose bound exceeds 8
         standard errors publishes NaN for the whole stream, with a
         NoiseDominatesWarning
         issued after the charge: raised as an error it refuses the fit, the
