@@ -214,18 +214,24 @@ class PrivateRefinement:
         """Entry std of a stage's summed curvature noise (the repair's scale)."""
         return math.sqrt(self.n_sites) * self.curvature_stds[stage]
 
+    def ridge_matrix(self):
+        """``αW P`` as a ``(1, p1, p1)`` matrix (broadcasts over the models)."""
+        return np.diag(self.ridge)[None]
+
     def system(self, stage):
         """``[C̃_s]_F + αW P``: the repaired system stage ``s`` solves."""
-        return (_project_psd(self.curvatures[stage], self.floor_std(stage))
-                + np.diag(self.ridge)[None])
+        return _project_psd(self.curvatures[stage], self.floor_std(stage)) + self.ridge_matrix()
+
+    def curvature_estimate(self, floor=0.0):
+        """The spread-matching shrinkage of the last released curvature
+        (:func:`~._inference_private_curvature.shrunk_curvature`, its
+        eigenvalues floored at ``floor``), without the ridge."""
+        return shrunk_curvature(self.curvatures[-1], self.floor_std(), floor)
 
     def hessian(self, floor=0.0):
-        """``Ĥ``: the variance's plug-in curvature, the spread-matching
-        shrinkage of the last released curvature
-        (:func:`~._inference_private_curvature.shrunk_curvature`, its
-        eigenvalues floored at ``floor``) plus the ridge."""
-        return (shrunk_curvature(self.curvatures[-1], self.floor_std(), floor)
-                + np.diag(self.ridge)[None])
+        """``Ĥ``: the variance's plug-in curvature,
+        :meth:`curvature_estimate` plus the ridge."""
+        return self.curvature_estimate(floor) + self.ridge_matrix()
 
 
 def private_refinement(sites, theta, sigma, rng, *, loss, alpha, fit_intercept, clip_norm):

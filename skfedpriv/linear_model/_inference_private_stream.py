@@ -113,7 +113,6 @@ from ..privacy._continual_summaries import NoiseDominatesWarning
 from ..privacy._objective_perturbation import local_gaussian_sigma, summary_sensitivity
 from ._dwd_sites import loss_message
 from ._inference import inference_attributes, propagate_covariance
-from ._inference_private_curvature import shrunk_curvature
 from ._newton import _solve_psd
 
 __all__ = ["FIRST_BATCH_SHARE", "private_stream_batch", "private_stream_rates",
@@ -154,10 +153,8 @@ def private_stream_rates(refinement, weight):
         ``Ĥ_0``); ``outer``: the
         refinement's noisy score covariance ``B̃`` per unit (module doc).
     """
-    system = refinement.system(-1)
-    ridge = np.diag(refinement.ridge)[None]
-    return dict(system=(system - ridge) / weight,
-                curvature=shrunk_curvature(refinement.curvatures[-1], refinement.floor_std()) / weight,
+    return dict(system=(refinement.system(-1) - refinement.ridge_matrix()) / weight,
+                curvature=refinement.curvature_estimate() / weight,
                 outer=refinement.score_cov / weight)
 
 

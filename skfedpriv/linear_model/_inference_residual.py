@@ -59,10 +59,8 @@ References
 import numpy as np
 from scipy.stats import ncx2, norm
 
-from ._inference_private_curvature import shrunk_curvature
-
-__all__ = ["CURVATURE_SHARE", "RESIDUAL_QUANTILE", "bias_aware_critical", "bias_aware_intervals", "pilot_transfer",
-           "residual_bound"]
+__all__ = ["CURVATURE_SHARE", "RESIDUAL_QUANTILE", "bias_aware_critical", "bias_aware_intervals",
+           "pilot_transfer", "residual_bound"]
 
 
 #: The bound's plug-in curvature is this share of the shrinkage estimate
@@ -115,9 +113,7 @@ def residual_bound(refinement, privacy_cov):
         ``inf`` for a model along whose plug-in curvature the steps do not
         contract (``P - I`` singular).
     """
-    hessian = (CURVATURE_SHARE * shrunk_curvature(refinement.curvatures[-1],
-                                                  refinement.floor_std())
-               + np.diag(refinement.ridge)[None])
+    hessian = CURVATURE_SHARE * refinement.curvature_estimate() + refinement.ridge_matrix()
     transfer = pilot_transfer(refinement, hessian)
     moved = (refinement.theta - refinement.pilot).T
     n_models, p1, _ = transfer.shape
