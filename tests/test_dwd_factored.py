@@ -380,3 +380,55 @@ def test_the_issue_shape_reaches_the_optimum_and_continues_from_its_own_rows(p):
     twin.partial_fit(X[400:], y[400:])
     np.testing.assert_array_equal(clf.coef_, twin.coef_)
     np.testing.assert_array_equal(clf.intercept_, twin.intercept_)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_smoothing_inert_is_no_margin_in_the_smoothing_window(split):
+    from skfedpriv._losses import SMOOTHING_WIDTH
+    from skfedpriv.linear_model._dwd_solver import SiteData
+
+    X, y = _rows(30, 250)
+    Y = np.where(y == 1, 1.0, -1.0)[:, None]
+    sites = SiteData(X, Y, np.ones(30), [np.arange(30)], None, True)
+    if split:
+        sites.parts = [(X[:12], Y[:12], np.ones(12)), (X[12:], Y[12:], np.ones(18))]
+    rng = np.random.default_rng(3)
+    kink = 0.5  # q = 1
+    for scale in (0.0, 1e-3, 0.1, 1.0, 10.0):
+        theta = np.r_[0.3, scale * rng.standard_normal(250)]
+        Theta = np.column_stack([theta, -theta])
+        margins = Y * (Theta[0] + X @ Theta[1:])
+        # brute force: a margin strictly inside (u0 - w, u0 + w), where the
+        # ramp replaces the loss's own curvature
+        inside = (np.abs(margins - kink) < SMOOTHING_WIDTH).any(axis=0)
+        np.testing.assert_array_equal(sites.smoothing_inert(Theta, 1.0), ~inside)
+    # one row moved into the window: that model's answer turns
+    theta = np.r_[0.0, np.zeros(250)]
+    theta[1] = 0.52 / (Y[0, 0] * X[0, 0])
+    margins = Y[:, 0] * (X[:, 0] * theta[1])
+    assert np.abs(margins[0] - kink) < SMOOTHING_WIDTH
+    expected = not (np.abs(margins - kink) < SMOOTHING_WIDTH).any()
+    assert sites.smoothing_inert(theta[:, None], 1.0)[0] == expected
+
+
+@pytest.mark.parametrize("q", [0.5, 1.0, 4.0])
+def test_the_final_check_skips_the_confirming_cg_only_where_it_is_one_matrix(q, monkeypatch):
+    """Few rows: where no row is in the smoothing window at the returned
+    point, the semismooth decrement is the smoothed one and no CG round
+    confirms it; the fit is the one the CG's confirmation gives."""
+    from skfedpriv.linear_model import _dwd_solver, _newton
+
+    X, y = _rows(40, 400, seed=int(2 * q))
+    calls = []
+    original = _newton._conjugate_gradient
+    monkeypatch.setattr(_newton, "_conjugate_gradient",
+                        lambda *a, **k: calls.append(1) or original(*a, **k))
+    skipped = DWDClassifier(q=q, alpha=ALPHA).fit(X, y)
+    assert not calls
+    monkeypatch.setattr(_dwd_solver.SiteData, "smoothing_inert",
+                        lambda self, Theta, loss: np.zeros(Theta.shape[1], dtype=bool))
+    confirmed = DWDClassifier(q=q, alpha=ALPHA).fit(X, y)
+    assert calls
+    np.testing.assert_array_equal(skipped.coef_, confirmed.coef_)
+    np.testing.assert_array_equal(skipped.intercept_, confirmed.intercept_)
+    assert gendwd_relative_gaps(skipped, X, y, q=q, alpha=ALPHA).max() <= 1e-10

@@ -653,6 +653,22 @@ class SiteData(DWDSites):
         self.floats_sent += len(flagged) * self._rows_per_site() * p1
         return stack
 
+    def smoothing_inert(self, Theta, loss):
+        """Per model, whether at ``Theta`` every row's smoothed curvature is
+        the loss's own (no margin within the smoothing window): the smoothed
+        and the semismooth curvature are then one matrix. In process only,
+        as :meth:`curvature_rows` (the margins stay here; one bit per model
+        is the answer)."""
+        loss = as_loss(loss)
+        exact = np.ones(Theta.shape[1], dtype=bool)
+        same = exact.copy()
+        for X, Y, w in self.parts:
+            scores = (self._scores(Theta) if self._pooled
+                      else augmented_scores(X, Theta, self.fit_intercept))
+            same &= np.all(_row_curvature(Y, w, scores, loss)
+                           == _row_curvature(Y, w, scores, loss, exact), axis=0)
+        return same
+
     def _rows_per_site(self):
         """The rows of the average site (rounded up): what ``floats_sent``
         counts for a summary of one number per row and parameter."""

@@ -602,8 +602,16 @@ class NewtonSolver:
         a fit at tol = 1e-8 stopped there, 126x above tol at q = 0.5)."""
         if not (self.exact_products and candidates.any()):
             return candidates
-        semismooth, _ = self.kink_direction(candidates, _CONFIRM_CG)
-        return candidates & (_decrement(self.grad, semismooth) <= bound)
+        same = np.zeros(self.n_models, dtype=bool)
+        if self.rows:
+            # few rows (in process): no row within the smoothing window, one
+            # matrix for both: the smoothed decrement is the semismooth one
+            same = candidates & self.sites.smoothing_inert(self.Theta, self.message)
+            if np.array_equal(same, candidates):
+                return candidates
+        rest = candidates & ~same
+        semismooth, _ = self.kink_direction(rest, _CONFIRM_CG)
+        return same | (rest & (_decrement(self.grad, semismooth) <= bound))
 
     def detect_kink(self, relative):
         """Enter the kink phase: a model whose last ``_KINK_POOR`` Newton
