@@ -49,6 +49,7 @@ Writes ``dwd_speed.md`` (``dwd_speed_quick.md``) into ``--output-dir``
 import contextlib
 import os
 import platform
+import sys
 import time
 import tracemalloc
 import warnings
@@ -58,6 +59,10 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression as SkLogisticRegression
 from sklearn.linear_model import SGDClassifier
 from threadpoolctl import threadpool_limits
+
+# the checkout this script is in, before an installed copy (a run from a
+# worktree measures that worktree's code)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from skfedpriv import DecentralizedLogisticRegression, DWDClassifier, LogisticRegression
 from skfedpriv.datasets import make_federated_gaussians
@@ -418,7 +423,6 @@ def _peak(func):
 def _lbfgs_gap(clf, X, y, q=1.0, alpha=1e-3):
     """Relative gap of ``clf``'s point to L-BFGS-B on the same objective
     (``tests/_reference.py``'s independent genDWD), started there."""
-    import sys
     from pathlib import Path
 
     from scipy.optimize import minimize
