@@ -146,7 +146,7 @@ def _augmented_sum(X, R, fit_intercept):
         out = np.empty((X.shape[1] + int(fit_intercept), R.shape[1]))
         out[int(fit_intercept):] = X.T @ R.astype(np.float32)
         if fit_intercept:
-            out[0] = _column_sums(R)
+            out[0] = R.sum(axis=0)
         return out
     if not fit_intercept:
         return X.T @ R
