@@ -411,6 +411,26 @@ def test_conjugate_gradient_stops_a_model_whose_step_would_overflow():
     np.testing.assert_array_equal(x[:, 0], 0.0)  # stopped at its last finite iterate
 
 
+def test_stacked_preconditioners_solve_each_model_system():
+    # the CG preconditioners applied as a stack of explicit inverses (few
+    # parameters) or by triangular solves (many): M_k^-1 r_k for each model,
+    # r_k itself for a model without one, against a dense solve
+    rng = np.random.default_rng(3)
+    for p1 in (7, _newton._INVERSE_PARAMS):
+        A = rng.standard_normal((3, p1, p1))
+        M = A @ np.swapaxes(A, 1, 2) + p1 * np.eye(p1)
+        r = rng.standard_normal((p1, 4))
+        factors = _newton._Preconditioners(4)
+        for k in (0, 2, 3):
+            factors[k] = _newton._factor_psd(M[min(k, 2)])
+        assert (factors.stacked is not None) == (p1 < _newton._INVERSE_PARAMS)
+        out = _newton._precondition(factors, r)
+        for k in (0, 2, 3):
+            np.testing.assert_allclose(out[:, k], np.linalg.solve(M[min(k, 2)], r[:, k]),
+                                       rtol=1e-10, atol=1e-12)
+        np.testing.assert_array_equal(out[:, 1], r[:, 1])
+
+
 def _renewable_objective(theta, Xbar, y, weights, q, alpha, prior, center):
     """The renewable objective (30) of one model, written out: the batch's
     genDWD objective plus ``½ (θ - c)ᵀ P (θ - c)``, and its gradient."""

@@ -103,7 +103,7 @@ import warnings
 
 import numpy as np
 from scipy.linalg import LinAlgError
-from scipy.linalg.lapack import dpotrf, dpotrs
+from scipy.linalg.lapack import dpotrf, dpotri, dpotrs
 from sklearn.exceptions import ConvergenceWarning
 
 from .._loss import as_loss
@@ -176,6 +176,8 @@ _CONFIRM_CG = 1
 # on the Newton steps' path, not the same point: parameters agree to about
 # the square root of tol (a binary fit and a class of a 3-class fit)
 _QUASI_NEWTON_PARAMS = 256
+# CG preconditioners of fewer parameters are applied as explicit inverses
+_INVERSE_PARAMS = _QUASI_NEWTON_PARAMS
 _QUASI_NEWTON_MODELS = 3
 
 class _SummaryOnlySites:
@@ -257,9 +259,48 @@ def _solve_psd(matrices, rhs):
     return _solve_factored([_factor_psd(matrices[k]) for k in range(rhs.shape[1])], rhs)
 
 
+class _Preconditioners(list):
+    """The CG preconditioners, one Cholesky factor (or None: none) per model,
+    as :func:`_factor_psd` gives them; those of fewer than
+    ``_INVERSE_PARAMS`` parameters also kept as explicit inverses in one
+    stack, so that :func:`_precondition` applies them all in one batched
+    product (digits, 10 models of 65 parameters: ~3 µs a model against a
+    triangular solve's ~10 µs with its call)."""
+
+    def __init__(self, n_models):
+        super().__init__([None] * n_models)
+        self.inverses = self.stacked = None
+
+    def __setitem__(self, k, factor):
+        super().__setitem__(k, factor)
+        if isinstance(factor, tuple) and factor[0].shape[0] < _INVERSE_PARAMS:
+            if self.inverses is None:
+                self.inverses = np.zeros((len(self),) + factor[0].shape)
+                self.stacked = np.zeros(len(self), dtype=bool)
+            inverse, info = dpotri(factor[0], lower=factor[1])
+            if info == 0:
+                self.inverses[k] = np.triu(inverse) + np.triu(inverse, 1).T
+                self.stacked[k] = True
+                return
+        if self.stacked is not None:
+            self.stacked[k] = False
+
+    def apply(self, r):
+        """``M_k^{-1} r_k`` of every model (``r_k`` where it has none)."""
+        if self.stacked is None or not self.stacked.any():
+            return _precondition(list(self), r)
+        models = np.flatnonzero(self.stacked)
+        out = _precondition([None if self.stacked[k] else f for k, f in enumerate(self)], r)
+        out[:, models] = (self.inverses[models] @ r.T[models, :, None])[:, :, 0].T
+        return out
+
+
 def _precondition(factors, r):
     """``M_k^{-1} r_k`` for every model, ``M_k`` given by its Cholesky factor
-    (the identity where the factor is None)."""
+    (the identity where the factor is None); :class:`_Preconditioners` apply
+    their stacked inverses."""
+    if isinstance(factors, _Preconditioners):
+        return factors.apply(r)
     out = r.copy()
     for k, factor in enumerate(factors):
         if factor is not None:
@@ -396,7 +437,7 @@ class NewtonSolver:
         # takes one direct Newton step: its CG went stale, or its last full
         # Newton step predicted a gap close to tol (the matrix is then likely the
         # one at the returned point, which the renewable state needs anyway).
-        self.preconditioner = [None] * n_models
+        self.preconditioner = _Preconditioners(n_models)
         self.stale = np.zeros(n_models, dtype=bool)
         # whether each model's last Newton step was taken in full (the local
         # phase, where solving the Newton system accurately pays); damped steps
