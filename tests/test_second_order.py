@@ -13,13 +13,13 @@ from skfedpriv import DWDClassifier
 from skfedpriv._loss import GenDWDLoss, LogisticLoss
 from skfedpriv._param_validation import InvalidParameterError
 from skfedpriv.datasets import gaussian_gendwd_target, make_federated_gaussians
-from skfedpriv.federated import federated_fit
+from skfedpriv.federated import RemoteSites, federated_partial_fit
 from skfedpriv.linear_model import StreamShiftWarning
 from skfedpriv.linear_model._inference_sites import site_inference_summary
 from skfedpriv.linear_model._inference_stream import track_stream_shift
 from skfedpriv.linear_model import _second_order as second_order
 from skfedpriv.linear_model._second_order import (
-    MAX_THIRD_NUMBERS, ShiftCorrection, corrected_theta, delta_covariance, second_order_step,
+    MAX_THIRD_NUMBERS, ShiftCorrection, batch_moments, corrected_theta, delta_covariance, second_order_step,
     site_fourth_moment, site_outer_derivative, site_third_moment, smoothed_third_derivative)
 from _transport import RecordingTransport
 from test_flower import local_sites, make_data
@@ -170,8 +170,8 @@ def test_aggregated_correction_matches_the_batchwise_formula():
         X, Y, w, Theta = _site(n=40 + 10 * j, seed=10 + j)
         A = rng.normal(size=(2, 4, 4))
         cov = A @ A.transpose(0, 2, 1) / 50
-        state = state.advance([(X[:20], Y[:20], w[:20]), (X[20:], Y[20:], w[20:])], Theta, cov,
-                              w.sum(), loss, True)
+        sites = _Sites([(X[:20], Y[:20], w[:20]), (X[20:], Y[20:], w[20:])])
+        state = state.advance(batch_moments(sites, Theta, cov, loss), w.sum())
         Xa = np.column_stack([np.ones(len(X)), X])
         widths = np.sqrt(np.einsum("kab,ab->k", cov, Xa.T @ (w[:, None] * Xa)) / w.sum())
         thirds = thirds + site_third_moment(X, Y, w, Theta, True, loss.curvature, widths)
@@ -187,6 +187,15 @@ def test_aggregated_correction_matches_the_batchwise_formula():
                                   for c in range(4)) for a in range(4)]
         np.testing.assert_allclose(got[:, k], theta[:, k] - np.linalg.solve(C[k], bias),
                                    rtol=1e-10)
+
+
+class _Sites:
+    """In-process sites as :func:`batch_moments` reads them."""
+
+    fit_intercept = True
+
+    def __init__(self, parts):
+        self.parts, self.weight_sum = parts, sum(w.sum() for _, _, w in parts)
 
 
 def _stream(clf, X, y, g, b):
@@ -230,12 +239,102 @@ def test_refused_without_inference_or_under_a_mechanism(params):
         DWDClassifier(**params).fit(X, y)
 
 
-def test_remote_sites_are_refused_before_anything_changes():
+def _remote_and_local(make, n_batches=3):
+    """The same stream through the scripted transport and in process."""
+    X, y, g, b = make_federated_gaussians(n_sites=3, n_batches=n_batches, n_per_batch=30,
+                                          n_features=3, ratio=4.0, random_state=1)
+    transport = RecordingTransport(local_sites(X, y, g, b))
+    remote, local = make(), make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StreamShiftWarning)
+        for k in range(n_batches):
+            federated_partial_fit(remote, transport, k, classes=[-1, 1])
+            rows = b == k
+            local.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=[-1, 1])
+            yield remote, local, transport
+
+
+def test_remote_sites_publish_the_in_process_correction():
+    """Through the transport (``gram`` and ``second_order_summary`` per
+    batch) the corrected estimate and its delta-method covariance are the
+    in-process ones, to rounding, after every batch."""
+    make = lambda: DWDClassifier(inference=True, shift_correction="second-order")  # noqa: E731
+    for remote, local, transport in _remote_and_local(make):
+        np.testing.assert_allclose(remote.coef_, local.coef_, rtol=1e-8, atol=1e-11)
+        np.testing.assert_allclose(remote.intercept_, local.intercept_, rtol=1e-8, atol=1e-11)
+        np.testing.assert_allclose(remote.coef_cov_, local.coef_cov_, rtol=1e-7, atol=1e-13)
+    assert sum(q["op"] == "second_order_summary" for q, _ in transport.log) == 3
+    *_, (first, _, _) = _remote_and_local(lambda: DWDClassifier(inference=True,
+                                                                 shift_correction=None))
+    assert not np.allclose(first.coef_, remote.coef_, rtol=0, atol=1e-10)  # it corrects
+
+
+def test_a_site_sends_the_moments_of_its_own_rows():
+    """A site's reply is :func:`site_second_order_moments` of its rows at
+    the request's θ and widths."""
+    from skfedpriv.linear_model._second_order import site_second_order_moments
+
+    make = lambda: DWDClassifier(inference=True, shift_correction="second-order")  # noqa: E731
+    *_, (_, _, transport) = _remote_and_local(make, n_batches=2)
+    X, y, g, b = make_federated_gaussians(n_sites=3, n_batches=2, n_per_batch=30,
+                                          n_features=3, ratio=4.0, random_state=1)
+    request, replies = [(q, r) for q, r in transport.log if q["op"] == "second_order_summary"][-1]
+    assert request["widths"].shape == (1,) and np.all(request["widths"] > 0)
+    for s, reply in enumerate(replies):
+        rows = (g == s) & (b == request["batch"])
+        Y = np.where(y[rows] == 1, 1.0, -1.0)[:, None]
+        want = site_second_order_moments(X[rows], Y, np.ones(rows.sum()), request["theta"],
+                                         True, GenDWDLoss(1.0), request["widths"])
+        for key, value in zip(("third", "outer_derivative", "fourth"), want):
+            np.testing.assert_allclose(reply[key], value, rtol=1e-12, atol=1e-12)
+
+
+def test_sites_check_the_moments_request(ledger_dir, caplog):
+    """A non-private site refuses widths and parameters of other shapes; a
+    private site refuses the raw moments with a fixed text, and remote
+    sites with a private site do not offer them (refused before any
+    request)."""
+    import logging
+
+    from skfedpriv.federated import RemoteSites, SitePrivacy, SiteRefusal
+    from skfedpriv.federated._refusal import RAW_SUMS
+    from skfedpriv.federated._site import PROTOCOL_VERSION
+    from _ledgers import new_ledger
+
+    caplog.set_level(logging.ERROR, logger="skfedpriv.federated")
+    X, y, g, b = make_data()
+    base = {"protocol": PROTOCOL_VERSION, "op": "second_order_summary", "batch": 0,
+            "classes": [0, 1], "fit_intercept": True, "loss": "gendwd", "loss-q": 1.0,
+            "theta": np.zeros((4, 1)), "widths": np.array([0.1])}
+    site = local_sites(X, y, g, b)[0]
+    assert site.handle(dict(base))["fourth"].shape == (1, 16, 16)
+    for bad in (dict(widths=np.array([0.1, 0.2])), dict(widths=np.array([-0.1])),
+                dict(widths=np.array([np.nan])), dict(theta=np.zeros((3, 1)))):
+        with pytest.raises(Exception, match="widths|shape"):
+            site.handle({**base, **bad})
+    privacy = SitePrivacy(1.0, 1e-5, 3.0, classes=[0, 1],
+                          ledger_path=new_ledger(ledger_dir / "s.sqlite"))
+    private = local_sites(X, y, g, b, privacy=lambda s: privacy)
+    with pytest.raises(SiteRefusal, match=RAW_SUMS):
+        private[0].handle({**base, "clip_norm": 3.0})
+    transport = RecordingTransport(private)
+    remote = RemoteSites(transport, 0)
+    assert not remote.offers_second_order
+    with pytest.raises(NotImplementedError, match="private"):
+        remote.second_order_summary(np.zeros((4, 1)), np.eye(4)[None], GenDWDLoss(1.0))
+    assert all(q["op"] != "second_order_summary" for q, _ in transport.log)
+
+
+def test_sites_without_the_moments_are_refused_before_anything_changes():
+    """A DWDSites that does not send the moments: refused before any request."""
     X, y, g, b = make_data()
     transport = RecordingTransport(local_sites(X, y, g, b))
+
+    sites = RemoteSites(transport, 0)
+    sites.offers_second_order = False
     clf = DWDClassifier(inference=True, shift_correction="second-order")
-    with pytest.raises(NotImplementedError, match="sites in this process only"):
-        federated_fit(clf, transport, 0)
+    with pytest.raises(NotImplementedError, match="shift_correction=None"):
+        clf.fit_sites(sites)
     assert not hasattr(clf, "coef_")
     assert not any(q["op"] in ("summary", "inference_summary") for q, _ in transport.log)
 

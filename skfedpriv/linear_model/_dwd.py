@@ -592,8 +592,10 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         ``curvature_``) is the default one; ``fit`` is unchanged.
         Measured: it removes the shift's mean and its intervals cover
         where small batches make the default stream's under-cover, at
-        5-30 % more width; see :doc:`/guide_inference`. Remote sites raise
-        ``NotImplementedError`` before any summary is asked.
+        5-30 % more width; see :doc:`/guide_inference`. Remote sites send
+        the moments it needs (``second_order_summary``, non-private sites
+        only); sites that do not raise ``NotImplementedError`` before any
+        summary is asked.
 
     Attributes
     ----------
