@@ -213,12 +213,12 @@ def test_the_chain_and_its_covariance_are_the_default_streams():
     one-batch fit is the default fit bit for bit."""
     X, y, g, b = make_federated_gaussians(n_sites=3, n_batches=4, n_per_batch=40,
                                           n_features=3, ratio=4.0, random_state=0)
-    plain = DWDClassifier(inference=True).fit(X, y, sample_group=g)
+    plain = DWDClassifier(inference=True, shift_correction=None).fit(X, y, sample_group=g)
     fitted = DWDClassifier(inference=True, shift_correction="second-order").fit(
         X, y, sample_group=g)
     np.testing.assert_array_equal(fitted.coef_, plain.coef_)
     np.testing.assert_array_equal(fitted.intercept_, plain.intercept_)
-    plain = _stream(DWDClassifier(inference=True), X, y, g, b)
+    plain = _stream(DWDClassifier(inference=True, shift_correction=None), X, y, g, b)
     corrected = _stream(DWDClassifier(inference=True, shift_correction="second-order"),
                         X, y, g, b)
     np.testing.assert_array_equal(corrected._training_state.theta, plain._training_state.theta)
@@ -254,11 +254,13 @@ def _remote_and_local(make, n_batches=3):
             yield remote, local, transport
 
 
-def test_remote_sites_publish_the_in_process_correction():
+@pytest.mark.parametrize("option", ["second-order", "auto"])
+def test_remote_sites_publish_the_in_process_correction(option):
     """Through the transport (``gram`` and ``second_order_summary`` per
     batch) the corrected estimate and its delta-method covariance are the
-    in-process ones, to rounding, after every batch."""
-    make = lambda: DWDClassifier(inference=True, shift_correction="second-order")  # noqa: E731
+    in-process ones, to rounding, after every batch (the default 'auto'
+    too: its decision does not depend on the transport)."""
+    make = lambda: DWDClassifier(inference=True, shift_correction=option)  # noqa: E731
     for remote, local, transport in _remote_and_local(make):
         np.testing.assert_allclose(remote.coef_, local.coef_, rtol=1e-8, atol=1e-11)
         np.testing.assert_allclose(remote.intercept_, local.intercept_, rtol=1e-8, atol=1e-11)
@@ -364,7 +366,7 @@ def test_the_shift_shrinks_and_the_intervals_cover():
                                               n_features=p, ratio=4.0, random_state=seed)
         fit = DWDClassifier().fit(X, y, sample_group=g)
         offline.append(np.r_[fit.intercept_, fit.coef_[0]])
-        clf = _stream(DWDClassifier(inference=True), X, y, g, b)
+        clf = _stream(DWDClassifier(inference=True, shift_correction=None), X, y, g, b)
         first.append(np.r_[clf.intercept_, clf.coef_[0]])
         clf = _stream(DWDClassifier(inference=True, shift_correction="second-order"), X, y, g, b)
         second.append(np.r_[clf.intercept_, clf.coef_[0]])
@@ -401,16 +403,86 @@ def test_the_covariance_matches_the_corrected_estimates_spread():
     assert 0.9 < np.trace(np.mean(published, axis=0)) / empirical < 1.4
 
 
-@pytest.mark.parametrize("name, corrected, text", [
-    ("DWDClassifier", False, "DWDClassifier(shift_correction='second-order') corrects"),
-    ("DWDClassifier", True, "shift_correction='second-order' is on"),
-    ("LogisticRegression", False, "Batches of at least")])
-def test_the_shift_warning_says_what_the_correction_does(name, corrected, text):
-    """A DWD stream's warning points to the option (or says it is on); a
-    LogisticRegression stream's does not (it has none)."""
-    with pytest.warns(StreamShiftWarning, match=re.escape(text)) as caught:
-        track_stream_shift(1.0, 100.0, 200.0, 21, name, corrected=corrected)
-    assert ("shift_correction" in str(caught[0].message)) == (name == "DWDClassifier")
+def _small_batches(p, n_batches=2, rows=30, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n_batches * rows, p))
+    y = np.where(X[:, 0] + rng.normal(size=len(X)) > 0, 1, -1)
+    return X, y, np.repeat(np.arange(n_batches), rows)
+
+
+@pytest.mark.parametrize("option, p, text, corrected", [
+    ("auto", 3, "The second-order correction is on (shift_correction='auto')", True),
+    ("second-order", 3, "The second-order correction is on (shift_correction='second-order')",
+     True),
+    (None, 3, "No second-order correction (shift_correction=None): 'auto' (the default)", False),
+    ("auto", 55, "1 x (2 x 56^3 + 56^4) = 10185728 numbers, more than 10000000", False)])
+def test_the_shift_warning_says_whether_and_why_the_stream_is_corrected(option, p, text,
+                                                                       corrected):
+    """A small-batch DWD stream warns with what the correction does: on, off
+    by choice, or off under 'auto' because its state is too large (p = 55,
+    one model: 2 p1³ + p1⁴ > 10⁷, decided from the parameter count alone);
+    the stream carries the correction's state exactly when it is on."""
+    X, y, b = _small_batches(p)
+    clf = DWDClassifier(inference=True, shift_correction=option)
+    clf.partial_fit(X[b == 0], y[b == 0], classes=[-1, 1])
+    with pytest.warns(StreamShiftWarning, match=re.escape(text)):
+        clf.partial_fit(X[b == 1], y[b == 1])
+    assert (clf._training_state.shift_correction is not None) == corrected
+
+
+def test_a_logistic_streams_warning_names_no_correction():
+    with pytest.warns(StreamShiftWarning, match="Batches of at least") as caught:
+        track_stream_shift(1.0, 100.0, 200.0, 21, "LogisticRegression")
+    assert "shift_correction" not in str(caught[0].message)
+
+
+def test_auto_decides_from_the_parameter_layout_only():
+    """The limit ``n_models (2 p1³ + p1⁴) <= 10⁷``: p <= 54 for one model,
+    p1 <= 42 for three (one-vs-rest)."""
+    assert second_order.uses_second_order("auto", 55, 1)
+    assert not second_order.uses_second_order("auto", 56, 1)
+    assert second_order.uses_second_order("auto", 42, 3)
+    assert not second_order.uses_second_order("auto", 43, 3)
+    assert second_order.uses_second_order("second-order", 56, 1)
+    assert not second_order.uses_second_order(None, 3, 1)
+
+
+@pytest.mark.parametrize("start_limit, later_limit", [(MAX_THIRD_NUMBERS, 0),
+                                                      (0, MAX_THIRD_NUMBERS)])
+def test_auto_is_fixed_at_the_first_batch(start_limit, later_limit, monkeypatch):
+    """Whatever 'auto' decided at the stream's first batch holds for its
+    later batches (the training state carries the correction or not), and
+    the published estimate is the corresponding explicit option's, bit for
+    bit."""
+    X, y, b = _small_batches(3, n_batches=3)
+    auto = DWDClassifier(inference=True)
+    explicit = DWDClassifier(inference=True,
+                             shift_correction="second-order" if start_limit else None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StreamShiftWarning)
+        for k in range(3):
+            explicit.partial_fit(X[b == k], y[b == k], classes=[-1, 1])
+        for k in range(3):
+            monkeypatch.setattr(second_order, "MAX_THIRD_NUMBERS",
+                                start_limit if k == 0 else later_limit)
+            auto.partial_fit(X[b == k], y[b == k], classes=[-1, 1])
+    assert (auto._training_state.shift_correction is not None) == bool(start_limit)
+    np.testing.assert_array_equal(auto.coef_, explicit.coef_)
+    np.testing.assert_array_equal(auto.coef_cov_, explicit.coef_cov_)
+
+
+def test_a_stream_cannot_switch_its_correction():
+    """Changing ``shift_correction`` in a stream with inference is refused
+    before any state changes; without inference it does not bind it."""
+    X, y, b = _small_batches(3)
+    clf = DWDClassifier(inference=True).partial_fit(X[b == 0], y[b == 0], classes=[-1, 1])
+    coef = clf.coef_.copy()
+    clf.set_params(shift_correction=None)
+    with pytest.raises(ValueError):
+        clf.partial_fit(X[b == 1], y[b == 1])
+    np.testing.assert_array_equal(clf.coef_, coef)
+    plain = DWDClassifier().partial_fit(X[b == 0], y[b == 0], classes=[-1, 1])
+    plain.set_params(shift_correction=None).partial_fit(X[b == 1], y[b == 1])
 
 
 def test_with_a_quadratic_loss_the_published_estimate_is_the_chains():
@@ -435,3 +507,61 @@ def test_with_a_quadratic_loss_the_published_estimate_is_the_chains():
         np.testing.assert_array_equal(published, Theta)
         np.testing.assert_allclose(published_cov, cov, rtol=1e-15, atol=0)
     assert state.ratio_sum > 0 and not state.third.any()
+
+
+def _three_classes(n_batches=3, rows=90, p=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n_batches * rows, p))
+    y = np.argmax(X[:, :3] + rng.normal(size=(len(X), 3)), axis=1)
+    return X, y, np.repeat(np.arange(n_batches), rows), np.arange(len(X)) % 3
+
+
+@pytest.mark.parametrize("three", [False, True], ids=["binary", "one-vs-rest"])
+def test_the_default_is_the_corrected_stream(three):
+    """``fit`` then ``partial_fit`` batches: the default ('auto', at these
+    sizes) publishes the 'second-order' stream bit for bit; ``fit`` alone
+    publishes the first-order estimate (nothing to correct yet) and every
+    one-vs-rest model of a later batch is corrected."""
+    if three:
+        X, y, b, g = _three_classes()
+    else:
+        X, y, g, b = make_federated_gaussians(n_sites=3, n_batches=3, n_per_batch=30,
+                                              n_features=3, ratio=4.0, random_state=2)
+    streams = {option: DWDClassifier(inference=True, shift_correction=option)
+               for option in ("auto", "second-order", None)}
+    streams["default"] = DWDClassifier(inference=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StreamShiftWarning)
+        for clf in streams.values():
+            clf.fit(X[b == 0], y[b == 0], sample_group=g[b == 0])
+        np.testing.assert_array_equal(streams["default"].coef_, streams[None].coef_)
+        for k in (1, 2):
+            for clf in streams.values():
+                clf.partial_fit(X[b == k], y[b == k], sample_group=g[b == k])
+    for option in ("auto", "second-order"):
+        for name in ("coef_", "intercept_", "coef_cov_"):
+            np.testing.assert_array_equal(getattr(streams["default"], name),
+                                          getattr(streams[option], name))
+    moved = np.abs(streams["default"].coef_ - streams[None].coef_).max(axis=1)
+    assert np.all(moved > 1e-8) and len(moved) == (3 if three else 1)
+
+
+def test_clone_and_grid_search_keep_the_default():
+    """clone keeps 'auto'; a grid search's refit is the offline fit (the
+    first-order estimate) and its stream continues corrected."""
+    from sklearn.base import clone
+    from sklearn.model_selection import GridSearchCV
+
+    X, y, b, _ = _three_classes(n_batches=2, rows=120)
+    assert clone(DWDClassifier(inference=True)).shift_correction == "auto"
+    search = GridSearchCV(DWDClassifier(inference=True), {"alpha": [1e-3, 1e-2]}, cv=3)
+    best = search.fit(X[b == 0], y[b == 0]).best_estimator_
+    plain = DWDClassifier(inference=True, alpha=best.alpha, shift_correction=None).fit(
+        X[b == 0], y[b == 0])
+    np.testing.assert_array_equal(best.coef_, plain.coef_)
+    assert best._training_state.shift_correction is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StreamShiftWarning)
+        best.partial_fit(X[b == 1], y[b == 1])
+        plain.partial_fit(X[b == 1], y[b == 1])
+    assert not np.allclose(best.coef_, plain.coef_, rtol=0, atol=1e-10)

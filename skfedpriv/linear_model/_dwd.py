@@ -50,7 +50,8 @@ from ._inference import (
 )
 from ._inference_stream import require_every_side, track_stream_shift
 from ._renewable import renewable_step
-from ._second_order import check_second_order_sites, second_order_step
+from ._second_order import (SHIFT_CORRECTIONS, check_second_order_sites, second_order_step,
+                            shift_remedy, uses_second_order)
 
 
 @dataclass(frozen=True)
@@ -404,7 +405,7 @@ PARAMETER_CONSTRAINTS = {
     "n_batches": [Interval(numbers.Integral, 1, None), None],
     "honest_sites": [Interval(numbers.Integral, 1, None), None],
     "inference": ["boolean"],
-    "shift_correction": [Options("second-order"), None],
+    "shift_correction": [Options(*SHIFT_CORRECTIONS), None],
 }
 
 
@@ -577,25 +578,36 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         private (std ``∝ 1/sqrt(honest_sites)``); ``None`` is every site of
         the stream's first batch. More than the stream's sites raises
         ValueError before any charge. See Notes.
-    shift_correction : {None, 'second-order'}, default=None
-        ``'second-order'`` (with ``inference=True``, without a mechanism,
-        sites in this process): after each ``partial_fit`` batch, publish
-        the renewable estimate minus its expected linearization shift,
+    shift_correction : {'auto', 'second-order'} or None, default='auto'
+        The second-order correction of a non-private stream with
+        ``inference=True`` (no effect without inference or under a
+        mechanism): after each ``partial_fit`` batch, publish the renewable
+        estimate minus its expected linearization shift,
         ``θ_B - C_B⁻¹ ½ r S : V_B`` with ``S`` the summed third derivative
         of the loss (genDWD's kink smoothed over the margin's standard
-        deviation), ``r = Σ_{j≥2} W_j / N_j`` and ``V_B`` the covariance
-        (``n_models (2 p1³ + p1⁴)`` numbers of memory, whatever the stream
-        length; more than 10⁷ raise ValueError). ``coef_cov_`` (and the
-        standard errors, :meth:`confint`) is then the delta-method
-        covariance of the corrected estimate, ``A V_B Aᵀ``. The stream
-        itself (the state the next batch starts from, its covariance,
-        ``curvature_``) is the default one; ``fit`` is unchanged.
+        deviation), ``r = Σ_{j≥2} W_j / N_j`` and ``V_B`` the covariance;
+        ``coef_cov_`` (and the standard errors, :meth:`confint`) is then
+        the delta-method covariance of the corrected estimate, ``A V_B Aᵀ``.
+        It keeps ``n_models (2 p1³ + p1⁴)`` numbers whatever the stream
+        length. ``'auto'``: the correction wherever that is at most 10⁷
+        numbers (``p <= 54`` for one model), the first-order stream beyond;
+        ``'second-order'``: the correction, more than 10⁷ numbers raise
+        ValueError (and without ``inference=True`` or under a mechanism,
+        InvalidParameterError); None: the first-order stream. The decision
+        is made at the stream's first batch from the parameter count and
+        the class count only, and kept by the stream. The stream itself
+        (the state the next batch starts from, its covariance,
+        ``curvature_``) is the first-order one; ``fit`` publishes the
+        uncorrected estimate (one batch: nothing to correct) but computes
+        the correction's state for a ``partial_fit`` continuation.
         Measured: it removes the shift's mean and its intervals cover
-        where small batches make the default stream's under-cover, at
-        5-30 % more width; see :doc:`/guide_inference`. Remote sites send
-        the moments it needs (``second_order_summary``, non-private sites
-        only); sites that do not raise ``NotImplementedError`` before any
-        summary is asked.
+        where small batches make the first-order stream's under-cover, at
+        5-30 % more width (and over-covers one small-shift cell); it costs
+        about 8 times the time of a first-order stream of p = 20; see
+        :doc:`/guide_inference`. Sites send the moments it needs (remote
+        sites: ``second_order_summary``, non-private sites only); sites
+        that do not raise ``NotImplementedError`` before any summary is
+        asked (use None with them).
 
     Attributes
     ----------
@@ -906,7 +918,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         n_batches=None,
         inference=False,
         honest_sites=None,
-        shift_correction=None,
+        shift_correction="auto",
     ):
         self.q = q
         self.alpha = alpha
@@ -1110,10 +1122,11 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         stream = self._stream_start(first, p1, n_models, settings)
         shift_ratio = correction = published = chain_cov = None
         if settings.mechanism is None:
+            corrected = settings.inference and self._corrects(first, settings, p1, n_models)
             if settings.inference:
                 require_every_side(stream.started, sites.two_sided, "DWDClassifier")
-            if settings.shift_correction is not None:
-                check_second_order_sites(sites, p1, n_models)
+            if corrected:
+                check_second_order_sites(sites, p1, n_models, settings.shift_correction)
             theta, curvature, n_iter, started = _renewable_step(sites, stream, settings)
             step = dict(privacy_spent_=(math.inf, 0.0), noise_scale_=0.0)
             noise_var, rng = 0.0, None
@@ -1123,8 +1136,9 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
                 shift_ratio = track_stream_shift(
                     None if first else getattr(self._training_state, "shift_ratio", 0.0),
                     sites.weight_sum, stream.seen + sites.weight_sum, p1, "DWDClassifier",
-                    stacklevel=6, corrected=settings.shift_correction is not None)
-                if settings.shift_correction is not None:
+                    stacklevel=6, remedy=shift_remedy(settings.shift_correction, corrected,
+                                                      p1, n_models))
+                if corrected:
                     published, coef_cov, correction = _second_order_step(
                         sites, stream, settings, theta, curvature, coef_cov,
                         None if first else self._training_state.shift_correction)
@@ -1165,6 +1179,16 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         else:
             release["intercept_"], release["coef_"] = np.zeros(theta.shape[1]), theta.T.copy()
         return release, training_state
+
+    def _corrects(self, first, settings, p1, n_models):
+        """Whether this non-private stream with ``inference=True`` publishes
+        the second-order correction: decided at its first batch from the
+        parameter layout and ``shift_correction`` only
+        (:func:`~._second_order.uses_second_order`), then kept by the
+        training state (a stream carries the correction's state or not)."""
+        if first:
+            return uses_second_order(settings.shift_correction, p1, n_models)
+        return getattr(self._training_state, "shift_correction", None) is not None
 
     def _check_continuation(self, settings):
         """Refuse a continuation whose settings differ from the stream's."""

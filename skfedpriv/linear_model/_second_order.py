@@ -1,4 +1,6 @@
-"""A second-order correction of the renewable stream's shift (opt-in).
+"""A second-order correction of the renewable stream's shift
+(``DWDClassifier(shift_correction='auto')``, the default, where its state
+fits; ``'second-order'`` to require it).
 
 The renewable estimate ``θ_B`` solves ``Σ_j Ũ_j(θ) = 0``, each batch's
 score linearized at the estimate ``θ_j`` the stream had after it (see
@@ -53,8 +55,8 @@ Measured (benchmarks/README.md, "A second-order correction with a
 delta-method covariance", 300 data sets per cell): the shift's mean
 removed (at most 0.07 of the estimate's spread at n = 2 000, p = 20), and
 the intervals of the 20-batch streams cover 94.3-96.9 % pooled at
-n = 2 000 (the default stream: 89.5-95.2 %), SE / SD 0.85-1.19; they are
-5-30 % wider than the default stream's there. Without ``∂S`` they
+n = 2 000 (the first-order stream: 89.5-95.2 %), SE / SD 0.85-1.19; they are
+5-30 % wider than the first-order stream's there. Without ``∂S`` they
 over-stated the spread by about 10 %. Where the shift is small (q = 4,
 4:1 classes, p = 5, n = 2 000) the correction over-corrects (its mean
 0.43-0.56 of the estimate's spread against a shift of 0.10-0.28; four of
@@ -74,7 +76,7 @@ from ._dwd_solver import _site_gram, augmented_scores
 
 __all__ = ["MAX_THIRD_NUMBERS", "SHIFT_CORRECTIONS", "ShiftCorrection", "batch_moments",
            "check_second_order_sites", "corrected_theta", "delta_covariance",
-           "second_order_numbers", "second_order_step", "site_fourth_moment",
+           "second_order_numbers", "second_order_step", "shift_remedy", "site_fourth_moment",
            "site_outer_derivative", "site_second_order_moments", "site_third_moment",
            "smoothed_third_derivative", "smoothing_widths", "uses_second_order"]
 
@@ -105,6 +107,25 @@ def uses_second_order(option, p1, n_models):
     return option == "second-order"
 
 
+def shift_remedy(option, corrected, p1, n_models):
+    """The sentence of a ``DWDClassifier`` stream's
+    :class:`~._inference_stream.StreamShiftWarning` about the correction:
+    that it is on, or why it is not."""
+    if corrected:
+        return (f"The second-order correction is on (shift_correction={option!r}): the "
+                "published estimate is corrected and its intervals include the "
+                "correction's own variance (measured to cover at such batches, 5-30 % wider "
+                "than the uncorrected ones). ")
+    if option is None:
+        return ("No second-order correction (shift_correction=None): 'auto' (the default) "
+                "or 'second-order' corrects the estimate, with intervals that include the "
+                "correction's own variance (measured to cover at such batches, 5-30 % "
+                "wider). ")
+    return (f"No second-order correction (shift_correction='auto'): its state would keep "
+            f"{n_models} x (2 x {p1}^3 + {p1}^4) = {second_order_numbers(p1, n_models)} "
+            f"numbers, more than {MAX_THIRD_NUMBERS}. ")
+
+
 def offers_second_order(sites):
     """Whether ``sites`` send the correction's moments: in-process
     :class:`~._dwd_solver.SiteData` (rows here or scattered to a cluster) or
@@ -114,15 +135,15 @@ def offers_second_order(sites):
 
 def check_second_order_sites(sites, p1, n_models, option="second-order", name="DWDClassifier"):
     """Refuse, before any summary is asked, sites that cannot send the
-    correction's moments and (``'second-order'``) a state of more than
-    :data:`MAX_THIRD_NUMBERS` numbers."""
+    correction's moments and (``'second-order'``; ``'auto'`` decided on its
+    size already) a state of more than :data:`MAX_THIRD_NUMBERS` numbers."""
     if not offers_second_order(sites):
         raise NotImplementedError(
             f"{name}(shift_correction={option!r}) needs the second-order moments of each "
             f"batch, which {type(sites).__name__} does not send (private remote sites never "
             "do). Use shift_correction=None (the first-order stream).")
     numbers = second_order_numbers(p1, n_models)
-    if numbers > MAX_THIRD_NUMBERS:
+    if option == "second-order" and numbers > MAX_THIRD_NUMBERS:
         raise ValueError(
             f"{name}(shift_correction='second-order') keeps {n_models} x (2 x {p1}^3 + "
             f"{p1}^4) = {numbers} numbers (its summed derivative tensors), more than "
