@@ -415,16 +415,21 @@ def _small_batches(p, n_batches=2, rows=30, seed=0):
     ("second-order", 3, "The second-order correction is on (shift_correction='second-order')",
      True),
     (None, 3, "No second-order correction (shift_correction=None): 'auto' (the default)", False),
-    ("auto", 55, "1 x (2 x 56^3 + 56^4) = 10185728 numbers, more than 10000000", False)])
+    ("auto", 55, "1 x (2 x 56^3 + 56^4) = 10185728 numbers, more than 10000000", False),
+    ("fit", 3, "No second-order correction: this stream started with fit", False)])
 def test_the_shift_warning_says_whether_and_why_the_stream_is_corrected(option, p, text,
                                                                        corrected):
     """A small-batch DWD stream warns with what the correction does: on, off
-    by choice, or off under 'auto' because its state is too large (p = 55,
-    one model: 2 p1³ + p1⁴ > 10⁷, decided from the parameter count alone);
-    the stream carries the correction's state exactly when it is on."""
+    by choice, off under 'auto' because its state is too large (p = 55,
+    one model: 2 p1³ + p1⁴ > 10⁷, decided from the parameter count alone)
+    or because fit started the stream; the stream carries the correction's
+    state exactly when it is on."""
     X, y, b = _small_batches(p)
-    clf = DWDClassifier(inference=True, shift_correction=option)
-    clf.partial_fit(X[b == 0], y[b == 0], classes=[-1, 1])
+    if option == "fit":  # 'auto', the stream started by fit
+        clf = DWDClassifier(inference=True).fit(X[b == 0], y[b == 0])
+    else:
+        clf = DWDClassifier(inference=True, shift_correction=option)
+        clf.partial_fit(X[b == 0], y[b == 0], classes=[-1, 1])
     with pytest.warns(StreamShiftWarning, match=re.escape(text)):
         clf.partial_fit(X[b == 1], y[b == 1])
     assert (clf._training_state.shift_correction is not None) == corrected
@@ -518,37 +523,49 @@ def _three_classes(n_batches=3, rows=90, p=3, seed=0):
 
 @pytest.mark.parametrize("three", [False, True], ids=["binary", "one-vs-rest"])
 def test_the_default_is_the_corrected_stream(three):
-    """``fit`` then ``partial_fit`` batches: the default ('auto', at these
-    sizes) publishes the 'second-order' stream bit for bit; ``fit`` alone
-    publishes the first-order estimate (nothing to correct yet) and every
-    one-vs-rest model of a later batch is corrected."""
+    """A stream started by ``partial_fit``: the default ('auto', at these
+    sizes) publishes the 'second-order' stream bit for bit, every
+    one-vs-rest model corrected. A stream started by ``fit``: 'auto' leaves
+    it first order (bit for bit, the fit's cost unchanged), 'second-order'
+    carries the correction from the fit."""
     if three:
         X, y, b, g = _three_classes()
     else:
         X, y, g, b = make_federated_gaussians(n_sites=3, n_batches=3, n_per_batch=30,
                                               n_features=3, ratio=4.0, random_state=2)
-    streams = {option: DWDClassifier(inference=True, shift_correction=option)
-               for option in ("auto", "second-order", None)}
-    streams["default"] = DWDClassifier(inference=True)
+    options = {"default": {}, "auto": dict(shift_correction="auto"),
+               "second-order": dict(shift_correction="second-order"),
+               None: dict(shift_correction=None)}
+    streams = {(start, name): DWDClassifier(inference=True, **params)
+               for start in ("fit", "partial_fit") for name, params in options.items()}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StreamShiftWarning)
-        for clf in streams.values():
-            clf.fit(X[b == 0], y[b == 0], sample_group=g[b == 0])
-        np.testing.assert_array_equal(streams["default"].coef_, streams[None].coef_)
+        for (start, _), clf in streams.items():
+            if start == "fit":
+                clf.fit(X[b == 0], y[b == 0], sample_group=g[b == 0])
+            else:
+                clf.partial_fit(X[b == 0], y[b == 0], sample_group=g[b == 0],
+                                classes=np.unique(y))
         for k in (1, 2):
             for clf in streams.values():
                 clf.partial_fit(X[b == k], y[b == k], sample_group=g[b == k])
-    for option in ("auto", "second-order"):
+
+    def same(a, b):
         for name in ("coef_", "intercept_", "coef_cov_"):
-            np.testing.assert_array_equal(getattr(streams["default"], name),
-                                          getattr(streams[option], name))
-    moved = np.abs(streams["default"].coef_ - streams[None].coef_).max(axis=1)
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+
+    same(streams["partial_fit", "default"], streams["partial_fit", "second-order"])
+    same(streams["partial_fit", "auto"], streams["partial_fit", "second-order"])
+    same(streams["fit", "default"], streams["fit", None])
+    same(streams["fit", "second-order"], streams["partial_fit", "second-order"])
+    moved = np.abs(streams["partial_fit", "default"].coef_
+                   - streams["partial_fit", None].coef_).max(axis=1)
     assert np.all(moved > 1e-8) and len(moved) == (3 if three else 1)
 
 
 def test_clone_and_grid_search_keep_the_default():
     """clone keeps 'auto'; a grid search's refit is the offline fit (the
-    first-order estimate) and its stream continues corrected."""
+    first-order estimate) and its stream continues first order."""
     from sklearn.base import clone
     from sklearn.model_selection import GridSearchCV
 
@@ -559,9 +576,9 @@ def test_clone_and_grid_search_keep_the_default():
     plain = DWDClassifier(inference=True, alpha=best.alpha, shift_correction=None).fit(
         X[b == 0], y[b == 0])
     np.testing.assert_array_equal(best.coef_, plain.coef_)
-    assert best._training_state.shift_correction is not None
+    assert best._training_state.shift_correction is None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StreamShiftWarning)
         best.partial_fit(X[b == 1], y[b == 1])
         plain.partial_fit(X[b == 1], y[b == 1])
-    assert not np.allclose(best.coef_, plain.coef_, rtol=0, atol=1e-10)
+    np.testing.assert_array_equal(best.coef_, plain.coef_)

@@ -589,17 +589,20 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         ``coef_cov_`` (and the standard errors, :meth:`confint`) is then
         the delta-method covariance of the corrected estimate, ``A V_B Aᵀ``.
         It keeps ``n_models (2 p1³ + p1⁴)`` numbers whatever the stream
-        length. ``'auto'``: the correction wherever that is at most 10⁷
-        numbers (``p <= 54`` for one model), the first-order stream beyond;
-        ``'second-order'``: the correction, more than 10⁷ numbers raise
+        length. ``'auto'``: the correction in a stream started by
+        ``partial_fit`` wherever that is at most 10⁷ numbers (``p <= 54``
+        for one model), the first-order stream beyond and in a stream
+        started by ``fit`` (which publishes the uncorrected estimate
+        anyway, one batch having nothing to correct, and so keeps its cost:
+        the correction's state costs ``p1⁴`` operations per row, 16x a
+        p = 20 fit); ``'second-order'``: the correction, carried from a
+        ``fit`` too (its state computed there), more than 10⁷ numbers raise
         ValueError (and without ``inference=True`` or under a mechanism,
         InvalidParameterError); None: the first-order stream. The decision
-        is made at the stream's first batch from the parameter count and
-        the class count only, and kept by the stream. The stream itself
-        (the state the next batch starts from, its covariance,
-        ``curvature_``) is the first-order one; ``fit`` publishes the
-        uncorrected estimate (one batch: nothing to correct) but computes
-        the correction's state for a ``partial_fit`` continuation.
+        is made at the stream's first batch from these (the parameter and
+        class counts, the call), never from the data, and kept by the
+        stream. The stream itself (the state the next batch starts from,
+        its covariance, ``curvature_``) is the first-order one.
         Measured: it removes the shift's mean and its intervals cover
         where small batches make the first-order stream's under-cover, at
         5-30 % more width (and over-covers one small-shift cell); it costs
@@ -1061,7 +1064,8 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         classes = self._sites_classes(classes, sites.labels(), first=first,
                                       new_stream=new_stream, who="sites")
         self._check_sites_width(sites.n_features, first=first, who="sites")
-        release, training_state = self._update_sites(sites, classes, settings, first=first)
+        release, training_state = self._update_sites(sites, classes, settings, first=first,
+                                                     new_stream=new_stream)
         self._commit_sites(release, training_state, sites.n_features, first=first)
         return self
 
@@ -1096,10 +1100,11 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         """Validated batch -> sites in this process -> :meth:`_update_sites`."""
         sites = SiteData.from_site_codes(batch.X, batch.y, batch.sample_weight,
                                          batch.site_codes, batch.n_sites, settings.n_jobs)
-        return self._update_sites(sites, classes, settings, first=first,
+        return self._update_sites(sites, classes, settings, first=first, new_stream=new_stream,
                                   class_weight=self._class_weight_vector(classes, batch.y))
 
-    def _update_sites(self, sites, classes, settings, *, first, class_weight=None):
+    def _update_sites(self, sites, classes, settings, *, first, new_stream=False,
+                      class_weight=None):
         """One batch: sites -> summaries -> server update -> release.
 
         Pure: reads the estimator's stream state, writes nothing (the random
@@ -1120,9 +1125,9 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         n_models = count_models(classes)
         p1 = sites.n_features + int(settings.fit_intercept)
         stream = self._stream_start(first, p1, n_models, settings)
-        shift_ratio = correction = published = chain_cov = None
+        shift_ratio = correction = published = chain_cov = remedy = None
         if settings.mechanism is None:
-            corrected = settings.inference and self._corrects(first, settings, p1, n_models)
+            corrected, remedy = self._shift_decision(first, new_stream, settings, p1, n_models)
             if settings.inference:
                 require_every_side(stream.started, sites.two_sided, "DWDClassifier")
             if corrected:
@@ -1136,8 +1141,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
                 shift_ratio = track_stream_shift(
                     None if first else getattr(self._training_state, "shift_ratio", 0.0),
                     sites.weight_sum, stream.seen + sites.weight_sum, p1, "DWDClassifier",
-                    stacklevel=6, remedy=shift_remedy(settings.shift_correction, corrected,
-                                                      p1, n_models))
+                    stacklevel=6, remedy=remedy)
                 if corrected:
                     published, coef_cov, correction = _second_order_step(
                         sites, stream, settings, theta, curvature, coef_cov,
@@ -1161,6 +1165,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
             coef_cov=None if chain_cov is None else chain_cov.copy(),
             shift_ratio=shift_ratio,
             shift_correction=correction,
+            shift_remedy=remedy,
         )
         release = dict(
             step,
@@ -1180,15 +1185,24 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
             release["intercept_"], release["coef_"] = np.zeros(theta.shape[1]), theta.T.copy()
         return release, training_state
 
-    def _corrects(self, first, settings, p1, n_models):
+    def _shift_decision(self, first, new_stream, settings, p1, n_models):
         """Whether this non-private stream with ``inference=True`` publishes
-        the second-order correction: decided at its first batch from the
-        parameter layout and ``shift_correction`` only
-        (:func:`~._second_order.uses_second_order`), then kept by the
-        training state (a stream carries the correction's state or not)."""
-        if first:
-            return uses_second_order(settings.shift_correction, p1, n_models)
-        return getattr(self._training_state, "shift_correction", None) is not None
+        the second-order correction, and the sentence its
+        ``StreamShiftWarning`` says about it. Decided at the stream's first
+        batch from ``shift_correction``, the parameter layout and whether
+        ``fit`` started the stream (:func:`~._second_order.uses_second_order`;
+        never from the data or the sites), then kept by the training state."""
+        if not settings.inference:
+            return False, None
+        if not first:
+            training = self._training_state
+            return (getattr(training, "shift_correction", None) is not None,
+                    getattr(training, "shift_remedy", None) or "")
+        option = settings.shift_correction
+        # 'auto' leaves fit (one batch: nothing to correct) at its own cost
+        from_fit = new_stream and option == "auto"
+        corrected = not from_fit and uses_second_order(option, p1, n_models)
+        return corrected, shift_remedy(option, corrected, p1, n_models, from_fit=from_fit)
 
     def _check_continuation(self, settings):
         """Refuse a continuation whose settings differ from the stream's."""

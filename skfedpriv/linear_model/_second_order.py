@@ -107,10 +107,16 @@ def uses_second_order(option, p1, n_models):
     return option == "second-order"
 
 
-def shift_remedy(option, corrected, p1, n_models):
+def shift_remedy(option, corrected, p1, n_models, from_fit=False):
     """The sentence of a ``DWDClassifier`` stream's
     :class:`~._inference_stream.StreamShiftWarning` about the correction:
-    that it is on, or why it is not."""
+    that it is on, or why it is not (``from_fit``: a stream started by
+    ``fit`` under ``'auto'``)."""
+    if from_fit:
+        return ("No second-order correction: this stream started with fit, which "
+                "shift_correction='auto' leaves uncorrected at its own cost "
+                "(shift_correction='second-order' carries the correction from a fit; "
+                "a stream started by partial_fit is corrected). ")
     if corrected:
         return (f"The second-order correction is on (shift_correction={option!r}): the "
                 "published estimate is corrected and its intervals include the "
