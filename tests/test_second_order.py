@@ -291,9 +291,9 @@ def test_a_site_sends_the_moments_of_its_own_rows():
             np.testing.assert_allclose(reply[key], value, rtol=1e-12, atol=1e-12)
 
 
-def test_sites_check_the_moments_request(ledger_dir, caplog):
-    """A non-private site refuses widths and parameters of other shapes; a
-    private site refuses the raw moments with a fixed text, and remote
+def test_sites_check_the_moments_request(ledger_dir, caplog, monkeypatch):
+    """A non-private site refuses widths and parameters of other shapes and
+    moments beyond its own size limit; a private site refuses the raw moments with a fixed text, and remote
     sites with a private site do not offer them (refused before any
     request)."""
     import logging
@@ -310,6 +310,10 @@ def test_sites_check_the_moments_request(ledger_dir, caplog):
             "theta": np.zeros((4, 1)), "widths": np.array([0.1])}
     site = local_sites(X, y, g, b)[0]
     assert site.handle(dict(base))["fourth"].shape == (1, 16, 16)
+    with monkeypatch.context() as patch:  # the site's own limit: 1 x (2 x 4^3 + 4^4) = 384
+        patch.setattr("skfedpriv.federated._site.MAX_THIRD_NUMBERS", 383)
+        with pytest.raises(ValueError, match="exceed 383 numbers"):
+            site.handle(dict(base))
     for bad in (dict(widths=np.array([0.1, 0.2])), dict(widths=np.array([-0.1])),
                 dict(widths=np.array([np.nan])), dict(theta=np.zeros((3, 1)))):
         with pytest.raises(Exception, match="widths|shape"):
