@@ -218,3 +218,21 @@ def test_scatter_only_under_dask_and_outside_tasks(client):
     # an estimator fitted inside a Dask task keeps joblib's path (no scatter
     # from a worker thread that would then block on further tasks)
     assert client.submit(inside_a_task, pure=False).result()
+
+
+def test_the_default_stream_correction_on_the_cluster(client):
+    """inference=True's default second-order correction reads the sites'
+    moments on the cluster (rows scattered): the in-process stream."""
+    X, y, g = _data(n=600)
+    b = np.arange(len(y)) % 3
+    reference = DWDClassifier(inference=True)
+    with joblib.parallel_config(backend="dask"), distributed.get_task_stream(client) as ts:
+        clf = DWDClassifier(inference=True, n_jobs=2)
+        for k in range(3):
+            rows = b == k
+            for est in (reference, clf):
+                est.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=[0, 1])
+    assert clf._training_state.shift_correction is not None
+    assert any("_moments_task" in t["key"] for t in ts.data)  # on the workers
+    np.testing.assert_allclose(clf.coef_, reference.coef_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(clf.coef_cov_, reference.coef_cov_, rtol=1e-8, atol=1e-14)

@@ -118,7 +118,8 @@ DWD_SCRIPT = [
     ("protocol 3", lambda log: _noised(log, protocol=3)),
     ("protocol 4", lambda log: _noised(log, protocol=4)),
     ("protocol 5", lambda log: _noised(log, protocol=5)),
-    ("protocol 7", lambda log: _noised(log, protocol=7)),
+    ("protocol 6", lambda log: _noised(log, protocol=6)),
+    ("protocol 8", lambda log: _noised(log, protocol=8)),
     ("class_weight of K", lambda log: _noised(log, class_weight=[1.0, 1.0, 2.0])),
     ("class_weight of 2", lambda log: _noised(log, class_weight=[1.0, 2.0])),
     ("prepare with class_weight", lambda log: {**_last(log, "prepare"), "class_weight": [1.0, 1.0, 5.0]}),
@@ -130,6 +131,8 @@ DWD_SCRIPT = [
     ("raw gram", lambda log: _noised(log, op="gram")),
     ("raw line losses", lambda log: _noised(log, op="line_losses", s=np.ones((3, 3)), steps=[1.0])),
     ("raw curvature product", lambda log: _noised(log, op="curvature_product", v=np.ones((3, 3)))),
+    ("raw second-order moments", lambda log: _noised(log, op="second_order_summary",
+                                                     widths=np.ones(3))),
 ]
 
 DWD_EXPECTED = {

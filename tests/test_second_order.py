@@ -13,13 +13,13 @@ from skfedpriv import DWDClassifier
 from skfedpriv._loss import GenDWDLoss, LogisticLoss
 from skfedpriv._param_validation import InvalidParameterError
 from skfedpriv.datasets import gaussian_gendwd_target, make_federated_gaussians
-from skfedpriv.federated import federated_fit
+from skfedpriv.federated import RemoteSites, federated_partial_fit
 from skfedpriv.linear_model import StreamShiftWarning
 from skfedpriv.linear_model._inference_sites import site_inference_summary
 from skfedpriv.linear_model._inference_stream import track_stream_shift
 from skfedpriv.linear_model import _second_order as second_order
 from skfedpriv.linear_model._second_order import (
-    MAX_THIRD_NUMBERS, ShiftCorrection, corrected_theta, delta_covariance, second_order_step,
+    MAX_THIRD_NUMBERS, ShiftCorrection, batch_moments, corrected_theta, delta_covariance, second_order_step,
     site_fourth_moment, site_outer_derivative, site_third_moment, smoothed_third_derivative)
 from _transport import RecordingTransport
 from test_flower import local_sites, make_data
@@ -170,8 +170,8 @@ def test_aggregated_correction_matches_the_batchwise_formula():
         X, Y, w, Theta = _site(n=40 + 10 * j, seed=10 + j)
         A = rng.normal(size=(2, 4, 4))
         cov = A @ A.transpose(0, 2, 1) / 50
-        state = state.advance([(X[:20], Y[:20], w[:20]), (X[20:], Y[20:], w[20:])], Theta, cov,
-                              w.sum(), loss, True)
+        sites = _Sites([(X[:20], Y[:20], w[:20]), (X[20:], Y[20:], w[20:])])
+        state = state.advance(batch_moments(sites, Theta, cov, loss), w.sum())
         Xa = np.column_stack([np.ones(len(X)), X])
         widths = np.sqrt(np.einsum("kab,ab->k", cov, Xa.T @ (w[:, None] * Xa)) / w.sum())
         thirds = thirds + site_third_moment(X, Y, w, Theta, True, loss.curvature, widths)
@@ -189,6 +189,15 @@ def test_aggregated_correction_matches_the_batchwise_formula():
                                    rtol=1e-10)
 
 
+class _Sites:
+    """In-process sites as :func:`batch_moments` reads them."""
+
+    fit_intercept = True
+
+    def __init__(self, parts):
+        self.parts, self.weight_sum = parts, sum(w.sum() for _, _, w in parts)
+
+
 def _stream(clf, X, y, g, b):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -204,12 +213,12 @@ def test_the_chain_and_its_covariance_are_the_default_streams():
     one-batch fit is the default fit bit for bit."""
     X, y, g, b = make_federated_gaussians(n_sites=3, n_batches=4, n_per_batch=40,
                                           n_features=3, ratio=4.0, random_state=0)
-    plain = DWDClassifier(inference=True).fit(X, y, sample_group=g)
+    plain = DWDClassifier(inference=True, shift_correction=None).fit(X, y, sample_group=g)
     fitted = DWDClassifier(inference=True, shift_correction="second-order").fit(
         X, y, sample_group=g)
     np.testing.assert_array_equal(fitted.coef_, plain.coef_)
     np.testing.assert_array_equal(fitted.intercept_, plain.intercept_)
-    plain = _stream(DWDClassifier(inference=True), X, y, g, b)
+    plain = _stream(DWDClassifier(inference=True, shift_correction=None), X, y, g, b)
     corrected = _stream(DWDClassifier(inference=True, shift_correction="second-order"),
                         X, y, g, b)
     np.testing.assert_array_equal(corrected._training_state.theta, plain._training_state.theta)
@@ -230,12 +239,108 @@ def test_refused_without_inference_or_under_a_mechanism(params):
         DWDClassifier(**params).fit(X, y)
 
 
-def test_remote_sites_are_refused_before_anything_changes():
+def _remote_and_local(make, n_batches=3):
+    """The same stream through the scripted transport and in process."""
+    X, y, g, b = make_federated_gaussians(n_sites=3, n_batches=n_batches, n_per_batch=30,
+                                          n_features=3, ratio=4.0, random_state=1)
+    transport = RecordingTransport(local_sites(X, y, g, b))
+    remote, local = make(), make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StreamShiftWarning)
+        for k in range(n_batches):
+            federated_partial_fit(remote, transport, k, classes=[-1, 1])
+            rows = b == k
+            local.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=[-1, 1])
+            yield remote, local, transport
+
+
+@pytest.mark.parametrize("option", ["second-order", "auto"])
+def test_remote_sites_publish_the_in_process_correction(option):
+    """Through the transport (``gram`` and ``second_order_summary`` per
+    batch) the corrected estimate and its delta-method covariance are the
+    in-process ones, to rounding, after every batch (the default 'auto'
+    too: its decision does not depend on the transport)."""
+    make = lambda: DWDClassifier(inference=True, shift_correction=option)  # noqa: E731
+    for remote, local, transport in _remote_and_local(make):
+        np.testing.assert_allclose(remote.coef_, local.coef_, rtol=1e-8, atol=1e-11)
+        np.testing.assert_allclose(remote.intercept_, local.intercept_, rtol=1e-8, atol=1e-11)
+        np.testing.assert_allclose(remote.coef_cov_, local.coef_cov_, rtol=1e-7, atol=1e-13)
+    assert sum(q["op"] == "second_order_summary" for q, _ in transport.log) == 3
+    *_, (first, _, _) = _remote_and_local(lambda: DWDClassifier(inference=True,
+                                                                 shift_correction=None))
+    assert not np.allclose(first.coef_, remote.coef_, rtol=0, atol=1e-10)  # it corrects
+
+
+def test_a_site_sends_the_moments_of_its_own_rows():
+    """A site's reply is :func:`site_second_order_moments` of its rows at
+    the request's θ and widths."""
+    from skfedpriv.linear_model._second_order import site_second_order_moments
+
+    make = lambda: DWDClassifier(inference=True, shift_correction="second-order")  # noqa: E731
+    *_, (_, _, transport) = _remote_and_local(make, n_batches=2)
+    X, y, g, b = make_federated_gaussians(n_sites=3, n_batches=2, n_per_batch=30,
+                                          n_features=3, ratio=4.0, random_state=1)
+    request, replies = [(q, r) for q, r in transport.log if q["op"] == "second_order_summary"][-1]
+    assert request["widths"].shape == (1,) and np.all(request["widths"] > 0)
+    for s, reply in enumerate(replies):
+        rows = (g == s) & (b == request["batch"])
+        Y = np.where(y[rows] == 1, 1.0, -1.0)[:, None]
+        want = site_second_order_moments(X[rows], Y, np.ones(rows.sum()), request["theta"],
+                                         True, GenDWDLoss(1.0), request["widths"])
+        for key, value in zip(("third", "outer_derivative", "fourth"), want):
+            np.testing.assert_allclose(reply[key], value, rtol=1e-12, atol=1e-12)
+
+
+def test_sites_check_the_moments_request(ledger_dir, caplog, monkeypatch):
+    """A non-private site refuses widths and parameters of other shapes and
+    moments beyond its own size limit; a private site refuses the raw moments with a fixed text, and remote
+    sites with a private site do not offer them (refused before any
+    request)."""
+    import logging
+
+    from skfedpriv.federated import RemoteSites, SitePrivacy, SiteRefusal
+    from skfedpriv.federated._refusal import RAW_SUMS
+    from skfedpriv.federated._site import PROTOCOL_VERSION
+    from _ledgers import new_ledger
+
+    caplog.set_level(logging.ERROR, logger="skfedpriv.federated")
+    X, y, g, b = make_data()
+    base = {"protocol": PROTOCOL_VERSION, "op": "second_order_summary", "batch": 0,
+            "classes": [0, 1], "fit_intercept": True, "loss": "gendwd", "loss-q": 1.0,
+            "theta": np.zeros((4, 1)), "widths": np.array([0.1])}
+    site = local_sites(X, y, g, b)[0]
+    assert site.handle(dict(base))["fourth"].shape == (1, 16, 16)
+    with monkeypatch.context() as patch:  # the site's own limit: 1 x (2 x 4^3 + 4^4) = 384
+        patch.setattr("skfedpriv.federated._site.MAX_THIRD_NUMBERS", 383)
+        with pytest.raises(ValueError, match="exceed 383 numbers"):
+            site.handle(dict(base))
+    for bad in (dict(widths=np.array([0.1, 0.2])), dict(widths=np.array([-0.1])),
+                dict(widths=np.array([np.nan])), dict(theta=np.zeros((3, 1)))):
+        with pytest.raises(Exception, match="widths|shape"):
+            site.handle({**base, **bad})
+    privacy = SitePrivacy(1.0, 1e-5, 3.0, classes=[0, 1],
+                          ledger_path=new_ledger(ledger_dir / "s.sqlite"))
+    private = local_sites(X, y, g, b, privacy=lambda s: privacy)
+    with pytest.raises(SiteRefusal, match=RAW_SUMS):
+        private[0].handle({**base, "clip_norm": 3.0})
+    transport = RecordingTransport(private)
+    remote = RemoteSites(transport, 0)
+    assert not remote.offers_second_order
+    with pytest.raises(NotImplementedError, match="private"):
+        remote.second_order_summary(np.zeros((4, 1)), np.eye(4)[None], GenDWDLoss(1.0))
+    assert all(q["op"] != "second_order_summary" for q, _ in transport.log)
+
+
+def test_sites_without_the_moments_are_refused_before_anything_changes():
+    """A DWDSites that does not send the moments: refused before any request."""
     X, y, g, b = make_data()
     transport = RecordingTransport(local_sites(X, y, g, b))
+
+    sites = RemoteSites(transport, 0)
+    sites.offers_second_order = False
     clf = DWDClassifier(inference=True, shift_correction="second-order")
-    with pytest.raises(NotImplementedError, match="sites in this process only"):
-        federated_fit(clf, transport, 0)
+    with pytest.raises(NotImplementedError, match="shift_correction=None"):
+        clf.fit_sites(sites)
     assert not hasattr(clf, "coef_")
     assert not any(q["op"] in ("summary", "inference_summary") for q, _ in transport.log)
 
@@ -265,7 +370,7 @@ def test_the_shift_shrinks_and_the_intervals_cover():
                                               n_features=p, ratio=4.0, random_state=seed)
         fit = DWDClassifier().fit(X, y, sample_group=g)
         offline.append(np.r_[fit.intercept_, fit.coef_[0]])
-        clf = _stream(DWDClassifier(inference=True), X, y, g, b)
+        clf = _stream(DWDClassifier(inference=True, shift_correction=None), X, y, g, b)
         first.append(np.r_[clf.intercept_, clf.coef_[0]])
         clf = _stream(DWDClassifier(inference=True, shift_correction="second-order"), X, y, g, b)
         second.append(np.r_[clf.intercept_, clf.coef_[0]])
@@ -302,16 +407,91 @@ def test_the_covariance_matches_the_corrected_estimates_spread():
     assert 0.9 < np.trace(np.mean(published, axis=0)) / empirical < 1.4
 
 
-@pytest.mark.parametrize("name, corrected, text", [
-    ("DWDClassifier", False, "DWDClassifier(shift_correction='second-order') corrects"),
-    ("DWDClassifier", True, "shift_correction='second-order' is on"),
-    ("LogisticRegression", False, "Batches of at least")])
-def test_the_shift_warning_says_what_the_correction_does(name, corrected, text):
-    """A DWD stream's warning points to the option (or says it is on); a
-    LogisticRegression stream's does not (it has none)."""
-    with pytest.warns(StreamShiftWarning, match=re.escape(text)) as caught:
-        track_stream_shift(1.0, 100.0, 200.0, 21, name, corrected=corrected)
-    assert ("shift_correction" in str(caught[0].message)) == (name == "DWDClassifier")
+def _small_batches(p, n_batches=2, rows=30, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n_batches * rows, p))
+    y = np.where(X[:, 0] + rng.normal(size=len(X)) > 0, 1, -1)
+    return X, y, np.repeat(np.arange(n_batches), rows)
+
+
+@pytest.mark.parametrize("option, p, text, corrected", [
+    ("auto", 3, "The second-order correction is on (shift_correction='auto')", True),
+    ("second-order", 3, "The second-order correction is on (shift_correction='second-order')",
+     True),
+    (None, 3, "No second-order correction (shift_correction=None): 'auto' (the default)", False),
+    ("auto", 55, "1 x (2 x 56^3 + 56^4) = 10185728 numbers, more than 10000000", False),
+    ("fit", 3, "No second-order correction: this stream started with fit", False)])
+def test_the_shift_warning_says_whether_and_why_the_stream_is_corrected(option, p, text,
+                                                                       corrected):
+    """A small-batch DWD stream warns with what the correction does: on, off
+    by choice, off under 'auto' because its state is too large (p = 55,
+    one model: 2 p1³ + p1⁴ > 10⁷, decided from the parameter count alone)
+    or because fit started the stream; the stream carries the correction's
+    state exactly when it is on."""
+    X, y, b = _small_batches(p)
+    if option == "fit":  # 'auto', the stream started by fit
+        clf = DWDClassifier(inference=True).fit(X[b == 0], y[b == 0])
+    else:
+        clf = DWDClassifier(inference=True, shift_correction=option)
+        clf.partial_fit(X[b == 0], y[b == 0], classes=[-1, 1])
+    with pytest.warns(StreamShiftWarning, match=re.escape(text)):
+        clf.partial_fit(X[b == 1], y[b == 1])
+    assert (clf._training_state.shift_correction is not None) == corrected
+
+
+def test_a_logistic_streams_warning_names_no_correction():
+    with pytest.warns(StreamShiftWarning, match="Batches of at least") as caught:
+        track_stream_shift(1.0, 100.0, 200.0, 21, "LogisticRegression")
+    assert "shift_correction" not in str(caught[0].message)
+
+
+def test_auto_decides_from_the_parameter_layout_only():
+    """The limit ``n_models (2 p1³ + p1⁴) <= 10⁷``: p <= 54 for one model,
+    p1 <= 42 for three (one-vs-rest)."""
+    assert second_order.uses_second_order("auto", 55, 1)
+    assert not second_order.uses_second_order("auto", 56, 1)
+    assert second_order.uses_second_order("auto", 42, 3)
+    assert not second_order.uses_second_order("auto", 43, 3)
+    assert second_order.uses_second_order("second-order", 56, 1)
+    assert not second_order.uses_second_order(None, 3, 1)
+
+
+@pytest.mark.parametrize("start_limit, later_limit", [(MAX_THIRD_NUMBERS, 0),
+                                                      (0, MAX_THIRD_NUMBERS)])
+def test_auto_is_fixed_at_the_first_batch(start_limit, later_limit, monkeypatch):
+    """Whatever 'auto' decided at the stream's first batch holds for its
+    later batches (the training state carries the correction or not), and
+    the published estimate is the corresponding explicit option's, bit for
+    bit."""
+    X, y, b = _small_batches(3, n_batches=3)
+    auto = DWDClassifier(inference=True)
+    explicit = DWDClassifier(inference=True,
+                             shift_correction="second-order" if start_limit else None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StreamShiftWarning)
+        for k in range(3):
+            explicit.partial_fit(X[b == k], y[b == k], classes=[-1, 1])
+        for k in range(3):
+            monkeypatch.setattr(second_order, "MAX_THIRD_NUMBERS",
+                                start_limit if k == 0 else later_limit)
+            auto.partial_fit(X[b == k], y[b == k], classes=[-1, 1])
+    assert (auto._training_state.shift_correction is not None) == bool(start_limit)
+    np.testing.assert_array_equal(auto.coef_, explicit.coef_)
+    np.testing.assert_array_equal(auto.coef_cov_, explicit.coef_cov_)
+
+
+def test_a_stream_cannot_switch_its_correction():
+    """Changing ``shift_correction`` in a stream with inference is refused
+    before any state changes; without inference it does not bind it."""
+    X, y, b = _small_batches(3)
+    clf = DWDClassifier(inference=True).partial_fit(X[b == 0], y[b == 0], classes=[-1, 1])
+    coef = clf.coef_.copy()
+    clf.set_params(shift_correction=None)
+    with pytest.raises(ValueError):
+        clf.partial_fit(X[b == 1], y[b == 1])
+    np.testing.assert_array_equal(clf.coef_, coef)
+    plain = DWDClassifier().partial_fit(X[b == 0], y[b == 0], classes=[-1, 1])
+    plain.set_params(shift_correction=None).partial_fit(X[b == 1], y[b == 1])
 
 
 def test_with_a_quadratic_loss_the_published_estimate_is_the_chains():
@@ -336,3 +516,73 @@ def test_with_a_quadratic_loss_the_published_estimate_is_the_chains():
         np.testing.assert_array_equal(published, Theta)
         np.testing.assert_allclose(published_cov, cov, rtol=1e-15, atol=0)
     assert state.ratio_sum > 0 and not state.third.any()
+
+
+def _three_classes(n_batches=3, rows=90, p=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n_batches * rows, p))
+    y = np.argmax(X[:, :3] + rng.normal(size=(len(X), 3)), axis=1)
+    return X, y, np.repeat(np.arange(n_batches), rows), np.arange(len(X)) % 3
+
+
+@pytest.mark.parametrize("three", [False, True], ids=["binary", "one-vs-rest"])
+def test_the_default_is_the_corrected_stream(three):
+    """A stream started by ``partial_fit``: the default ('auto', at these
+    sizes) publishes the 'second-order' stream bit for bit, every
+    one-vs-rest model corrected. A stream started by ``fit``: 'auto' leaves
+    it first order (bit for bit, the fit's cost unchanged), 'second-order'
+    carries the correction from the fit."""
+    if three:
+        X, y, b, g = _three_classes()
+    else:
+        X, y, g, b = make_federated_gaussians(n_sites=3, n_batches=3, n_per_batch=30,
+                                              n_features=3, ratio=4.0, random_state=2)
+    options = {"default": {}, "auto": dict(shift_correction="auto"),
+               "second-order": dict(shift_correction="second-order"),
+               None: dict(shift_correction=None)}
+    streams = {(start, name): DWDClassifier(inference=True, **params)
+               for start in ("fit", "partial_fit") for name, params in options.items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StreamShiftWarning)
+        for (start, _), clf in streams.items():
+            if start == "fit":
+                clf.fit(X[b == 0], y[b == 0], sample_group=g[b == 0])
+            else:
+                clf.partial_fit(X[b == 0], y[b == 0], sample_group=g[b == 0],
+                                classes=np.unique(y))
+        for k in (1, 2):
+            for clf in streams.values():
+                clf.partial_fit(X[b == k], y[b == k], sample_group=g[b == k])
+
+    def same(a, b):
+        for name in ("coef_", "intercept_", "coef_cov_"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+
+    same(streams["partial_fit", "default"], streams["partial_fit", "second-order"])
+    same(streams["partial_fit", "auto"], streams["partial_fit", "second-order"])
+    same(streams["fit", "default"], streams["fit", None])
+    same(streams["fit", "second-order"], streams["partial_fit", "second-order"])
+    moved = np.abs(streams["partial_fit", "default"].coef_
+                   - streams["partial_fit", None].coef_).max(axis=1)
+    assert np.all(moved > 1e-8) and len(moved) == (3 if three else 1)
+
+
+def test_clone_and_grid_search_keep_the_default():
+    """clone keeps 'auto'; a grid search's refit is the offline fit (the
+    first-order estimate) and its stream continues first order."""
+    from sklearn.base import clone
+    from sklearn.model_selection import GridSearchCV
+
+    X, y, b, _ = _three_classes(n_batches=2, rows=120)
+    assert clone(DWDClassifier(inference=True)).shift_correction == "auto"
+    search = GridSearchCV(DWDClassifier(inference=True), {"alpha": [1e-3, 1e-2]}, cv=3)
+    best = search.fit(X[b == 0], y[b == 0]).best_estimator_
+    plain = DWDClassifier(inference=True, alpha=best.alpha, shift_correction=None).fit(
+        X[b == 0], y[b == 0])
+    np.testing.assert_array_equal(best.coef_, plain.coef_)
+    assert best._training_state.shift_correction is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StreamShiftWarning)
+        best.partial_fit(X[b == 1], y[b == 1])
+        plain.partial_fit(X[b == 1], y[b == 1])
+    np.testing.assert_array_equal(best.coef_, plain.coef_)

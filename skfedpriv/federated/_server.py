@@ -32,6 +32,7 @@ from .._losses import count_models
 from ..linear_model._dwd_sites import DWDSites
 from ..linear_model._inference_sites import InferenceSummary
 from ..linear_model._local_steps import LogisticLearners
+from ..linear_model._second_order import smoothing_widths
 from ..linear_model._logistic import LogisticRegression
 from ._learner import logistic_request_params
 from ._loss_message import loss_entries
@@ -121,8 +122,10 @@ class RemoteSites(DWDSites):
         # 'local-gaussian' needs every site to noise its own summaries
         self.noises_summaries = all(r.get("private") and not r.get("holds_noise_stream")
                                     for r in replies)
-        # the inference summary is a raw sum: non-private sites only
-        self.offers_inference = not any(r.get("private") for r in replies)
+        # the inference summary and the correction's moments are raw sums:
+        # non-private sites only
+        self.offers_inference = self.offers_second_order = not any(
+            r.get("private") for r in replies)
 
     def labels(self):
         """The sites' labels, or None when a site is private (it does not
@@ -309,8 +312,28 @@ class RemoteSites(DWDSites):
         return total
 
 
+    def second_order_summary(self, Theta, cov, loss):
+        """The batch's summed moments of the second-order correction
+        (:meth:`~skfedpriv.linear_model.DWDSites.second_order_summary`;
+        non-private sites only: raw sums). Two requests: ``gram`` (the
+        batch's Gram matrix, for the smoothing widths), then
+        ``second_order_summary`` at ``Theta`` with those widths."""
+        if not self.offers_second_order:
+            raise NotImplementedError(
+                "private remote sites send no second-order moments (raw sums).")
+        gram = sum(np.asarray(r["gram"], dtype=float) for r in self._ask(op="gram"))
+        widths = smoothing_widths(gram, np.asarray(cov, dtype=float), self.weight_sum)
+        replies = self._ask(op="second_order_summary", theta=np.asarray(Theta, dtype=float),
+                            widths=widths, **loss_entries(loss))
+        return tuple(sum(np.asarray(r[k], dtype=float) for r in replies)
+                     for k in SECOND_ORDER_FIELDS)
+
+
 #: The reply entries of ``inference_summary``, in :class:`InferenceSummary`'s order.
 _INFERENCE_FIELDS = ("curvature", "score_outer", "score_sum", "weight_sq_sum")
+#: The reply entries of ``second_order_summary``, in
+#: :func:`~skfedpriv.linear_model._second_order.site_second_order_moments`' order.
+SECOND_ORDER_FIELDS = ("third", "outer_derivative", "fourth")
 
 
 def runs_on_summary_sites(estimator):

@@ -21,6 +21,11 @@ from .._param_validation import Interval, validate_parameters
 from ..linear_model._dwd import PARAMETER_CONSTRAINTS as DWD_CONSTRAINTS
 from ..linear_model._dwd_sites import prepare_rows, side_flags
 from ..linear_model._inference_sites import site_inference_summary
+from ..linear_model._second_order import (
+    MAX_THIRD_NUMBERS,
+    second_order_numbers,
+    site_second_order_moments,
+)
 from ..linear_model._dwd_solver import (
     augmented_scores,
     site_curvature_matrices,
@@ -65,7 +70,9 @@ from ._site_config import (
 #: registry, a private one only the genDWD loss of its own configuration.
 #: Version 6: a private site may hold a 'local-tree' / 'local-blt' noise
 #: stream (``continual``), and non-private sites answer ``inference_summary``.
-PROTOCOL_VERSION = 6
+#: Version 7: non-private sites answer ``second_order_summary`` (the moments
+#: of ``DWDClassifier``'s second-order stream correction).
+PROTOCOL_VERSION = 7
 
 #: The requests a private site answers with releases (each privacy one of them).
 _RELEASE_OPS = frozenset({"noised", "continual"})
@@ -362,6 +369,8 @@ class DWDSite(_Site):
             reply.update(curvature=summary.curvature, score_outer=summary.score_outer,
                          score_sum=summary.score_sum, weight_sq_sum=summary.weight_sq_sum)
             return reply
+        if op == "second_order_summary":
+            return self._second_order_summary(request, X, Y, w, fit_intercept, reply)
         theta, loss = np.asarray(request["theta"], dtype=float), _margin_loss(request)
         if op == "curvature_product":
             exact = request.get("exact")
@@ -375,6 +384,25 @@ class DWDSite(_Site):
                 [float(t) for t in request["steps"]], loss, fit_intercept)
             return reply
         raise ValueError(f"unknown request {op!r}.")
+
+    def _second_order_summary(self, request, X, Y, w, fit_intercept, reply):
+        """The site's correction moments at the request's ``theta`` and
+        smoothing ``widths``, their shapes from its own rows and the
+        prepared targets; refused beyond :data:`MAX_THIRD_NUMBERS` numbers."""
+        loss = _margin_loss(request)
+        p1, n_models = X.shape[1] + int(fit_intercept), Y.shape[1]
+        if second_order_numbers(p1, n_models) > MAX_THIRD_NUMBERS:
+            raise ValueError(f"site {self.name}: the second-order moments of {n_models} "
+                             f"models of {p1} parameters exceed {MAX_THIRD_NUMBERS} numbers.")
+        theta = _checked_theta(request, (p1, n_models))
+        widths = np.asarray(request.get("widths"), dtype=float)
+        if widths.shape != (n_models,) or not np.all(np.isfinite(widths) & (widths > 0)):
+            raise ValueError(f"site {self.name}: the smoothing widths must be {n_models} "
+                             "positive finite numbers.")
+        third, outer, fourth = site_second_order_moments(X, Y, w, theta, fit_intercept, loss,
+                                                         widths)
+        reply.update(third=third, outer_derivative=outer, fourth=fourth)
+        return reply
 
     # -- a private site ------------------------------------------------------
 

@@ -26,8 +26,9 @@ that file and answers each batch of its horizon once, in order (request
 Requests (``op``): ``describe`` (row count, feature count; labels unless
 private), ``prepare`` (weight sum; unless private, which sides of each
 one-vs-rest model are present),
-``summary``, ``gram``, ``curvature_product``, ``line_losses`` and
-``inference_summary`` (raw sums, refused by private sites), ``noised``
+``summary``, ``gram``, ``curvature_product``, ``line_losses``,
+``inference_summary`` and ``second_order_summary`` (raw sums, refused by
+private sites), ``noised``
 (gradient, curvature or Gram matrix plus the site's own Gaussian noise)
 and ``continual`` (the batch's linearized summaries plus the next
 increment of the site's own stream). A request for sums names its loss by

@@ -50,7 +50,8 @@ from ._inference import (
 )
 from ._inference_stream import require_every_side, track_stream_shift
 from ._renewable import renewable_step
-from ._second_order import check_second_order_sites, second_order_step
+from ._second_order import (SHIFT_CORRECTIONS, check_second_order_sites, second_order_step,
+                            shift_remedy, uses_second_order)
 
 
 @dataclass(frozen=True)
@@ -404,7 +405,7 @@ PARAMETER_CONSTRAINTS = {
     "n_batches": [Interval(numbers.Integral, 1, None), None],
     "honest_sites": [Interval(numbers.Integral, 1, None), None],
     "inference": ["boolean"],
-    "shift_correction": [Options("second-order"), None],
+    "shift_correction": [Options(*SHIFT_CORRECTIONS), None],
 }
 
 
@@ -577,23 +578,39 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         private (std ``∝ 1/sqrt(honest_sites)``); ``None`` is every site of
         the stream's first batch. More than the stream's sites raises
         ValueError before any charge. See Notes.
-    shift_correction : {None, 'second-order'}, default=None
-        ``'second-order'`` (with ``inference=True``, without a mechanism,
-        sites in this process): after each ``partial_fit`` batch, publish
-        the renewable estimate minus its expected linearization shift,
+    shift_correction : {'auto', 'second-order'} or None, default='auto'
+        The second-order correction of a non-private stream with
+        ``inference=True`` (no effect without inference or under a
+        mechanism): after each ``partial_fit`` batch, publish the renewable
+        estimate minus its expected linearization shift,
         ``θ_B - C_B⁻¹ ½ r S : V_B`` with ``S`` the summed third derivative
         of the loss (genDWD's kink smoothed over the margin's standard
-        deviation), ``r = Σ_{j≥2} W_j / N_j`` and ``V_B`` the covariance
-        (``n_models (2 p1³ + p1⁴)`` numbers of memory, whatever the stream
-        length; more than 10⁷ raise ValueError). ``coef_cov_`` (and the
-        standard errors, :meth:`confint`) is then the delta-method
-        covariance of the corrected estimate, ``A V_B Aᵀ``. The stream
-        itself (the state the next batch starts from, its covariance,
-        ``curvature_``) is the default one; ``fit`` is unchanged.
+        deviation), ``r = Σ_{j≥2} W_j / N_j`` and ``V_B`` the covariance;
+        ``coef_cov_`` (and the standard errors, :meth:`confint`) is then
+        the delta-method covariance of the corrected estimate, ``A V_B Aᵀ``.
+        It keeps ``n_models (2 p1³ + p1⁴)`` numbers whatever the stream
+        length. ``'auto'``: the correction in a stream started by
+        ``partial_fit`` wherever that is at most 10⁷ numbers (``p <= 54``
+        for one model), the first-order stream beyond and in a stream
+        started by ``fit`` (which publishes the uncorrected estimate
+        anyway, one batch having nothing to correct, and so keeps its cost:
+        the correction's state costs ``p1⁴`` operations per row, 16x a
+        p = 20 fit); ``'second-order'``: the correction, carried from a
+        ``fit`` too (its state computed there), more than 10⁷ numbers raise
+        ValueError (and without ``inference=True`` or under a mechanism,
+        InvalidParameterError); None: the first-order stream. The decision
+        is made at the stream's first batch from these (the parameter and
+        class counts, the call), never from the data, and kept by the
+        stream. The stream itself (the state the next batch starts from,
+        its covariance, ``curvature_``) is the first-order one.
         Measured: it removes the shift's mean and its intervals cover
-        where small batches make the default stream's under-cover, at
-        5-30 % more width; see :doc:`/guide_inference`. Remote sites raise
-        ``NotImplementedError`` before any summary is asked.
+        where small batches make the first-order stream's under-cover, at
+        5-30 % more width (and over-covers one small-shift cell); it costs
+        about 8 times the time of a first-order stream of p = 20; see
+        :doc:`/guide_inference`. Sites send the moments it needs (remote
+        sites: ``second_order_summary``, non-private sites only); sites
+        that do not raise ``NotImplementedError`` before any summary is
+        asked (use None with them).
 
     Attributes
     ----------
@@ -904,7 +921,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         n_batches=None,
         inference=False,
         honest_sites=None,
-        shift_correction=None,
+        shift_correction="auto",
     ):
         self.q = q
         self.alpha = alpha
@@ -1047,7 +1064,8 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         classes = self._sites_classes(classes, sites.labels(), first=first,
                                       new_stream=new_stream, who="sites")
         self._check_sites_width(sites.n_features, first=first, who="sites")
-        release, training_state = self._update_sites(sites, classes, settings, first=first)
+        release, training_state = self._update_sites(sites, classes, settings, first=first,
+                                                     new_stream=new_stream)
         self._commit_sites(release, training_state, sites.n_features, first=first)
         return self
 
@@ -1082,10 +1100,11 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         """Validated batch -> sites in this process -> :meth:`_update_sites`."""
         sites = SiteData.from_site_codes(batch.X, batch.y, batch.sample_weight,
                                          batch.site_codes, batch.n_sites, settings.n_jobs)
-        return self._update_sites(sites, classes, settings, first=first,
+        return self._update_sites(sites, classes, settings, first=first, new_stream=new_stream,
                                   class_weight=self._class_weight_vector(classes, batch.y))
 
-    def _update_sites(self, sites, classes, settings, *, first, class_weight=None):
+    def _update_sites(self, sites, classes, settings, *, first, new_stream=False,
+                      class_weight=None):
         """One batch: sites -> summaries -> server update -> release.
 
         Pure: reads the estimator's stream state, writes nothing (the random
@@ -1106,12 +1125,13 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         n_models = count_models(classes)
         p1 = sites.n_features + int(settings.fit_intercept)
         stream = self._stream_start(first, p1, n_models, settings)
-        shift_ratio = correction = published = chain_cov = None
+        shift_ratio = correction = published = chain_cov = remedy = None
         if settings.mechanism is None:
+            corrected, remedy = self._shift_decision(first, new_stream, settings, p1, n_models)
             if settings.inference:
                 require_every_side(stream.started, sites.two_sided, "DWDClassifier")
-            if settings.shift_correction is not None:
-                check_second_order_sites(sites, p1, n_models)
+            if corrected:
+                check_second_order_sites(sites, p1, n_models, settings.shift_correction)
             theta, curvature, n_iter, started = _renewable_step(sites, stream, settings)
             step = dict(privacy_spent_=(math.inf, 0.0), noise_scale_=0.0)
             noise_var, rng = 0.0, None
@@ -1121,8 +1141,8 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
                 shift_ratio = track_stream_shift(
                     None if first else getattr(self._training_state, "shift_ratio", 0.0),
                     sites.weight_sum, stream.seen + sites.weight_sum, p1, "DWDClassifier",
-                    stacklevel=6, corrected=settings.shift_correction is not None)
-                if settings.shift_correction is not None:
+                    stacklevel=6, remedy=remedy)
+                if corrected:
                     published, coef_cov, correction = _second_order_step(
                         sites, stream, settings, theta, curvature, coef_cov,
                         None if first else self._training_state.shift_correction)
@@ -1145,6 +1165,7 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
             coef_cov=None if chain_cov is None else chain_cov.copy(),
             shift_ratio=shift_ratio,
             shift_correction=correction,
+            shift_remedy=remedy,
         )
         release = dict(
             step,
@@ -1163,6 +1184,25 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         else:
             release["intercept_"], release["coef_"] = np.zeros(theta.shape[1]), theta.T.copy()
         return release, training_state
+
+    def _shift_decision(self, first, new_stream, settings, p1, n_models):
+        """Whether this non-private stream with ``inference=True`` publishes
+        the second-order correction, and the sentence its
+        ``StreamShiftWarning`` says about it. Decided at the stream's first
+        batch from ``shift_correction``, the parameter layout and whether
+        ``fit`` started the stream (:func:`~._second_order.uses_second_order`;
+        never from the data or the sites), then kept by the training state."""
+        if not settings.inference:
+            return False, None
+        if not first:
+            training = self._training_state
+            return (getattr(training, "shift_correction", None) is not None,
+                    getattr(training, "shift_remedy", None) or "")
+        option = settings.shift_correction
+        # 'auto' leaves fit (one batch: nothing to correct) at its own cost
+        from_fit = new_stream and option == "auto"
+        corrected = not from_fit and uses_second_order(option, p1, n_models)
+        return corrected, shift_remedy(option, corrected, p1, n_models, from_fit=from_fit)
 
     def _check_continuation(self, settings):
         """Refuse a continuation whose settings differ from the stream's."""

@@ -58,8 +58,9 @@ class DWDSettings(StreamSettings):
         with one, everything its guarantee and noise use."""
         if self.mechanism is None:
             key = (None, self.fit_intercept, self.inference)
-            # the second-order correction's state binds the stream too
-            return key if self.shift_correction is None else key + (self.shift_correction,)
+            # with inference, whether the stream carries the second-order
+            # correction's state binds it too
+            return key + (self.shift_correction,) if self.inference else key
         return tuple(getattr(self, name) for name in _PRIVATE_STREAM_FIELDS)
 
 
@@ -71,8 +72,8 @@ def dwd_settings(params):
                   fit_intercept=bool(params["fit_intercept"]), inference=bool(params["inference"]),
                   loss=GenDWDLoss(float(params["q"])))
     mechanism = params["mechanism"]
-    if params["shift_correction"] is not None and (mechanism is not None
-                                                   or not params["inference"]):
+    if params["shift_correction"] == "second-order" and (mechanism is not None
+                                                         or not params["inference"]):
         raise InvalidParameterError(
             "shift_correction='second-order' corrects a non-private stream's estimate "
             "by its covariance: it needs inference=True and mechanism=None.")

@@ -235,6 +235,24 @@ class DWDSites(abc.ABC):
             f"{type(self).__name__} does not offer the inference summary; fit with "
             "inference=False.")
 
+    #: Whether :meth:`second_order_summary` is answered (the stream's
+    #: second-order correction, ``shift_correction``). In-process sites are
+    #: read directly instead (:func:`~._second_order.batch_moments`).
+    offers_second_order = False
+
+    def second_order_summary(self, Theta, cov, loss):
+        """The batch's summed moments of the second-order correction at
+        ``Theta`` (:func:`~._second_order.site_second_order_moments`, with
+        the smoothing widths of :func:`~._second_order.smoothing_widths`
+        from the batch's Gram matrix and the covariance ``cov``, shape
+        ``(K, p1, p1)``): ``(S, ∂B, ∂S)`` of shapes ``(K, p1, p1, p1)``,
+        ``(K, p1, p1, p1)`` and ``(K, p1², p1²)``. Raw sums: sites that do
+        not offer them (``offers_second_order`` False) raise
+        NotImplementedError."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not send the second-order moments; fit with "
+            "shift_correction=None.")
+
     #: Whether every site can noise its own summaries ('local-gaussian'):
     #: in-process sites (the package draws for them) or remote sites that
     #: each hold a :class:`~skfedpriv.federated.SitePrivacy`.

@@ -14,8 +14,9 @@ row weight up to batch ``j``). Solving with the total curvature (of order
 ``κ · I`` standard errors,  ``I = n_params · Σ_{j≥2} (W_j / N_j) / √N_B``,
 
 a deterministic shift the sandwich (the spread of the estimate) does not
-see (``DWDClassifier(shift_correction='second-order')`` subtracts its
-expectation, :mod:`._second_order`). The constant ``κ`` depends on the
+see (``DWDClassifier``'s second-order correction, its default
+``shift_correction='auto'`` where the correction's state fits, subtracts
+its expectation: :mod:`._second_order`). The constant ``κ`` depends on the
 loss's third derivative and the
 design; simulations measured ``κ ≈ 0.7`` for the logistic loss (4:1
 classes), ``κ ≈ 1.1-1.6`` for genDWD (q = 1, 4:1 classes: the kink adds
@@ -55,11 +56,14 @@ class StreamShiftWarning(UserWarning):
     too small for its parameter count: the renewable estimate may sit off
     the offline one by a sizeable part of a standard error, and the
     intervals under-cover (see :doc:`/guide_inference`). Larger batches
-    remove it; for ``DWDClassifier``, ``shift_correction='second-order'``
-    corrects the estimate and gives intervals that include the
-    correction's own variance (measured to cover where these under-cover,
-    at some more width; where the shift is small it can over-correct and
-    over-cover, see :doc:`/guide_inference`)."""
+    remove it; ``DWDClassifier``'s second-order correction (the default
+    ``shift_correction='auto'`` where its state fits, or
+    ``'second-order'``) corrects the estimate and gives intervals that
+    include the correction's own variance (measured to cover where the
+    first-order ones under-cover, at some more width; where the shift is
+    small it can over-correct and over-cover, see :doc:`/guide_inference`).
+    A corrected stream still warns (the message says the correction is
+    on); a first-order one says why it is not corrected."""
 
 
 def require_every_side(started, two_sided, name):
@@ -91,7 +95,7 @@ def require_every_side(started, two_sided, name):
 
 
 def track_stream_shift(previous, batch_weight, seen, n_params, name, stacklevel=2,
-                       corrected=False):
+                       remedy=""):
     """Advance ``Σ_{j≥2} W_j / N_j`` by one batch and warn when the shift
     index ``I`` exceeds :data:`SHIFT_INDEX_LIMIT`.
 
@@ -111,10 +115,10 @@ def track_stream_shift(previous, batch_weight, seen, n_params, name, stacklevel=
         The estimator, for the message.
     stacklevel : int, default=2
         Of the warning (the caller's frames up to the user's call).
-    corrected : bool, default=False
-        The stream publishes the second-order correction
-        (:mod:`._second_order`): the message says so; otherwise a
-        ``DWDClassifier`` message points to it.
+    remedy : str, default=""
+        What the estimator does or offers about the shift (a
+        ``DWDClassifier``'s second-order correction, on or why not:
+        :func:`~._second_order.shift_remedy`), inserted in the message.
 
     Returns
     -------
@@ -125,13 +129,6 @@ def track_stream_shift(previous, batch_weight, seen, n_params, name, stacklevel=
     ratio_sum = previous + batch_weight / seen
     index = n_params * ratio_sum / math.sqrt(seen)
     if index > SHIFT_INDEX_LIMIT:
-        remedy = (
-            "shift_correction='second-order' is on: the published estimate is corrected "
-            "and its intervals include the correction's own variance (measured to cover "
-            "at such batches, 5-30 % wider than the uncorrected ones). " if corrected else
-            "DWDClassifier(shift_correction='second-order') corrects the estimate and "
-            "gives intervals that include the correction's own variance (measured to "
-            "cover at such batches, 5-30 % wider). " if name == "DWDClassifier" else "")
         warnings.warn(
             f"{name}(inference=True): this stream's batches are small for its "
             f"{n_params} parameters (shift index {index:.2f} > {SHIFT_INDEX_LIMIT}): the "

@@ -1,4 +1,6 @@
-"""A second-order correction of the renewable stream's shift (opt-in).
+"""A second-order correction of the renewable stream's shift
+(``DWDClassifier(shift_correction='auto')``, the default, where its state
+fits; ``'second-order'`` to require it).
 
 The renewable estimate ``θ_B`` solves ``Σ_j Ũ_j(θ) = 0``, each batch's
 score linearized at the estimate ``θ_j`` the stream had after it (see
@@ -23,7 +25,7 @@ well-estimated final ``V_B`` rather than each batch's own ``V_j`` matters:
 with ``Σ_j W_j V_j`` the early batches' noisy covariances made the
 correction noisier than the shift it removed (benchmarks/README.md).
 The chain itself (the estimate the next batch starts
-from) is left as it is: the default stream is unchanged.
+from) is left as it is: the first-order stream is unchanged.
 
 The loss's third derivative is smoothed by a uniform kernel of half-width
 ``h``: ``ℓ'''_h(u) = (ℓ''(u + h) - ℓ''(u - h)) / 2h``. For genDWD the
@@ -53,8 +55,8 @@ Measured (benchmarks/README.md, "A second-order correction with a
 delta-method covariance", 300 data sets per cell): the shift's mean
 removed (at most 0.07 of the estimate's spread at n = 2 000, p = 20), and
 the intervals of the 20-batch streams cover 94.3-96.9 % pooled at
-n = 2 000 (the default stream: 89.5-95.2 %), SE / SD 0.85-1.19; they are
-5-30 % wider than the default stream's there. Without ``∂S`` they
+n = 2 000 (the first-order stream: 89.5-95.2 %), SE / SD 0.85-1.19; they are
+5-30 % wider than the first-order stream's there. Without ``∂S`` they
 over-stated the spread by about 10 %. Where the shift is small (q = 4,
 4:1 classes, p = 5, n = 2 000) the correction over-corrects (its mean
 0.43-0.56 of the estimate's spread against a shift of 0.10-0.28; four of
@@ -69,12 +71,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._losses import add_intercept_column
-from ._dwd_solver import augmented_gram, augmented_scores
+from .._sites import map_sites
+from ._dwd_solver import _site_gram, augmented_scores
 
-__all__ = ["MAX_THIRD_NUMBERS", "ShiftCorrection", "check_second_order_sites",
-           "corrected_theta", "delta_covariance", "second_order_step",
-           "site_fourth_moment", "site_outer_derivative", "site_third_moment",
-           "smoothed_third_derivative"]
+__all__ = ["MAX_THIRD_NUMBERS", "SHIFT_CORRECTIONS", "ShiftCorrection", "batch_moments",
+           "check_second_order_sites", "corrected_theta", "delta_covariance",
+           "second_order_numbers", "second_order_step", "shift_remedy", "site_fourth_moment",
+           "site_outer_derivative", "site_second_order_moments", "site_third_moment",
+           "smoothed_third_derivative", "smoothing_widths", "uses_second_order"]
 
 #: The most numbers the correction keeps, ``n_models (2 p1³ + p1⁴)`` (``S``,
 #: ``∂B`` and ``∂S``; 8 bytes each: 80 MB).
@@ -82,22 +86,75 @@ MAX_THIRD_NUMBERS = 10_000_000
 _BLOCK_NUMBERS = 1 << 20
 
 
-def check_second_order_sites(sites, p1, n_models, name="DWDClassifier"):
+#: The values of ``DWDClassifier(shift_correction=...)``: None is the
+#: first-order stream.
+SHIFT_CORRECTIONS = ("auto", "second-order")
+
+
+def second_order_numbers(p1, n_models):
+    """``n_models (2 p1³ + p1⁴)``: the numbers the correction keeps (and a
+    site sends per batch)."""
+    return n_models * (2 * p1 ** 3 + p1 ** 4)
+
+
+def uses_second_order(option, p1, n_models):
+    """Whether a non-private stream with ``inference=True`` publishes the
+    correction: ``'second-order'`` always, ``'auto'`` where its state takes
+    at most :data:`MAX_THIRD_NUMBERS` numbers, None never. A function of
+    the parameter layout only (data-independent)."""
+    if option == "auto":
+        return second_order_numbers(p1, n_models) <= MAX_THIRD_NUMBERS
+    return option == "second-order"
+
+
+def shift_remedy(option, corrected, p1, n_models, from_fit=False):
+    """The sentence of a ``DWDClassifier`` stream's
+    :class:`~._inference_stream.StreamShiftWarning` about the correction:
+    that it is on, or why it is not (``from_fit``: a stream started by
+    ``fit`` under ``'auto'``)."""
+    if from_fit:
+        return ("No second-order correction: this stream started with fit, which "
+                "shift_correction='auto' leaves uncorrected at its own cost "
+                "(shift_correction='second-order' carries the correction from a fit; "
+                "a stream started by partial_fit is corrected). ")
+    if corrected:
+        return (f"The second-order correction is on (shift_correction={option!r}): the "
+                "published estimate is corrected and its intervals include the "
+                "correction's own variance (measured to cover at such batches, 5-30 % wider "
+                "than the uncorrected ones). ")
+    if option is None:
+        return ("No second-order correction (shift_correction=None): 'auto' (the default) "
+                "or 'second-order' corrects the estimate, with intervals that include the "
+                "correction's own variance (measured to cover at such batches, 5-30 % "
+                "wider). ")
+    return (f"No second-order correction (shift_correction='auto'): its state would keep "
+            f"{n_models} x (2 x {p1}^3 + {p1}^4) = {second_order_numbers(p1, n_models)} "
+            f"numbers, more than {MAX_THIRD_NUMBERS}. ")
+
+
+def offers_second_order(sites):
+    """Whether ``sites`` send the correction's moments: in-process
+    :class:`~._dwd_solver.SiteData` (rows here or scattered to a cluster) or
+    sites that answer :meth:`~._dwd_sites.DWDSites.second_order_summary`."""
+    return getattr(sites, "offers_second_order", False) or hasattr(sites, "parts")
+
+
+def check_second_order_sites(sites, p1, n_models, option="second-order", name="DWDClassifier"):
     """Refuse, before any summary is asked, sites that cannot send the
-    third-order summaries (only in-process, unscattered ``SiteData`` do)
-    and summaries of more than :data:`MAX_THIRD_NUMBERS` numbers."""
-    if not getattr(sites, "offers_curvature_rows", False) or not hasattr(sites, "parts"):
+    correction's moments and (``'second-order'``; ``'auto'`` decided on its
+    size already) a state of more than :data:`MAX_THIRD_NUMBERS` numbers."""
+    if not offers_second_order(sites):
         raise NotImplementedError(
-            f"{name}(shift_correction='second-order') runs with sites in this process "
-            f"only (it needs a third-derivative summary {type(sites).__name__} does not "
-            "send). Use shift_correction=None.")
-    numbers = n_models * (2 * p1 ** 3 + p1 ** 4)
-    if numbers > MAX_THIRD_NUMBERS:
+            f"{name}(shift_correction={option!r}) needs the second-order moments of each "
+            f"batch, which {type(sites).__name__} does not send (private remote sites never "
+            "do). Use shift_correction=None (the first-order stream).")
+    numbers = second_order_numbers(p1, n_models)
+    if option == "second-order" and numbers > MAX_THIRD_NUMBERS:
         raise ValueError(
             f"{name}(shift_correction='second-order') keeps {n_models} x (2 x {p1}^3 + "
             f"{p1}^4) = {numbers} numbers (its summed derivative tensors), more than "
-            f"{MAX_THIRD_NUMBERS}: use shift_correction=None (larger batches keep the "
-            "shift small, see StreamShiftWarning).")
+            f"{MAX_THIRD_NUMBERS}: use shift_correction=None or 'auto' (larger batches keep "
+            "the shift small, see StreamShiftWarning).")
 
 
 def smoothed_third_derivative(curvature, margins, width):
@@ -180,6 +237,62 @@ def site_fourth_moment(X, Y, weights, Theta, fit_intercept, curvature, widths):
     return out
 
 
+def site_second_order_moments(X, Y, weights, Theta, fit_intercept, loss, widths):
+    """One site's share of a batch's correction moments: what a site sends
+    (``second_order_summary``) and what in-process sites compute.
+
+    Parameters
+    ----------
+    X, Y, weights, Theta, fit_intercept
+        As for :func:`site_third_moment`.
+    loss : object
+        With elementwise ``derivative`` (``ℓ'``) and ``curvature`` (``ℓ''``).
+    widths : ndarray of shape (n_models,)
+        The smoothing half-widths (:func:`smoothing_widths` of the batch).
+
+    Returns
+    -------
+    third : ndarray of shape (n_models, p1, p1, p1)
+        :func:`site_third_moment`.
+    outer_derivative : ndarray of shape (n_models, p1, p1, p1)
+        :func:`site_outer_derivative`.
+    fourth : ndarray of shape (n_models, p1 * p1, p1 * p1)
+        :func:`site_fourth_moment`.
+    """
+    return (site_third_moment(X, Y, weights, Theta, fit_intercept, loss.curvature, widths),
+            site_outer_derivative(X, Y, weights, Theta, fit_intercept, loss.derivative,
+                                  loss.curvature),
+            site_fourth_moment(X, Y, weights, Theta, fit_intercept, loss.curvature, widths))
+
+
+def _moments_task(part, Theta, fit_intercept, loss, widths):
+    X, Y, weights = part
+    return site_second_order_moments(X, Y, weights, Theta, fit_intercept, loss, widths)
+
+
+def _summed(replies):
+    """Each of the sites' moment tuples summed over the sites."""
+    return tuple(sum(values) for values in zip(*replies))
+
+
+def batch_moments(sites, theta, cov, loss):
+    """The batch's summed correction moments ``(S_j, ∂B_j, ∂S_j)`` at its
+    estimate ``theta`` (covariance ``cov``): from sites that send them
+    (``second_order_summary``, e.g. remote sites), else from the in-process
+    sites' rows (two passes over them: the Gram matrix for the widths,
+    then the moments)."""
+    if getattr(sites, "offers_second_order", False):
+        return sites.second_order_summary(theta, cov, loss)
+    # the rows, or their futures on a cluster (as SiteData's own summaries do)
+    parts = sites._handles if getattr(sites, "scattered", False) else sites.parts
+    n_jobs = getattr(sites, "n_jobs", None)
+    gram = sum(map_sites(_site_gram, [(part, sites.fit_intercept) for part in parts],
+                         n_jobs=n_jobs))
+    widths = smoothing_widths(gram, cov, sites.weight_sum)
+    return _summed(map_sites(_moments_task, [(part, theta, sites.fit_intercept, loss, widths)
+                                             for part in parts], n_jobs=n_jobs))
+
+
 def _row_pair_blocks(X, fit_intercept):
     """``(slice, x̄ rows, x̄ ⊗ x̄ rows)`` over blocks of the rows, at most
     :data:`_BLOCK_NUMBERS` numbers of ``x̄ ⊗ x̄`` at once (bounded memory)."""
@@ -230,17 +343,10 @@ class ShiftCorrection:
     ratio_sum: float
     seen: float
 
-    def advance(self, parts, theta, cov, batch_weight, loss, fit_intercept):
-        """Add one batch (its in-process sites' ``parts``, each ``(X, Y,
-        weights)``) at its estimate ``theta`` with covariance ``cov``
-        (``loss`` has elementwise ``derivative`` and ``curvature``)."""
-        widths = smoothing_widths(parts, cov, batch_weight, fit_intercept)
-        third = sum(site_third_moment(X, Y, w, theta, fit_intercept, loss.curvature, widths)
-                    for X, Y, w in parts)
-        outer = sum(site_outer_derivative(X, Y, w, theta, fit_intercept, loss.derivative,
-                                          loss.curvature) for X, Y, w in parts)
-        fourth = sum(site_fourth_moment(X, Y, w, theta, fit_intercept, loss.curvature, widths)
-                     for X, Y, w in parts)
+    def advance(self, moments, batch_weight):
+        """Add one batch: its summed ``moments`` (:func:`batch_moments`, at
+        its estimate) and its row weight."""
+        third, outer, fourth = moments
         seen = self.seen + batch_weight
         ratio = batch_weight / seen if self.seen > 0 else 0.0
         return ShiftCorrection(self.third + third, self.outer_derivative + outer,
@@ -259,8 +365,9 @@ def second_order_step(sites, previous, theta, cov, total_curvature, loss):
 
     Parameters
     ----------
-    sites : SiteData
-        The batch's in-process sites (prepared).
+    sites : DWDSites
+        The batch's sites (prepared): in-process, or sites that answer
+        ``second_order_summary`` (:func:`batch_moments`).
     previous : ShiftCorrection or None
         The state after the earlier batches (None: the stream's first).
     theta : ndarray of shape (p1, n_models)
@@ -283,16 +390,17 @@ def second_order_step(sites, previous, theta, cov, total_curvature, loss):
     """
     n_models, p1 = cov.shape[0], cov.shape[1]
     start = ShiftCorrection.start(n_models, p1) if previous is None else previous
-    state = start.advance(sites.parts, theta, cov, sites.weight_sum, loss, sites.fit_intercept)
+    state = start.advance(batch_moments(sites, theta, cov, loss), sites.weight_sum)
     if previous is None:  # one batch: r = 0, no correction
         return theta, cov, state
     return (corrected_theta(theta, state, cov, total_curvature),
             delta_covariance(state, cov, total_curvature), state)
 
 
-def smoothing_widths(parts, cov, batch_weight, fit_intercept):
-    """``h_k = (tr(V_k G) / W)^½`` per model (see the module doc)."""
-    gram = sum(augmented_gram(X, w, fit_intercept) for X, _, w in parts)
+def smoothing_widths(gram, cov, batch_weight):
+    """``h_k = (tr(V_k G) / W)^½`` per model (see the module doc), from the
+    batch's summed Gram matrix ``G`` (``Σ_i w_i x̄_i x̄_iᵀ``) and row
+    weight ``W``."""
     return np.sqrt(np.maximum(np.einsum("kab,ab->k", cov, gram), 0.0) / batch_weight)
 
 
