@@ -261,3 +261,20 @@ def test_sites_read_the_rows_as_given_after_a_solve_that_raised(monkeypatch):
     with pytest.raises(RuntimeError, match="transport"):
         DWDClassifier(alpha=ALPHA).fit(X, y, sample_group=g)
     assert switches == [(True, True), (False, True)]
+
+
+@pytest.mark.parametrize("left_of_kink", [False, True])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_curvature_matrix_of_wide_rows_is_the_weighted_product(left_of_kink, order):
+    # several row blocks and gathered chunks per block, rows with zero
+    # curvature (left of the kink) skipped or none to skip
+    X, y, _, _ = _wide(5000, 300)
+    X = np.asarray(X, order=order)
+    labels = np.where(y == y.max(), 1.0, -1.0)
+    theta = np.random.default_rng(0).standard_normal(300) / 30
+    d = gendwd_smoothed_curvature(labels * (X @ theta) + (0.5 if left_of_kink else 5.0), 1.0)
+    assert np.all(d > 0) != left_of_kink and np.mean(d > 0) > 0.3
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    gram = _dwd_solver.augmented_gram(X, d, True)
+    np.testing.assert_allclose(gram, Xbar.T @ (d[:, None] * Xbar), rtol=1e-12, atol=1e-10)
+    np.testing.assert_array_equal(gram, gram.T)
