@@ -108,9 +108,10 @@ def test_a_stream_continues_from_the_wide_fit_as_from_the_newton_steps(reduced, 
     monkeypatch.setattr(_newton, "_QUASI_NEWTON_PARAMS", 10**9)  # Newton steps only
     newton = DWDClassifier(alpha=ALPHA).fit(X[first], y[first], sample_group=g[first])
     # both stopped within tol = 1e-12 of the same optimum: the same state to
-    # the optimum's precision (square root of the objective's)
+    # the optimum's precision (square root of the objective's; the fit on
+    # float64 passes alone is 3.4e-7 from a tol = 1e-15 Newton solve here)
     scale = np.abs(newton.curvature_).max()
-    np.testing.assert_allclose(quasi.coef_, newton.coef_, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(quasi.coef_, newton.coef_, rtol=1e-5, atol=5e-7)
     np.testing.assert_allclose(quasi.curvature_, newton.curvature_, rtol=1e-5, atol=1e-6 * scale)
     for clf in (quasi, newton):
         clf.partial_fit(X[second], y[second], sample_group=g[second])
