@@ -59,10 +59,13 @@ _HANDOVER_CHEAP = 1e-4
 _MAX_ITER = 200
 # the relative L-BFGS decrement down to which the passes may read float32
 # rows (the sites score a trial point from the last one plus the move, so
-# line searches compare objectives to the move's precision; on 2e4 rows of
-# p = 500 and 2000 every q reached 1e-12 without extra rounds and 1e-6 left
-# two thirds of the iterations on the rows as given)
-_REDUCED_UNTIL = 1e-10
+# line searches compare objectives to the move's precision). On 2e4 rows of
+# p = 500 and 2000, q in {0.5, 1, 4}, 1e-12 leaves 6 (p = 500) and 18-20
+# (p = 2000) float64 passes in a fit (1e-10: 9-10 and 28-38), with the
+# iterations of 1e-10 within 2 (p = 500: the same) and 2-7 % less time;
+# 1e-13 took one more iteration at p = 500; 1e-6 left two thirds of the
+# iterations on the rows as given
+_REDUCED_UNTIL = 1e-12
 
 
 def _bordered(inner, row, column):
