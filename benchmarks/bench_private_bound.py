@@ -16,12 +16,21 @@ publishes, the pooled coverage of the bias-aware intervals it publishes
 noise-aware Wald width. Post-processing of each fit's releases: one fit
 per replication serves every rule.
 
+``--decompose`` instead splits each cell's published interval into its
+parts, per parameter: the noise-aware privacy SE against the SD of the
+privacy error ``θ̃ - θ̂`` over the replications, the sampling SE (the
+sandwich) against the SD of ``θ̂`` around the target, the shipped bound
+``b`` and the true residual in SEs (medians), and the bias-aware half
+width over the Wald one (``cv(b / s) / 1.96``, mean over published fits):
+which part makes an interval wide.
+
 Usage::
 
-    python benchmarks/bench_private_bound.py [--quick] [--reps R] [--n-jobs J]
+    python benchmarks/bench_private_bound.py [--quick] [--reps R] [--n-jobs J] [--decompose]
 
-Writes ``private_bound.md`` (``private_bound_quick.md``) under
-``--output-dir`` (default ``benchmarks/results``).
+Writes ``private_bound.md`` (``private_bound_quick.md``; with
+``--decompose``: ``private_decomposition.md``) under ``--output-dir``
+(default ``benchmarks/results``).
 """
 
 import os
@@ -56,6 +65,8 @@ CELLS = [(20000, 5, q, r, 1.0) for q in (1.0, 4.0) for r in (1.0, 4.0)] + [
     (20000, 20, 1.0, 1.0, 1.0), (20000, 20, 1.0, 1.0, 4.0), (20000, 20, 4.0, 4.0, 4.0),
     (2000, 5, 1.0, 1.0, 1.0), (2000, 5, 1.0, 4.0, 1.0), (2000, 5, 4.0, 4.0, 1.0),
     (2000, 5, 1.0, 1.0, 4.0), (2000, 5, 4.0, 4.0, 4.0), (2000, 20, 4.0, 4.0, 4.0)]
+#: ``--decompose``: the eight n = 20 000, p = 5 cells.
+DECOMPOSE_CELLS = [(20000, 5, q, r, e) for e in (1.0, 4.0) for q in (1.0, 4.0) for r in (1.0, 4.0)]
 
 
 def _bound(refinement, privacy, hessian):
@@ -106,7 +117,10 @@ def replication(seed, n, p, q, ratio, epsilon):
                 for share in PLUG_INS]
     return dict(estimate=np.r_[private.intercept_, private.coef_[0]], std_err=std_err,
                 residual=_replayed(refinement, curvature + ridge, minimizer) - minimizer,
-                bounds=[_bound(refinement, privacy, h) for h in plug_ins])
+                bounds=[_bound(refinement, privacy, h) for h in plug_ins],
+                minimizer=minimizer, privacy_se=np.sqrt(np.diag(privacy)),
+                sampling_se=np.sqrt(np.diag(refinement.sampling_cov[0])),
+                shipped_bound=refinement.residual_bound[0], shipped_se=refinement.std_err[0])
 
 
 def cell_lines(n, p, q, ratio, epsilon, reps, n_jobs):
@@ -141,14 +155,42 @@ def cell_lines(n, p, q, ratio, epsilon, reps, n_jobs):
     return lines
 
 
+def _ratio_range(values):
+    return f"{values.min():.2f}–{values.max():.2f}"
+
+
+def decompose_line(n, p, q, ratio, epsilon, reps, n_jobs):
+    """One cell's row of the ``--decompose`` table (module doc)."""
+    rows = Parallel(n_jobs=n_jobs)(delayed(replication)(s, n, p, q, ratio, epsilon)
+                                   for s in range(reps))
+    field = {key: np.array([r[key] for r in rows]) for key in rows[0] if key != "bounds"}
+    privacy_sd = (field["estimate"] - field["minimizer"]).std(axis=0)
+    sampling_sd = field["minimizer"].std(axis=0)
+    se, bound = field["shipped_se"], field["shipped_bound"]
+    published = np.isfinite(se).all(axis=1)
+    widening = (bias_aware_critical(bound[published] / se[published]) / 1.959963984540054
+                ).mean(axis=0) if published.any() else np.full(p + 1, np.nan)
+    return (f"| {n} | {p} | {q:g} | {'balanced' if ratio == 1 else '4:1'} | {epsilon:g} | {reps} | "
+            f"{100 * published.mean():.0f} % | "
+            f"{_ratio_range(field['privacy_se'].mean(axis=0) / privacy_sd)} | "
+            f"{_ratio_range(field['sampling_se'].mean(axis=0) / sampling_sd)} | "
+            f"{_ratio_range(np.median(bound / field['std_err'], axis=0))} | "
+            f"{_ratio_range(np.median(np.abs(field['residual']) / field['std_err'], axis=0))} | "
+            f"{_ratio_range(widening)} |")
+
+
 def main():
     parser = benchmark_parser(__doc__)
     parser.add_argument("--reps", type=int, default=None,
                         help="replications per cell (default 300, 20 with --quick)")
     parser.add_argument("--n-jobs", type=int, default=1, help="joblib processes")
+    parser.add_argument("--decompose", action="store_true",
+                        help="the parts of the published intervals (module doc)")
     args = parser.parse_args()
     reps = args.reps or (20 if args.quick else 300)
     cells = CELLS[:2] if args.quick else CELLS
+    if args.decompose:
+        return decompose(DECOMPOSE_CELLS[:2] if args.quick else DECOMPOSE_CELLS, reps, args)
     header = ("| n | p | q | classes | ε | reps | plug-in | true residual within bound | "
               "largest bound / SE (median) | largest true residual / SE (median) | "
               + " | ".join(f"R = {r:g}: publish / coverage / width" for r in RESOLVED) + " |")
@@ -157,6 +199,19 @@ def main():
                                             else "private_bound.md")
     for cell in cells:
         lines += cell_lines(*cell, reps, args.n_jobs)
+        print(lines[-1], flush=True)
+        target.write_text("\n".join(lines) + "\n")
+    wrote(target)
+
+
+def decompose(cells, reps, args):
+    header = ("| n | p | q | classes | ε | reps | published | privacy SE / SD | sampling SE / SD | "
+              "bound / SE (median) | true residual / SE (median) | bias-aware / Wald half width |")
+    lines = [header, "|" + "---|" * 12]
+    target = output_dir(args.output_dir) / ("private_decomposition_quick.md" if args.quick
+                                            else "private_decomposition.md")
+    for cell in cells:
+        lines.append(decompose_line(*cell, reps, args.n_jobs))
         print(lines[-1], flush=True)
         target.write_text("\n".join(lines) + "\n")
     wrote(target)
