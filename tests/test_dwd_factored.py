@@ -432,3 +432,77 @@ def test_the_final_check_skips_the_confirming_cg_only_where_it_is_one_matrix(q, 
     np.testing.assert_array_equal(skipped.coef_, confirmed.coef_)
     np.testing.assert_array_equal(skipped.intercept_, confirmed.intercept_)
     assert gendwd_relative_gaps(skipped, X, y, q=q, alpha=ALPHA).max() <= 1e-10
+
+
+@pytest.mark.parametrize("intercept", [True, False])
+def test_decrement_bound_from_an_earlier_factor_bounds_the_exact_decrement(intercept):
+    # H_new ⪰ κ H_old with κ = min(1, min s_new² / s_old²): the bound from the
+    # old factor is at least the exact ½ gᵀH_new⁻¹g (dense solve), and equal
+    # to it when the scales did not change
+    from skfedpriv.linear_model._factored_curvature import WoodburyFactor
+
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((12, 60))
+    block = RowBlock(X, intercept)
+    p1 = 60 + intercept
+    diag = np.full(p1, 0.3)
+    diag[0] = 0.0 if intercept else diag[0]
+    s_old = rng.random(12) + 0.1
+    g = rng.standard_normal(p1)
+    old = WoodburyFactor(RowCurvature([block], [s_old], diag, intercept))
+    for change in (0.0, 1e-4, 0.3):
+        s_new = s_old * (1 + change * rng.uniform(-1, 1, 12))
+        new = RowCurvature([block], [s_new], diag, intercept)
+        exact = 0.5 * g @ np.linalg.solve(_brute_force([X], [s_new], diag, intercept), g)
+        bound = old.decrement_bound(new, g)
+        assert exact <= bound * (1 + 1e-10)
+        if change == 0.0:
+            np.testing.assert_allclose(bound, exact, rtol=1e-9)
+    # a row whose scale fell to 0, or other rows: no bound
+    s_zero = s_old.copy()
+    s_zero[3] = 0.0
+    assert old.decrement_bound(RowCurvature([block], [s_zero], diag, intercept), g) == np.inf
+    other = RowBlock(X, intercept)
+    assert old.decrement_bound(RowCurvature([other], [s_old], diag, intercept), g) == np.inf
+
+
+@pytest.mark.parametrize(("q", "n", "p", "n_classes"),
+                         [(1.0, 100, 700, 2), (0.5, 60, 500, 3), (4.0, 150, 600, 2)])
+def test_the_final_check_on_the_last_factor_stops_at_the_same_point(q, n, p, n_classes,
+                                                                     monkeypatch):
+    # the check at the returned point decided from the last step's factor
+    # (no factor formed there) returns the fit that factors there, bitwise:
+    # the same point, curvature and partial_fit continuation, one factor
+    # fewer per model, at the optimum of an independent solve
+    from skfedpriv.linear_model import _factored_curvature as fc
+
+    X, y = _rows(n, p, seed=7, n_classes=n_classes)
+    counted = {"factors": 0}
+    original = fc.WoodburyFactor.__init__
+
+    def counting(self, curvature):
+        counted["factors"] += 1
+        original(self, curvature)
+
+    monkeypatch.setattr(fc.WoodburyFactor, "__init__", counting)
+
+    def fit_and_continue():
+        counted["factors"] = 0
+        clf = DWDClassifier(q=q, alpha=ALPHA).fit(X, y)
+        factors = counted["factors"]
+        continued = copy.deepcopy(clf).partial_fit(X[:20], y[:20])
+        return clf, continued, factors
+
+    lean, lean_continued, lean_factors = fit_and_continue()
+    monkeypatch.setattr(fc.WoodburyFactor, "decrement_bound", lambda *a: np.inf)
+    full, full_continued, full_factors = fit_and_continue()
+    np.testing.assert_array_equal(lean.coef_, full.coef_)
+    np.testing.assert_array_equal(lean.intercept_, full.intercept_)
+    np.testing.assert_array_equal(np.asarray(lean.curvature_), np.asarray(full.curvature_))
+    np.testing.assert_array_equal(lean_continued.coef_, full_continued.coef_)
+    # one factor fewer for each model that stops in the local phase (binary: the one)
+    n_models = len(lean.coef_)
+    assert full_factors - n_models <= lean_factors < full_factors
+    if n_models == 1:
+        assert lean_factors == full_factors - 1
+    assert max(_relative_gaps(lean, X, y, q)) <= 1e-10

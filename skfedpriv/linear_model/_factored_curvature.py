@@ -229,6 +229,9 @@ class WoodburyFactor:
     on every coordinate, and the Schur complement of the intercept. A
     system without that structure (or no penalty) is solved densely."""
 
+    # the intercept's Schur complement was not positive: solved with a jitter
+    jittered = False
+
     def __init__(self, curvature):
         self.curvature = curvature
         diag, start = curvature.diag, int(curvature.intercept)
@@ -260,11 +263,37 @@ class WoodburyFactor:
             sigma = diag[0] + s @ self.Mz
             if sigma <= 0:  # no curvature along the intercept: the dense path's jitter
                 sigma = 1e-12 * max(diag.sum() / len(diag), 1e-12)
+                self.jittered = True
             self.sigma = sigma
             self._gram_s2 = gram @ (s * s)
 
     def _m_solve(self, t):
         return dpotrs(self.M, t, lower=1)[0] if self.M is not None else t
+
+    def decrement_bound(self, curvature, g):
+        """An upper bound of ``½ gᵀ H⁻¹ g`` for ``H = curvature``, a
+        :class:`RowCurvature` on this factor's rows and diagonal with other
+        scales (the same model at a nearby point), from this factor alone:
+        ``H ⪰ κ H_old`` with ``κ = min(1, min_i s_i² / s_old,i²)`` (the
+        diagonal and every row's term scaled by at least ``κ``), so
+        ``gᵀ H⁻¹ g <= gᵀ H_old⁻¹ g / κ``. ``inf`` where it does not apply
+        (other rows or diagonal, a dense or jittered factor, a row whose scale
+        fell to 0)."""
+        old = self.curvature
+        if (self.dense is not None or self.jittered or len(curvature.blocks) != len(old.blocks)
+                or any(a is not b for a, b in zip(curvature.blocks, old.blocks))
+                or not np.array_equal(curvature.diag, old.diag)):
+            return np.inf
+        if old.scales:
+            s_old, s_new = np.concatenate(old.scales), np.concatenate(curvature.scales)
+            seen = s_old > 0
+            with np.errstate(divide="ignore"):
+                kappa = min(1.0, float(np.min((s_new[seen] / s_old[seen]) ** 2, initial=1.0)))
+        else:
+            kappa = 1.0
+        if not kappa > 0:
+            return np.inf
+        return 0.5 * float(g @ self.solve(g)) / kappa
 
     def _split(self, values):
         """Per block pieces of a vector over all rows."""

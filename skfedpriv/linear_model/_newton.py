@@ -527,8 +527,14 @@ class NewtonSolver:
         if direct.any():
             matrices = self.curvature_matrices(direct)
             shift = self.applied_damping()
+            inert = None
             for k in np.flatnonzero(direct):
                 system = matrices[k] if self.prior is None else matrices[k] + self.prior[k]
+                if self.rows and self.full_step[k] and not self.kink[k]:
+                    stop, inert = self.stop_on_earlier_factor(k, system, inert)
+                    if stop is not None:
+                        newton[:, k] = stop
+                        continue
                 self.preconditioner[k] = _factor_psd(system)
                 if shift[k] > 0:
                     damped = _factor_psd(shifted(system, shift[k]))
@@ -544,6 +550,32 @@ class NewtonSolver:
         if kink.any():
             newton[:, kink] = self.kink_direction(kink)[0][:, kink]
         return newton, direct, iterative
+
+    def stop_on_earlier_factor(self, k, system, inert):
+        """Few rows, local phase: a Newton direction whose half decrement is
+        an upper bound of model k's on ``system`` (the matrix formed here),
+        from the factor of its last step
+        (:meth:`~._factored_curvature.WoodburyFactor.decrement_bound`), when
+        that bound already stops the model here and no row is within the
+        smoothing window: the stopping rule's decision on the matrix formed
+        here without factoring it (the model stops at the same point with the
+        same returned curvature). ``(None, inert)`` otherwise; ``inert`` is
+        the sites' :meth:`smoothing_inert` answer, asked once per step."""
+        factor, grad = self.preconditioner[k], self.grad[:, k]
+        if not hasattr(factor, "decrement_bound"):
+            return None, inert
+        bound = self.tol * self.stream_weight * abs(self.value[k])
+        # half the bound: the stopping test's own sum of the same products
+        # may differ in the last bits
+        decrement = factor.decrement_bound(system, grad)
+        if not decrement <= 0.5 * bound:
+            return None, inert
+        if inert is None:
+            inert = self.sites.smoothing_inert(self.Theta, self.message)
+        if not inert[k]:
+            return None, inert
+        norm = float(grad @ grad)
+        return (-(2.0 * decrement / norm) * grad if norm > 0 else np.zeros_like(grad)), inert
 
     def curvature_operator(self, exact):
         """``V -> H_k v_k`` for every model: the sites' curvature products at
