@@ -455,6 +455,7 @@ class NewtonSolver:
         self.expected = np.full(n_models, np.inf)  # the predicted gap / |F| here (inf: none)
         self.quasi_newton = None  # the L-BFGS phase while it runs
         self.last_relative = np.zeros(n_models)  # the last full step's decrement / |F| (0: none)
+        self.inert_at = None  # (Theta, the sites' smoothing_inert there)
 
     # -- the objective, gradient and curvature ----------------------------
 
@@ -530,7 +531,9 @@ class NewtonSolver:
             inert = None
             for k in np.flatnonzero(direct):
                 system = matrices[k] if self.prior is None else matrices[k] + self.prior[k]
-                if self.rows and self.full_step[k] and not self.kink[k]:
+                # tried where the last step was predicted to land near tol
+                if (self.rows and self.full_step[k] and not self.kink[k]
+                        and self.expected[k] <= _SAFETY * self.tol):
                     stop, inert = self.stop_on_earlier_factor(k, system, inert)
                     if stop is not None:
                         newton[:, k] = stop
@@ -571,11 +574,18 @@ class NewtonSolver:
         if not decrement <= 0.5 * bound:
             return None, inert
         if inert is None:
-            inert = self.sites.smoothing_inert(self.Theta, self.message)
+            inert = self.smoothing_inert()
         if not inert[k]:
             return None, inert
         norm = float(grad @ grad)
         return (-(2.0 * decrement / norm) * grad if norm > 0 else np.zeros_like(grad)), inert
+
+    def smoothing_inert(self):
+        """The sites' ``smoothing_inert`` at ``Theta`` (few rows, in
+        process), asked once per point."""
+        if self.inert_at is None or self.inert_at[0] is not self.Theta:
+            self.inert_at = (self.Theta, self.sites.smoothing_inert(self.Theta, self.message))
+        return self.inert_at[1]
 
     def curvature_operator(self, exact):
         """``V -> H_k v_k`` for every model: the sites' curvature products at
@@ -679,7 +689,7 @@ class NewtonSolver:
         if self.rows:
             # few rows (in process): no row within the smoothing window, one
             # matrix for both: the smoothed decrement is the semismooth one
-            same = candidates & self.sites.smoothing_inert(self.Theta, self.message)
+            same = candidates & self.smoothing_inert()
             if np.array_equal(same, candidates):
                 return candidates
         rest = candidates & ~same
