@@ -480,9 +480,9 @@ def test_the_final_check_on_the_last_factor_stops_at_the_same_point(q, n, p, n_c
     counted = {"factors": 0}
     original = fc.WoodburyFactor.__init__
 
-    def counting(self, curvature):
+    def counting(self, curvature, *args):
         counted["factors"] += 1
-        original(self, curvature)
+        original(self, curvature, *args)
 
     monkeypatch.setattr(fc.WoodburyFactor, "__init__", counting)
 
@@ -506,3 +506,92 @@ def test_the_final_check_on_the_last_factor_stops_at_the_same_point(q, n, p, n_c
     if n_models == 1:
         assert lean_factors == full_factors - 1
     assert max(_relative_gaps(lean, X, y, q)) <= 1e-10
+
+
+def test_a_float32_factor_solves_to_its_precision_and_gives_no_bound():
+    # from SINGLE_FROM rows a single-precision factor is float32 and solves
+    # the system to about cond(M) float32 epsilons (against a dense solve);
+    # fewer rows keep float64; the decrement bound never uses float32
+    from skfedpriv.linear_model._factored_curvature import SINGLE_FROM, WoodburyFactor
+
+    rng = np.random.default_rng(11)
+    for m, single in ((SINGLE_FROM + 4, True), (SINGLE_FROM - 4, False)):
+        X = rng.standard_normal((m, 300))
+        block, s = RowBlock(X, True), 0.1 * rng.random(m)
+        diag = np.r_[0.0, np.full(300, 0.5)]
+        curvature = RowCurvature([block], [s], diag, True)
+        factor = WoodburyFactor(curvature, single=True)
+        assert factor.single is single
+        assert factor.M.dtype == (np.float32 if single else np.float64)
+        g = rng.standard_normal(301)
+        exact = np.linalg.solve(_brute_force([X], [s], diag, True), g)
+        error = np.linalg.norm(factor.solve(g) - exact) / np.linalg.norm(exact)
+        assert error <= (1e-4 if single else 1e-10)
+        assert (factor.decrement_bound(curvature, g) == np.inf) is single
+
+
+@pytest.mark.parametrize("q", [1.0, 4.0])
+def test_float32_early_steps_reach_the_float64_optimum_and_state(q, monkeypatch):
+    # n = 300 rows (the float32 factors' range): the early Newton systems and
+    # the piled direction in float32, the last steps and the state in float64:
+    # at the optimum of an independent solve, the curvature the exact
+    # smoothed sum at the returned point, the all-float64 fit's point to the
+    # stopping tolerance, and partial_fit continuing as from the dense state
+    from skfedpriv._loss import GenDWDLoss
+    from skfedpriv.linear_model import _factored_curvature as fc
+
+    X, y = _rows(340, 800, seed=4)
+    X_fit, y_fit = X[:300], y[:300]
+    kinds = []
+    original = fc.WoodburyFactor.__init__
+
+    def recording(self, curvature, single=False):
+        original(self, curvature, single)
+        kinds.append(self.single)
+
+    monkeypatch.setattr(fc.WoodburyFactor, "__init__", recording)
+    clf = DWDClassifier(q=q, alpha=ALPHA).fit(X_fit, y_fit)
+    assert any(kinds) and not all(kinds)
+    assert max(_relative_gaps(clf, X_fit, y_fit, q)) <= 1e-10
+    theta = np.r_[clf.intercept_, clf.coef_[0]]
+    Xbar = np.hstack([np.ones((300, 1)), X_fit])
+    d = GenDWDLoss(q=q).smoothed_curvature(np.where(y_fit == 1, 1.0, -1.0) * (Xbar @ theta))
+    expected = np.diag(np.r_[0.0, np.full(800, ALPHA * 300)]) + (Xbar * d[:, None]).T @ Xbar
+    np.testing.assert_allclose(np.asarray(clf.curvature_)[0], expected, rtol=1e-10,
+                               atol=1e-10)
+    with monkeypatch.context() as patch:
+        patch.setattr(fc, "SINGLE_FROM", 10**9)
+        kinds.clear()
+        double = DWDClassifier(q=q, alpha=ALPHA).fit(X_fit, y_fit)
+        assert not any(kinds)
+    np.testing.assert_allclose(clf.coef_, double.coef_, rtol=1e-8, atol=1e-10)
+    twin = copy.deepcopy(clf)
+    twin._training_state.curvature = twin._training_state.curvature.dense()
+    clf.partial_fit(X[300:], y[300:])
+    twin.partial_fit(X[300:], y[300:])
+    np.testing.assert_allclose(clf.coef_, twin.coef_, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(clf.intercept_, twin.intercept_, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("tol", [1e-2, 1e-5, 1e-12])
+def test_only_a_float64_factor_stops_a_model(tol, monkeypatch):
+    # whatever tol, a model stops on a float64 system (a float32 direction
+    # within reach of tol is solved again in float64), and the point is
+    # within tol by an independent solve
+    from skfedpriv.linear_model import _newton
+
+    X, y = _rows(300, 800, seed=6)
+    stopped_on = []
+    original = _newton.NewtonSolver.convergence_test
+
+    def spying(self, newton, direct, iterative):
+        before = self.active.copy()
+        out = original(self, newton, direct, iterative)
+        stopped_on.extend(bool(getattr(self.preconditioner[k], "single", False))
+                          for k in np.flatnonzero(before & ~self.active))
+        return out
+
+    monkeypatch.setattr(_newton.NewtonSolver, "convergence_test", spying)
+    clf = DWDClassifier(alpha=ALPHA, tol=tol).fit(X, y)
+    assert stopped_on and not any(stopped_on)
+    assert max(_relative_gaps(clf, X, y, 1.0)) <= max(tol, 1e-10)
