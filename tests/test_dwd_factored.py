@@ -528,6 +528,15 @@ def test_a_float32_factor_solves_to_its_precision_and_gives_no_bound():
         error = np.linalg.norm(factor.solve(g) - exact) / np.linalg.norm(exact)
         assert error <= (1e-4 if single else 1e-10)
         assert (factor.decrement_bound(curvature, g) == np.inf) is single
+    # cond(M) possibly above SINGLE_MAX_COND (its trace bound): float64
+    from skfedpriv.linear_model._factored_curvature import SINGLE_MAX_COND
+
+    X = rng.standard_normal((SINGLE_FROM + 4, 300))
+    s = np.full(len(X), 10.0)
+    diag = np.r_[0.0, np.full(300, 0.5)]
+    assert 1 + (s * s * (X * X).sum(axis=1)).sum() / 0.5 > SINGLE_MAX_COND  # 1 + trace - m
+    ill = WoodburyFactor(RowCurvature([RowBlock(X, True)], [s], diag, True), single=True)
+    assert not ill.single
 
 
 @pytest.mark.parametrize("q", [1.0, 4.0])

@@ -53,6 +53,11 @@ def factored_is_smaller(n_rows, p1):
 # (spotrf: 0.30 ms against dpotrf's 0.55 ms at 400 x 400, one BLAS thread);
 # below, the float32 copy and its call cost about what they save
 SINGLE_FROM = 256
+# ... and only where cond(M) <= 1 + trace(M) - m (M = I + a PSD matrix: every
+# eigenvalue at least 1, the largest at most 1 plus the PSD part's trace) is
+# at most this: a float32 solve then errs by at most about 6e-4 relative
+# (n = 400, p = 2 000 / 10 000: 400-700)
+SINGLE_MAX_COND = 1e4
 
 
 # numpy asks the kernel for huge pages for arrays from 4 MiB on (madvise),
@@ -236,12 +241,13 @@ class WoodburyFactor:
     on every coordinate, and the Schur complement of the intercept. A
     system without that structure (or no penalty) is solved densely.
 
-    With ``single`` (and at least ``SINGLE_FROM`` rows) ``M`` is factored in
-    float32 (formed in float64, rounded once): solves then carry a relative
-    error of about ``cond(M)`` times float32's epsilon, for the early Newton
-    steps' directions only (the line search accepts each step on float64
-    values); :meth:`decrement_bound` never uses such a factor. Where float32
-    finds ``M`` not positive definite, the float64 factor is taken."""
+    With ``single`` (at least ``SINGLE_FROM`` rows, and ``cond(M)`` bounded
+    by ``SINGLE_MAX_COND``) ``M`` is factored in float32 (formed in float64,
+    rounded once): solves then carry a relative error of about ``cond(M)``
+    times float32's epsilon, for the early Newton steps' directions only
+    (the line search accepts each step on float64 values);
+    :meth:`decrement_bound` never uses such a factor. Where float32 finds
+    ``M`` not positive definite, the float64 factor is taken."""
 
     # the intercept's Schur complement was not positive: solved with a jitter
     jittered = False
@@ -268,7 +274,8 @@ class WoodburyFactor:
             # on M's Fortran view (M is symmetric: Mᵀ is M, its upper triangle
             # read as the lower), so LAPACK factors in place: no copy to
             # Fortran order (at m = 400 the copy took 1.6-3 ms, the factor 0.5-1.4)
-            if single and len(s) >= SINGLE_FROM:
+            if (single and len(s) >= SINGLE_FROM
+                    and 1.0 + np.trace(M) - len(s) <= SINGLE_MAX_COND):
                 self.M, info = spotrf(M.T.astype(np.float32), lower=1, clean=0,
                                       overwrite_a=1)
                 if info != 0:  # not positive definite in float32: float64

@@ -102,5 +102,6 @@ def piled_direction(sites, loss, alpha, fit_intercept):
             diag[0] = 0.0
         targets = weighted[:, k] * (v[k] / curvature[k] + u[k])
         rhs = sum(block.sums(targets[r]) for block, r in zip(blocks, rows))
-        out[:, k] = RowCurvature(blocks, scales, diag, fit_intercept).woodbury(single=True).solve(rhs)
+        system = RowCurvature(blocks, scales, diag, fit_intercept)
+        out[:, k] = system.woodbury(single=True).solve(rhs)
     return out
