@@ -29,8 +29,9 @@ alternate the methods (a shared machine slows both alike).
   steps in the span of the rows) beside LinearSVC and LogisticRegression
   (time, peak traced memory, accuracy, the gap to L-BFGS-B on the same
   objective), the factored path without the span, the first step along the
-  gradient (before the piled start), the Gram matrix and the copy of the
-  rows alone and, up to p = 2 000, the dense path.
+  gradient (before the piled start), every factor in float64 (before the
+  float32 early factors), the Gram matrix and the copy of the rows alone
+  and, up to p = 2 000, the dense path.
 * Where the fit's time goes (``--parts profile``, not in the default):
   timers around the solver's steps (:mod:`_dwd_profile`) on the wide rows
   and digits: passes over the rows, L-BFGS iterations and their Python
@@ -410,6 +411,15 @@ def _gradient_start():
     return _replaced(newton, "piled_direction", lambda original: lambda *a, **k: None)
 
 
+def _float64_factors():
+    """A context in which every few-rows factor is float64 (the early
+    Newton systems and the piled direction in float32 from
+    ``SINGLE_FROM`` rows switched off)."""
+    import skfedpriv.linear_model._factored_curvature as factored
+
+    return _replaced(factored, "SINGLE_FROM", lambda original: 10**9)
+
+
 def _peak(func):
     """``func()`` and the peak memory tracemalloc traced while it ran."""
     tracemalloc.start()
@@ -474,6 +484,11 @@ def few_rows_rows(shapes, reps, dense_max_p=2_000):
             with _gradient_start():
                 return DWDClassifier().fit(X, y)
         methods["DWD gradient start"] = gradient_start
+
+        def float64_factors():
+            with _float64_factors():
+                return DWDClassifier().fit(X, y)
+        methods["DWD float64 factors"] = float64_factors
         # the Gram matrix alone (one syrk): the floor of every step in the span
         methods["X Xᵀ"] = lambda: X @ X.T
         # the private copy of the rows the state keeps (fresh memory), and
@@ -963,14 +978,17 @@ def main():
                 f"{r['auc']['DWD']:.3f} / {r['auc']['LinearSVC']:.3f} / {r['auc']['LR']:.3f} |")
         lines += ["", "CPU time of the process (medians, the same fits): the time without "
                   "the waits for a core on a shared host:", "",
-                  "| n, p | DWD s | DWD gradient start s | X Xᵀ alone s | LinearSVC s | LR s | "
-                  "DWD / LinearSVC | gradient start / LinearSVC |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| n, p | DWD s | DWD gradient start s | DWD float64 factors s | "
+                  "X Xᵀ alone s | LinearSVC s | LR s | "
+                  "DWD / LinearSVC | gradient start / LinearSVC | float64 factors / LinearSVC |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['n']}, {r['p']} | {r['cpu']['DWD']:.4f} | "
-                  f"{r['cpu']['DWD gradient start']:.4f} | {r['cpu']['X Xᵀ']:.4f} | "
+                  f"{r['cpu']['DWD gradient start']:.4f} | "
+                  f"{r['cpu']['DWD float64 factors']:.4f} | {r['cpu']['X Xᵀ']:.4f} | "
                   f"{r['cpu']['LinearSVC']:.4f} | {r['cpu']['LR']:.4f} | "
                   f"{r['cpu']['DWD'] / r['cpu']['LinearSVC']:.2f}× | "
-                  f"{r['cpu']['DWD gradient start'] / r['cpu']['LinearSVC']:.2f}× |"
+                  f"{r['cpu']['DWD gradient start'] / r['cpu']['LinearSVC']:.2f}× | "
+                  f"{r['cpu']['DWD float64 factors'] / r['cpu']['LinearSVC']:.2f}× |"
                   for r in few_rows]
         lines += ["", f"Load average after this part: {few_rows_load:.1f}."]
     if streams:

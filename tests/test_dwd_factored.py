@@ -432,3 +432,175 @@ def test_the_final_check_skips_the_confirming_cg_only_where_it_is_one_matrix(q, 
     np.testing.assert_array_equal(skipped.coef_, confirmed.coef_)
     np.testing.assert_array_equal(skipped.intercept_, confirmed.intercept_)
     assert gendwd_relative_gaps(skipped, X, y, q=q, alpha=ALPHA).max() <= 1e-10
+
+
+@pytest.mark.parametrize("intercept", [True, False])
+def test_decrement_bound_from_an_earlier_factor_bounds_the_exact_decrement(intercept):
+    # H_new ⪰ κ H_old with κ = min(1, min s_new² / s_old²): the bound from the
+    # old factor is at least the exact ½ gᵀH_new⁻¹g (dense solve), and equal
+    # to it when the scales did not change
+    from skfedpriv.linear_model._factored_curvature import WoodburyFactor
+
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((12, 60))
+    block = RowBlock(X, intercept)
+    p1 = 60 + intercept
+    diag = np.full(p1, 0.3)
+    diag[0] = 0.0 if intercept else diag[0]
+    s_old = rng.random(12) + 0.1
+    g = rng.standard_normal(p1)
+    old = WoodburyFactor(RowCurvature([block], [s_old], diag, intercept))
+    for change in (0.0, 1e-4, 0.3):
+        s_new = s_old * (1 + change * rng.uniform(-1, 1, 12))
+        new = RowCurvature([block], [s_new], diag, intercept)
+        exact = 0.5 * g @ np.linalg.solve(_brute_force([X], [s_new], diag, intercept), g)
+        bound = old.decrement_bound(new, g)
+        assert exact <= bound * (1 + 1e-10)
+        if change == 0.0:
+            np.testing.assert_allclose(bound, exact, rtol=1e-9)
+    # a row whose scale fell to 0, or other rows: no bound
+    s_zero = s_old.copy()
+    s_zero[3] = 0.0
+    assert old.decrement_bound(RowCurvature([block], [s_zero], diag, intercept), g) == np.inf
+    other = RowBlock(X, intercept)
+    assert old.decrement_bound(RowCurvature([other], [s_old], diag, intercept), g) == np.inf
+
+
+@pytest.mark.parametrize(("q", "n", "p", "n_classes"),
+                         [(1.0, 100, 700, 2), (0.5, 60, 500, 3), (4.0, 150, 600, 2)])
+def test_the_final_check_on_the_last_factor_stops_at_the_same_point(q, n, p, n_classes,
+                                                                     monkeypatch):
+    # the check at the returned point decided from the last step's factor
+    # (no factor formed there) returns the fit that factors there, bitwise:
+    # the same point, curvature and partial_fit continuation, one factor
+    # fewer per model, at the optimum of an independent solve
+    from skfedpriv.linear_model import _factored_curvature as fc
+
+    X, y = _rows(n, p, seed=7, n_classes=n_classes)
+    counted = {"factors": 0}
+    original = fc.WoodburyFactor.__init__
+
+    def counting(self, curvature, *args):
+        counted["factors"] += 1
+        original(self, curvature, *args)
+
+    monkeypatch.setattr(fc.WoodburyFactor, "__init__", counting)
+
+    def fit_and_continue():
+        counted["factors"] = 0
+        clf = DWDClassifier(q=q, alpha=ALPHA).fit(X, y)
+        factors = counted["factors"]
+        continued = copy.deepcopy(clf).partial_fit(X[:20], y[:20])
+        return clf, continued, factors
+
+    lean, lean_continued, lean_factors = fit_and_continue()
+    monkeypatch.setattr(fc.WoodburyFactor, "decrement_bound", lambda *a: np.inf)
+    full, full_continued, full_factors = fit_and_continue()
+    np.testing.assert_array_equal(lean.coef_, full.coef_)
+    np.testing.assert_array_equal(lean.intercept_, full.intercept_)
+    np.testing.assert_array_equal(np.asarray(lean.curvature_), np.asarray(full.curvature_))
+    np.testing.assert_array_equal(lean_continued.coef_, full_continued.coef_)
+    # one factor fewer for each model that stops in the local phase (binary: the one)
+    n_models = len(lean.coef_)
+    assert full_factors - n_models <= lean_factors < full_factors
+    if n_models == 1:
+        assert lean_factors == full_factors - 1
+    assert max(_relative_gaps(lean, X, y, q)) <= 1e-10
+
+
+def test_a_float32_factor_solves_to_its_precision_and_gives_no_bound():
+    # from SINGLE_FROM rows a single-precision factor is float32 and solves
+    # the system to about cond(M) float32 epsilons (against a dense solve);
+    # fewer rows keep float64; the decrement bound never uses float32
+    from skfedpriv.linear_model._factored_curvature import SINGLE_FROM, WoodburyFactor
+
+    rng = np.random.default_rng(11)
+    for m, single in ((SINGLE_FROM + 4, True), (SINGLE_FROM - 4, False)):
+        X = rng.standard_normal((m, 300))
+        block, s = RowBlock(X, True), 0.1 * rng.random(m)
+        diag = np.r_[0.0, np.full(300, 0.5)]
+        curvature = RowCurvature([block], [s], diag, True)
+        factor = WoodburyFactor(curvature, single=True)
+        assert factor.single is single
+        assert factor.M.dtype == (np.float32 if single else np.float64)
+        g = rng.standard_normal(301)
+        exact = np.linalg.solve(_brute_force([X], [s], diag, True), g)
+        error = np.linalg.norm(factor.solve(g) - exact) / np.linalg.norm(exact)
+        assert error <= (1e-4 if single else 1e-10)
+        assert (factor.decrement_bound(curvature, g) == np.inf) is single
+    # cond(M) possibly above SINGLE_MAX_COND (its trace bound): float64
+    from skfedpriv.linear_model._factored_curvature import SINGLE_MAX_COND
+
+    X = rng.standard_normal((SINGLE_FROM + 4, 300))
+    s = np.full(len(X), 10.0)
+    diag = np.r_[0.0, np.full(300, 0.5)]
+    assert 1 + (s * s * (X * X).sum(axis=1)).sum() / 0.5 > SINGLE_MAX_COND  # 1 + trace - m
+    ill = WoodburyFactor(RowCurvature([RowBlock(X, True)], [s], diag, True), single=True)
+    assert not ill.single
+
+
+@pytest.mark.parametrize("q", [1.0, 4.0])
+def test_float32_early_steps_reach_the_float64_optimum_and_state(q, monkeypatch):
+    # n = 300 rows (the float32 factors' range): the early Newton systems and
+    # the piled direction in float32, the last steps and the state in float64:
+    # at the optimum of an independent solve, the curvature the exact
+    # smoothed sum at the returned point, the all-float64 fit's point to the
+    # stopping tolerance, and partial_fit continuing as from the dense state
+    from skfedpriv._loss import GenDWDLoss
+    from skfedpriv.linear_model import _factored_curvature as fc
+
+    X, y = _rows(340, 800, seed=4)
+    X_fit, y_fit = X[:300], y[:300]
+    kinds = []
+    original = fc.WoodburyFactor.__init__
+
+    def recording(self, curvature, single=False):
+        original(self, curvature, single)
+        kinds.append(self.single)
+
+    monkeypatch.setattr(fc.WoodburyFactor, "__init__", recording)
+    clf = DWDClassifier(q=q, alpha=ALPHA).fit(X_fit, y_fit)
+    assert any(kinds) and not all(kinds)
+    assert max(_relative_gaps(clf, X_fit, y_fit, q)) <= 1e-10
+    theta = np.r_[clf.intercept_, clf.coef_[0]]
+    Xbar = np.hstack([np.ones((300, 1)), X_fit])
+    d = GenDWDLoss(q=q).smoothed_curvature(np.where(y_fit == 1, 1.0, -1.0) * (Xbar @ theta))
+    expected = np.diag(np.r_[0.0, np.full(800, ALPHA * 300)]) + (Xbar * d[:, None]).T @ Xbar
+    np.testing.assert_allclose(np.asarray(clf.curvature_)[0], expected, rtol=1e-10,
+                               atol=1e-10)
+    with monkeypatch.context() as patch:
+        patch.setattr(fc, "SINGLE_FROM", 10**9)
+        kinds.clear()
+        double = DWDClassifier(q=q, alpha=ALPHA).fit(X_fit, y_fit)
+        assert not any(kinds)
+    np.testing.assert_allclose(clf.coef_, double.coef_, rtol=1e-8, atol=1e-10)
+    twin = copy.deepcopy(clf)
+    twin._training_state.curvature = twin._training_state.curvature.dense()
+    clf.partial_fit(X[300:], y[300:])
+    twin.partial_fit(X[300:], y[300:])
+    np.testing.assert_allclose(clf.coef_, twin.coef_, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(clf.intercept_, twin.intercept_, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("tol", [1e-2, 1e-5, 1e-12])
+def test_only_a_float64_factor_stops_a_model(tol, monkeypatch):
+    # whatever tol, a model stops on a float64 system (a float32 direction
+    # within reach of tol is solved again in float64), and the point is
+    # within tol by an independent solve
+    from skfedpriv.linear_model import _newton
+
+    X, y = _rows(300, 800, seed=6)
+    stopped_on = []
+    original = _newton.NewtonSolver.convergence_test
+
+    def spying(self, newton, direct, iterative):
+        before = self.active.copy()
+        out = original(self, newton, direct, iterative)
+        stopped_on.extend(bool(getattr(self.preconditioner[k], "single", False))
+                          for k in np.flatnonzero(before & ~self.active))
+        return out
+
+    monkeypatch.setattr(_newton.NewtonSolver, "convergence_test", spying)
+    clf = DWDClassifier(alpha=ALPHA, tol=tol).fit(X, y)
+    assert stopped_on and not any(stopped_on)
+    assert max(_relative_gaps(clf, X, y, 1.0)) <= max(tol, 1e-10)

@@ -31,7 +31,7 @@ import threading
 import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
-from scipy.linalg.lapack import dpotrf, dpotrs
+from scipy.linalg.lapack import dpotrf, dpotrs, spotrf, spotrs
 
 __all__ = ["CurvatureStack", "RowBlock", "RowCurvature", "RowSites", "curvature_form"]
 
@@ -47,6 +47,17 @@ def factored_is_smaller(n_rows, p1):
     n_rows`` Gram matrix take fewer numbers than the ``p1 x p1`` matrix
     (``n_rows`` below about ``0.62 p1``)."""
     return n_rows * p1 + n_rows * n_rows < p1 * p1
+
+
+# from this many rows a factor asked in single precision is factored in float32
+# (spotrf: 0.30 ms against dpotrf's 0.55 ms at 400 x 400, one BLAS thread);
+# below, the float32 copy and its call cost about what they save
+SINGLE_FROM = 256
+# ... and only where cond(M) <= 1 + trace(M) - m (M = I + a PSD matrix: every
+# eigenvalue at least 1, the largest at most 1 plus the PSD part's trace) is
+# at most this: a float32 solve then errs by at most about 6e-4 relative
+# (n = 400, p = 2 000 / 10 000: 400-700)
+SINGLE_MAX_COND = 1e4
 
 
 # numpy asks the kernel for huge pages for arrays from 4 MiB on (madvise),
@@ -203,9 +214,10 @@ class RowCurvature:
             out = out + block.sums(s * s * block.scores(v))
         return out
 
-    def woodbury(self):
-        """The factor of this system (:class:`WoodburyFactor`)."""
-        return WoodburyFactor(self)
+    def woodbury(self, single=False):
+        """The factor of this system (:class:`WoodburyFactor`; ``single``:
+        its ``m x m`` factor in float32 from ``SINGLE_FROM`` rows on)."""
+        return WoodburyFactor(self, single)
 
 
 def _nbytes(X):
@@ -227,9 +239,20 @@ class WoodburyFactor:
     """Solves ``H x = g`` for a :class:`RowCurvature` through ``m x m``
     systems: Woodbury on the penalized block, whose ridge ``c`` is the same
     on every coordinate, and the Schur complement of the intercept. A
-    system without that structure (or no penalty) is solved densely."""
+    system without that structure (or no penalty) is solved densely.
 
-    def __init__(self, curvature):
+    With ``single`` (at least ``SINGLE_FROM`` rows, and ``cond(M)`` bounded
+    by ``SINGLE_MAX_COND``) ``M`` is factored in float32 (formed in float64,
+    rounded once): solves then carry a relative error of about ``cond(M)``
+    times float32's epsilon, for the early Newton steps' directions only
+    (the line search accepts each step on float64 values);
+    :meth:`decrement_bound` never uses such a factor. Where float32 finds
+    ``M`` not positive definite, the float64 factor is taken."""
+
+    # the intercept's Schur complement was not positive: solved with a jitter
+    jittered = False
+
+    def __init__(self, curvature, single=False):
         self.curvature = curvature
         diag, start = curvature.diag, int(curvature.intercept)
         penalized = diag[start:]
@@ -251,20 +274,63 @@ class WoodburyFactor:
             # on M's Fortran view (M is symmetric: Mᵀ is M, its upper triangle
             # read as the lower), so LAPACK factors in place: no copy to
             # Fortran order (at m = 400 the copy took 1.6-3 ms, the factor 0.5-1.4)
-            self.M, info = dpotrf(M.T, lower=1, clean=0, overwrite_a=1)
-            if info != 0:  # pragma: no cover - I + a PSD matrix
-                raise LinAlgError(f"potrf failed with info={info}")
+            if (single and len(s) >= SINGLE_FROM
+                    and 1.0 + np.trace(M) - len(s) <= SINGLE_MAX_COND):
+                self.M, info = spotrf(M.T.astype(np.float32), lower=1, clean=0,
+                                      overwrite_a=1)
+                if info != 0:  # not positive definite in float32: float64
+                    self.M = None
+            if self.M is None:
+                self.M, info = dpotrf(M.T, lower=1, clean=0, overwrite_a=1)
+                if info != 0:  # pragma: no cover - I + a PSD matrix
+                    raise LinAlgError(f"potrf failed with info={info}")
         if curvature.intercept:
             # σ = r_0 + zᵀ M⁻¹ z, z = s the intercept column of Z
             self.Mz = self._m_solve(s)
             sigma = diag[0] + s @ self.Mz
             if sigma <= 0:  # no curvature along the intercept: the dense path's jitter
                 sigma = 1e-12 * max(diag.sum() / len(diag), 1e-12)
+                self.jittered = True
             self.sigma = sigma
             self._gram_s2 = gram @ (s * s)
 
+    @property
+    def single(self):
+        """Whether ``M`` is factored in float32."""
+        return self.M is not None and self.M.dtype == np.float32
+
     def _m_solve(self, t):
-        return dpotrs(self.M, t, lower=1)[0] if self.M is not None else t
+        if self.M is None:
+            return t
+        if self.single:
+            return spotrs(self.M, t, lower=1)[0].astype(float)
+        return dpotrs(self.M, t, lower=1)[0]
+
+    def decrement_bound(self, curvature, g):
+        """An upper bound of ``½ gᵀ H⁻¹ g`` for ``H = curvature``, a
+        :class:`RowCurvature` on this factor's rows and diagonal with other
+        scales (the same model at a nearby point), from this factor alone:
+        ``H ⪰ κ H_old`` with ``κ = min(1, min_i s_i² / s_old,i²)`` (the
+        diagonal and every row's term scaled by at least ``κ``), so
+        ``gᵀ H⁻¹ g <= gᵀ H_old⁻¹ g / κ``. ``inf`` where it does not apply
+        (other rows or diagonal, a dense, jittered or float32 factor, a row
+        whose scale fell to 0)."""
+        old = self.curvature
+        if (self.dense is not None or self.jittered or self.single
+                or len(curvature.blocks) != len(old.blocks)
+                or any(a is not b for a, b in zip(curvature.blocks, old.blocks))
+                or not np.array_equal(curvature.diag, old.diag)):
+            return np.inf
+        if old.scales:
+            s_old, s_new = np.concatenate(old.scales), np.concatenate(curvature.scales)
+            seen = s_old > 0
+            with np.errstate(divide="ignore"):
+                kappa = min(1.0, float(np.min((s_new[seen] / s_old[seen]) ** 2, initial=1.0)))
+        else:
+            kappa = 1.0
+        if not kappa > 0:
+            return np.inf
+        return 0.5 * float(g @ self.solve(g)) / kappa
 
     def _split(self, values):
         """Per block pieces of a vector over all rows."""

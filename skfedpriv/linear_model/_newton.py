@@ -179,6 +179,11 @@ _QUASI_NEWTON_PARAMS = 256
 # CG preconditioners of fewer parameters are applied as explicit inverses
 _INVERSE_PARAMS = _QUASI_NEWTON_PARAMS
 _QUASI_NEWTON_MODELS = 3
+# few rows: a Newton system is factored in float32 while the model's last
+# half decrement exceeds this of |F| (n = 400, p = 2 000: the first three of
+# four steps; the direction's relative error, about cond(M) times float32's
+# epsilon, leaves its square times the gap after a step)
+_SINGLE_ABOVE = 1e-5
 
 class _SummaryOnlySites:
     """The requests :func:`solve_batch` makes, for a sites object that only
@@ -218,13 +223,14 @@ class _SummaryOnlySites:
         return Theta + steps * S
 
 
-def _factor_psd(matrix):
+def _factor_psd(matrix, single=False):
     """Cholesky factor of a symmetric PSD matrix, with a little jitter if
     needed: ``(c, lower)`` as ``scipy.linalg.cho_factor`` returns it (LAPACK
     potrf directly, without its input checks). A factored curvature
-    (:mod:`._factored_curvature`) gives its Woodbury factor."""
+    (:mod:`._factored_curvature`) gives its Woodbury factor (``single``: in
+    float32 where it has enough rows)."""
     if hasattr(matrix, "woodbury"):
-        return matrix.woodbury()
+        return matrix.woodbury(single)
     scale = max(np.trace(matrix) / matrix.shape[0], 1e-12)
     for jitter in (0.0, 1e-12, 1e-9, 1e-6, 1e-3):
         shifted = matrix + jitter * scale * np.eye(matrix.shape[0]) if jitter else matrix
@@ -455,6 +461,10 @@ class NewtonSolver:
         self.expected = np.full(n_models, np.inf)  # the predicted gap / |F| here (inf: none)
         self.quasi_newton = None  # the L-BFGS phase while it runs
         self.last_relative = np.zeros(n_models)  # the last full step's decrement / |F| (0: none)
+        self.inert_at = None  # (Theta, the sites' smoothing_inert there)
+        # few rows: whether a model's next factor may be float32 (its last half
+        # decrement above _SINGLE_ABOVE of |F|; none yet: far)
+        self.far = np.ones(n_models, dtype=bool)
 
     # -- the objective, gradient and curvature ----------------------------
 
@@ -527,14 +537,17 @@ class NewtonSolver:
         if direct.any():
             matrices = self.curvature_matrices(direct)
             shift = self.applied_damping()
+            inert = None
             for k in np.flatnonzero(direct):
                 system = matrices[k] if self.prior is None else matrices[k] + self.prior[k]
-                self.preconditioner[k] = _factor_psd(system)
-                if shift[k] > 0:
-                    damped = _factor_psd(shifted(system, shift[k]))
-                    newton[:, k] = -_cho_solve(damped, grad[:, k])
-                else:
-                    newton[:, k] = -_cho_solve(self.preconditioner[k], grad[:, k])
+                # tried where the last step was predicted to land near tol
+                if (self.rows and self.full_step[k] and not self.kink[k]
+                        and self.expected[k] <= _SAFETY * self.tol):
+                    stop, inert = self.stop_on_earlier_factor(k, system, inert)
+                    if stop is not None:
+                        newton[:, k] = stop
+                        continue
+                newton[:, k] = self.direct_direction(k, system, shift[k])
         kink = self.kink & self.active
         self.smoothed_decrement = np.where(direct, _decrement(grad, newton), np.inf)
         iterative = self.active & ~direct & ~kink
@@ -544,6 +557,59 @@ class NewtonSolver:
         if kink.any():
             newton[:, kink] = self.kink_direction(kink)[0][:, kink]
         return newton, direct, iterative
+
+    def direct_direction(self, k, system, shift):
+        """``-H⁻¹g`` of model k on ``system`` (plus ``shift`` I, the damping),
+        its undamped factor kept as the preconditioner. On factored rows far
+        from the optimum (the last half decrement above ``_SINGLE_ABOVE`` of
+        ``|F|``) through float32 factors
+        (:class:`~._factored_curvature.WoodburyFactor`), solved again in
+        float64 where an undamped direction's decrement comes within
+        ``_SAFETY`` of the stopping bound: only float64 stops a model."""
+        grad = self.grad[:, k]
+        bound = self.tol * self.stream_weight * abs(self.value[k])
+        for single in ((True, False) if self.rows and self.far[k] else (False,)):
+            self.preconditioner[k] = _factor_psd(system, single)
+            if shift > 0:  # a damped system never stops a model
+                return -_cho_solve(_factor_psd(shifted(system, shift), single), grad)
+            newton = -_cho_solve(self.preconditioner[k], grad)
+            if (not getattr(self.preconditioner[k], "single", False)
+                    or -0.5 * float(grad @ newton) > _SAFETY * bound):
+                return newton
+        return newton  # pragma: no cover - the float64 pass returned
+
+    def stop_on_earlier_factor(self, k, system, inert):
+        """Few rows, local phase: a Newton direction whose half decrement is
+        an upper bound of model k's on ``system`` (the matrix formed here),
+        from the factor of its last step
+        (:meth:`~._factored_curvature.WoodburyFactor.decrement_bound`), when
+        that bound already stops the model here and no row is within the
+        smoothing window: the stopping rule's decision on the matrix formed
+        here without factoring it (the model stops at the same point with the
+        same returned curvature). ``(None, inert)`` otherwise; ``inert`` is
+        the sites' :meth:`smoothing_inert` answer, asked once per step."""
+        factor, grad = self.preconditioner[k], self.grad[:, k]
+        if not hasattr(factor, "decrement_bound"):
+            return None, inert
+        bound = self.tol * self.stream_weight * abs(self.value[k])
+        # half the bound: the stopping test's own sum of the same products
+        # may differ in the last bits
+        decrement = factor.decrement_bound(system, grad)
+        if not decrement <= 0.5 * bound:
+            return None, inert
+        if inert is None:
+            inert = self.smoothing_inert()
+        if not inert[k]:
+            return None, inert
+        norm = float(grad @ grad)
+        return (-(2.0 * decrement / norm) * grad if norm > 0 else np.zeros_like(grad)), inert
+
+    def smoothing_inert(self):
+        """The sites' ``smoothing_inert`` at ``Theta`` (few rows, in
+        process), asked once per point."""
+        if self.inert_at is None or self.inert_at[0] is not self.Theta:
+            self.inert_at = (self.Theta, self.sites.smoothing_inert(self.Theta, self.message))
+        return self.inert_at[1]
 
     def curvature_operator(self, exact):
         """``V -> H_k v_k`` for every model: the sites' curvature products at
@@ -626,6 +692,7 @@ class NewtonSolver:
             converged |= kink & within & (self.smoothed_decrement <= bound)
             self.stale |= recheck
             self.detect_kink(predicted / np.abs(self.value))
+            self.far = predicted > _SINGLE_ABOVE * np.abs(self.value)
         else:
             converged = self.active & within
         self.active &= ~converged
@@ -647,7 +714,7 @@ class NewtonSolver:
         if self.rows:
             # few rows (in process): no row within the smoothing window, one
             # matrix for both: the smoothed decrement is the semismooth one
-            same = candidates & self.sites.smoothing_inert(self.Theta, self.message)
+            same = candidates & self.smoothing_inert()
             if np.array_equal(same, candidates):
                 return candidates
         rest = candidates & ~same

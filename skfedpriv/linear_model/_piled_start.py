@@ -22,8 +22,9 @@ out of this estimate) is ``v S / (α W²)``,
 ``S = yᵀ W X Xᵀ W y``, so ``u*`` solves ``u α W² / S = -V'(u)`` (one root:
 the left side increases, the right does not). The ridge solve is one
 Woodbury factor of the ``m x m`` system
-(:class:`~._factored_curvature.WoodburyFactor`) on the rows' Gram matrix the
-factored path keeps anyway. The grid then scales the direction: the
+(:class:`~._factored_curvature.WoodburyFactor`, in float32 from
+``SINGLE_FROM`` rows: a direction the grid scales) on the rows' Gram matrix
+the factored path keeps anyway. The grid then scales the direction: the
 optimum reached is the solver's, only the path to it changes (n = 400,
 p = 2 000: 5 iterations instead of 10; benchmarks/README.md, "Few rows: a
 start from piled margins").
@@ -101,5 +102,6 @@ def piled_direction(sites, loss, alpha, fit_intercept):
             diag[0] = 0.0
         targets = weighted[:, k] * (v[k] / curvature[k] + u[k])
         rhs = sum(block.sums(targets[r]) for block, r in zip(blocks, rows))
-        out[:, k] = RowCurvature(blocks, scales, diag, fit_intercept).woodbury().solve(rhs)
+        system = RowCurvature(blocks, scales, diag, fit_intercept)
+        out[:, k] = system.woodbury(single=True).solve(rhs)
     return out
