@@ -298,14 +298,21 @@ def test_stream_memory_does_not_grow_with_its_length():
     assert long < 1.5 * short
 
 
+@pytest.mark.parametrize("local_matrix", [False, True])
 @pytest.mark.parametrize("q", [0.5, 1.0, 4.0])
-def test_well_conditioned_fit_forms_the_curvature_matrix_only_at_the_optimum(q, monkeypatch):
+def test_well_conditioned_fit_forms_the_curvature_matrix_only_at_the_optimum(
+        q, local_matrix, monkeypatch):
+    # with at least _LOCAL_MATRIX_PARAMS parameters the matrix is formed once,
+    # at the returned point; below, at most once more, on entering the local
+    # phase (it then preconditions the CG), and the returned point is as good
     X, Y, weights, _ = _problem(n=3000, p=10, K=1, seed=6)
     sites = SiteData(X, Y, weights, [np.arange(len(X))], None, True)
+    if not local_matrix:
+        monkeypatch.setattr(_newton, "_LOCAL_MATRIX_PARAMS", 0)
     formed = _count_curvature_matrices(monkeypatch)
     Theta, curvature, info = solve_batch(sites, np.zeros((11, 1)), q=q, alpha=1e-3,
                                          fit_intercept=True, tol=1e-8)
-    assert len(formed) == 1  # one matrix, at the returned point
+    assert len(formed) == (2 if local_matrix else 1)
     _, _, expected = site_summary(X, Y, weights, Theta, q, True, True)
     Xbar = np.hstack([np.ones((len(X), 1)), X])
     value, grad = gendwd_objective(Theta[:, 0], Xbar, Y[:, 0], weights, q, 1e-3)
@@ -348,8 +355,12 @@ def test_offline_newton_steps_in_the_local_phase_are_one_request(q):
     # the stop: the matrix at the returned point, then one product round
     # (a lower bound of the semismooth decrement there)
     assert local.endswith("mp")
-    steps = local[:-1].rstrip("m").split("s")[:-1]
-    assert len(steps) >= 2 and all(step and set(step) == {"p"} for step in steps)
+    # below _LOCAL_MATRIX_PARAMS parameters the phase opens with the matrix
+    # and a direct step on it (no product), which then preconditions the CG
+    assert local.startswith("ms")
+    steps = local[1:-1].rstrip("m").split("s")[:-1]
+    assert len(steps) >= 2 and steps[0] == ""
+    assert all(step and set(step) == {"p"} for step in steps[1:])
     # the local phase's products use V_q'' itself, the damped phase's the
     # smoothed curvature (the first product follows the grid step)
     n_local = sum(len(step) for step in steps)
