@@ -347,19 +347,23 @@ def _line_losses_from_zero(slope, weights, steps, q):
     order = np.argsort(steps)
     t = steps[order]
     out = np.empty((len(steps), slope.shape[1]))
+    n_buckets = len(t) + 1
     for k in range(slope.shape[1]):
         s = slope[:, k]
-        # only rows with t s_i > u0 for some step ever reach the tail
-        # (and, q <= 16, (u0 / s_i)^q <= (max t)^q stays finite)
-        reach = s > u0 / t[-1]
-        crossing = np.full(len(s), len(t))
-        crossing[reach] = np.searchsorted(t, u0 / s[reach], side="right")
-        tail = np.zeros(len(s))
-        tail[reach] = weights[reach] * fast_power(u0 / s[reach], q)
+        # only rows with t s_i > u0 for some step ever reach the tail (and,
+        # q <= 16, (u0 / s_i)^q <= (max t)^q stays finite); the others are
+        # left of the kink at every step (the last bucket)
+        reach = np.flatnonzero(s > u0 / t[-1])
+        ratio, w = u0 / s[reach], weights[reach]
+        crossing = np.searchsorted(t, ratio, side="right")
+        weight_by = np.bincount(crossing, w, n_buckets)
+        slope_by = np.bincount(crossing, w * s[reach], n_buckets)
+        weight_by[-1] += weights.sum() - w.sum()
+        slope_by[-1] += weights @ s - slope_by.sum()
         # step j: rows crossing after it are left of the kink, the rest right
-        left_weight = np.cumsum(np.bincount(crossing, weights, len(t) + 1)[::-1])[::-1][1:]
-        left_slope = np.cumsum(np.bincount(crossing, weights * s, len(t) + 1)[::-1])[::-1][1:]
-        right = np.cumsum(np.bincount(crossing, tail, len(t) + 1))[:-1]
+        left_weight = np.cumsum(weight_by[::-1])[::-1][1:]
+        left_slope = np.cumsum(slope_by[::-1])[::-1][1:]
+        right = np.cumsum(np.bincount(crossing, w * fast_power(ratio, q), n_buckets))[:-1]
         out[order, k] = left_weight - t * left_slope + fast_power(1.0 / t, q) * right / (q + 1.0)
     return out
 
