@@ -138,15 +138,24 @@ def test_summary_after_a_line_search_is_that_of_a_fresh_site(steps_taken):
     np.testing.assert_allclose(curvature, fresh_curvature, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("at_zero", [False, True])
 @pytest.mark.parametrize("with_curvature", [False, True])
-def test_summary_at_a_new_point_is_the_defined_sums(with_curvature):
+def test_summary_at_a_new_point_is_the_defined_sums(with_curvature, at_zero, monkeypatch):
     # in process, rows of at least _FUSED_SIZE numbers and scores not known at
-    # the point (an online Newton step's full step): one read of the rows
+    # the point (an online Newton step's full step): one read of the rows; at
+    # θ = 0 (a fit's start) the scores are known to be 0 (no product X θ)
     X, Y, weights, Theta = _problem(n=12000, p=6, K=2, seed=9)
     assert X.size >= _dwd_solver._FUSED_SIZE
+    if at_zero:
+        Theta = np.zeros_like(Theta)
     q = 0.5
     sites = SiteData(X, Y, weights, [np.arange(len(X))], None, True)
+    products = []
+    original = _dwd_solver.augmented_scores
+    monkeypatch.setattr(_dwd_solver, "augmented_scores",
+                        lambda *args: products.append(1) or original(*args))
     loss, grad, curvature = sites.summaries(Theta, q, with_curvature)
+    assert (len(products) == 0) == at_zero
     Xbar = np.hstack([np.ones((len(X), 1)), X])
     U = Y * (Xbar @ Theta)
     np.testing.assert_allclose(loss, weights @ gendwd_loss(U, q), rtol=1e-12)

@@ -580,6 +580,11 @@ class SiteData(DWDSites):
         for cached, value in self._cache:
             if cached == key:
                 return value
+        if not Theta.any():
+            # θ = 0 (a fit's start): every score is 0, no pass over the rows
+            value = np.zeros((self.parts[0][0].shape[0], Theta.shape[1]))
+            self._remember(Theta, value)
+            return value
         return None
 
     def _remember(self, Theta, scores):
