@@ -234,12 +234,16 @@ def _row_curvature(Y, weights, scores, loss, exact=None):
     """``w_i Ṽ_q''(u_ik)`` per row and model; ``V_q''`` itself for the models
     where ``exact`` (bool of shape (K,)) is True."""
     exact = None if exact is None or not np.any(exact) else np.asarray(exact, dtype=bool)
+    every = exact is not None and bool(np.all(exact))  # then no smoothed curvature
     out = np.empty_like(scores)
     for rows in _element_blocks(*Y.shape):
         margins = Y[rows] * scores[rows]
-        curvature = loss.smoothed_curvature(margins)
-        if exact is not None:
-            curvature = np.where(exact, loss.curvature(margins), curvature)
+        if every:
+            curvature = loss.curvature(margins)
+        else:
+            curvature = loss.smoothed_curvature(margins)
+            if exact is not None:
+                curvature = np.where(exact, loss.curvature(margins), curvature)
         out[rows] = weights[rows, None] * curvature
     return out
 
