@@ -216,7 +216,9 @@ def site_curvature_matrices(X, Y, weights, scores, loss, fit_intercept, models=T
     every model (``models=True``) or of those flagged (on ``V_q''`` with
     ``exact``)."""
     models = np.flatnonzero(np.broadcast_to(np.asarray(models, dtype=bool), scores.shape[1:]))
-    row_curvature = _row_curvature(Y[:, models], weights, scores[:, models], as_loss(loss),
+    if len(models) < scores.shape[1]:  # else no copy of the columns
+        Y, scores = Y[:, models], scores[:, models]
+    row_curvature = _row_curvature(Y, weights, scores, as_loss(loss),
                                    np.full(len(models), bool(exact)))
     return np.stack([augmented_gram(X, row_curvature[:, j], fit_intercept)
                      for j in range(len(models))])
