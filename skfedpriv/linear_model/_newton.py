@@ -45,9 +45,9 @@ preconditions its CG) only when its CG runs out or its steps converge
 slowly, on entering the local phase when the model has fewer than
 ``_LOCAL_MATRIX_PARAMS`` parameters (there the matrix costs a few
 products and saves more), and once at the returned point (the renewable
-state): on well-conditioned rows with more parameters, only there; a request for matrices names the
-one-vs-rest models that need one and do not have it at their current
-parameters. Online
+state): on well-conditioned rows with more parameters, only there; a
+request for matrices names the one-vs-rest models that need one and do
+not have it at their current parameters. Online
 (``refresh_curvature=False``, eq. 35) the curvature stays at the starting
 point and each step is one triangular solve.
 
