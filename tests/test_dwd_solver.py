@@ -86,14 +86,15 @@ def test_site_requests_are_sums_of_the_defined_quantities(pooled, monkeypatch):
         d = weights * gendwd_smoothed_curvature(Y[:, k] * (Xbar @ Theta[:, k]), q)
         np.testing.assert_allclose(product[:, k], Xbar.T @ (d * (Xbar @ V[:, k])),
                                    rtol=1e-10, atol=1e-10)
-    # with V_q'' itself for the models asked (generalized at the kink)
-    exact = np.arange(Y.shape[1]) % 2 == 0
-    product = sites.curvature_product(Theta, V, q, exact)
-    for k in range(Y.shape[1]):
-        curvature = gendwd_curvature if exact[k] else gendwd_smoothed_curvature
-        d = weights * curvature(Y[:, k] * (Xbar @ Theta[:, k]), q)
-        np.testing.assert_allclose(product[:, k], Xbar.T @ (d * (Xbar @ V[:, k])),
-                                   rtol=1e-10, atol=1e-10)
+    # with V_q'' itself for the models asked (generalized at the kink): some
+    # of them, and every one (then the smoothed curvature is not formed)
+    for exact in (np.arange(Y.shape[1]) % 2 == 0, np.ones(Y.shape[1], dtype=bool)):
+        product = sites.curvature_product(Theta, V, q, exact)
+        for k in range(Y.shape[1]):
+            curvature = gendwd_curvature if exact[k] else gendwd_smoothed_curvature
+            d = weights * curvature(Y[:, k] * (Xbar @ Theta[:, k]), q)
+            np.testing.assert_allclose(product[:, k], Xbar.T @ (d * (Xbar @ V[:, k])),
+                                       rtol=1e-10, atol=1e-10)
     # line losses: the loss sum at each point of the line
     steps = [1.0, 0.5, 0.125]
     losses = sites.line_losses(Theta, V, steps, q)
@@ -109,8 +110,8 @@ def test_site_requests_are_sums_of_the_defined_quantities(pooled, monkeypatch):
     np.testing.assert_allclose(grad, fresh_grad, rtol=1e-10, atol=1e-10)
     # every request counted; replies are O(p1 K) numbers, the matrix O(p1² K)
     p1, K = Theta.shape
-    assert sites.rounds == 4
-    assert sites.floats_sent == 2 * p1 * K + len(steps) * K + (K + p1 * K)
+    assert sites.rounds == 5
+    assert sites.floats_sent == 3 * p1 * K + len(steps) * K + (K + p1 * K)
 
 
 @pytest.mark.parametrize("steps_taken", [[1.0, 4.0], [2.0, 0.0], [0.5, 1.0]])
@@ -138,15 +139,24 @@ def test_summary_after_a_line_search_is_that_of_a_fresh_site(steps_taken):
     np.testing.assert_allclose(curvature, fresh_curvature, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("at_zero", [False, True])
 @pytest.mark.parametrize("with_curvature", [False, True])
-def test_summary_at_a_new_point_is_the_defined_sums(with_curvature):
+def test_summary_at_a_new_point_is_the_defined_sums(with_curvature, at_zero, monkeypatch):
     # in process, rows of at least _FUSED_SIZE numbers and scores not known at
-    # the point (an online Newton step's full step): one read of the rows
+    # the point (an online Newton step's full step): one read of the rows; at
+    # θ = 0 (a fit's start) the scores are known to be 0 (no product X θ)
     X, Y, weights, Theta = _problem(n=12000, p=6, K=2, seed=9)
     assert X.size >= _dwd_solver._FUSED_SIZE
+    if at_zero:
+        Theta = np.zeros_like(Theta)
     q = 0.5
     sites = SiteData(X, Y, weights, [np.arange(len(X))], None, True)
+    products = []
+    original = _dwd_solver.augmented_scores
+    monkeypatch.setattr(_dwd_solver, "augmented_scores",
+                        lambda *args: products.append(1) or original(*args))
     loss, grad, curvature = sites.summaries(Theta, q, with_curvature)
+    assert (len(products) == 0) == at_zero
     Xbar = np.hstack([np.ones((len(X), 1)), X])
     U = Y * (Xbar @ Theta)
     np.testing.assert_allclose(loss, weights @ gendwd_loss(U, q), rtol=1e-12)
@@ -298,14 +308,21 @@ def test_stream_memory_does_not_grow_with_its_length():
     assert long < 1.5 * short
 
 
+@pytest.mark.parametrize("local_matrix", [False, True])
 @pytest.mark.parametrize("q", [0.5, 1.0, 4.0])
-def test_well_conditioned_fit_forms_the_curvature_matrix_only_at_the_optimum(q, monkeypatch):
+def test_well_conditioned_fit_forms_the_curvature_matrix_only_at_the_optimum(
+        q, local_matrix, monkeypatch):
+    # with at least _LOCAL_MATRIX_PARAMS parameters the matrix is formed once,
+    # at the returned point; below, at most once more, on entering the local
+    # phase (it then preconditions the CG), and the returned point is as good
     X, Y, weights, _ = _problem(n=3000, p=10, K=1, seed=6)
     sites = SiteData(X, Y, weights, [np.arange(len(X))], None, True)
+    if not local_matrix:
+        monkeypatch.setattr(_newton, "_LOCAL_MATRIX_PARAMS", 0)
     formed = _count_curvature_matrices(monkeypatch)
     Theta, curvature, info = solve_batch(sites, np.zeros((11, 1)), q=q, alpha=1e-3,
                                          fit_intercept=True, tol=1e-8)
-    assert len(formed) == 1  # one matrix, at the returned point
+    assert len(formed) == (2 if local_matrix else 1)
     _, _, expected = site_summary(X, Y, weights, Theta, q, True, True)
     Xbar = np.hstack([np.ones((len(X), 1)), X])
     value, grad = gendwd_objective(Theta[:, 0], Xbar, Y[:, 0], weights, q, 1e-3)
@@ -348,8 +365,12 @@ def test_offline_newton_steps_in_the_local_phase_are_one_request(q):
     # the stop: the matrix at the returned point, then one product round
     # (a lower bound of the semismooth decrement there)
     assert local.endswith("mp")
-    steps = local[:-1].rstrip("m").split("s")[:-1]
-    assert len(steps) >= 2 and all(step and set(step) == {"p"} for step in steps)
+    # below _LOCAL_MATRIX_PARAMS parameters the phase opens with the matrix
+    # and a direct step on it (no product), which then preconditions the CG
+    assert local.startswith("ms")
+    steps = local[1:-1].rstrip("m").split("s")[:-1]
+    assert len(steps) >= 2 and steps[0] == ""
+    assert all(step and set(step) == {"p"} for step in steps[1:])
     # the local phase's products use V_q'' itself, the damped phase's the
     # smoothed curvature (the first product follows the grid step)
     n_local = sum(len(step) for step in steps)

@@ -218,7 +218,9 @@ def site_curvature_matrices(X, Y, weights, scores, loss, fit_intercept, models=T
     every model (``models=True``) or of those flagged (on ``V_q''`` with
     ``exact``)."""
     models = np.flatnonzero(np.broadcast_to(np.asarray(models, dtype=bool), scores.shape[1:]))
-    row_curvature = _row_curvature(Y[:, models], weights, scores[:, models], as_loss(loss),
+    if len(models) < scores.shape[1]:  # else no copy of the columns
+        Y, scores = Y[:, models], scores[:, models]
+    row_curvature = _row_curvature(Y, weights, scores, as_loss(loss),
                                    np.full(len(models), bool(exact)))
     return np.stack([augmented_gram(X, row_curvature[:, j], fit_intercept)
                      for j in range(len(models))])
@@ -236,12 +238,16 @@ def _row_curvature(Y, weights, scores, loss, exact=None):
     """``w_i Ṽ_q''(u_ik)`` per row and model; ``V_q''`` itself for the models
     where ``exact`` (bool of shape (K,)) is True."""
     exact = None if exact is None or not np.any(exact) else np.asarray(exact, dtype=bool)
+    every = exact is not None and bool(np.all(exact))  # then no smoothed curvature
     out = np.empty_like(scores)
     for rows in _element_blocks(*Y.shape):
         margins = Y[rows] * scores[rows]
-        curvature = loss.smoothed_curvature(margins)
-        if exact is not None:
-            curvature = np.where(exact, loss.curvature(margins), curvature)
+        if every:
+            curvature = loss.curvature(margins)
+        else:
+            curvature = loss.smoothed_curvature(margins)
+            if exact is not None:
+                curvature = np.where(exact, loss.curvature(margins), curvature)
         out[rows] = weights[rows, None] * curvature
     return out
 
@@ -349,19 +355,23 @@ def _line_losses_from_zero(slope, weights, steps, q):
     order = np.argsort(steps)
     t = steps[order]
     out = np.empty((len(steps), slope.shape[1]))
+    n_buckets = len(t) + 1
     for k in range(slope.shape[1]):
         s = slope[:, k]
-        # only rows with t s_i > u0 for some step ever reach the tail
-        # (and, q <= 16, (u0 / s_i)^q <= (max t)^q stays finite)
-        reach = s > u0 / t[-1]
-        crossing = np.full(len(s), len(t))
-        crossing[reach] = np.searchsorted(t, u0 / s[reach], side="right")
-        tail = np.zeros(len(s))
-        tail[reach] = weights[reach] * fast_power(u0 / s[reach], q)
+        # only rows with t s_i > u0 for some step ever reach the tail (and,
+        # q <= 16, (u0 / s_i)^q <= (max t)^q stays finite); the others are
+        # left of the kink at every step (the last bucket)
+        reach = np.flatnonzero(s > u0 / t[-1])
+        ratio, w = u0 / s[reach], weights[reach]
+        crossing = np.searchsorted(t, ratio, side="right")
+        weight_by = np.bincount(crossing, w, n_buckets)
+        slope_by = np.bincount(crossing, w * s[reach], n_buckets)
+        weight_by[-1] += weights.sum() - w.sum()
+        slope_by[-1] += weights @ s - slope_by.sum()
         # step j: rows crossing after it are left of the kink, the rest right
-        left_weight = np.cumsum(np.bincount(crossing, weights, len(t) + 1)[::-1])[::-1][1:]
-        left_slope = np.cumsum(np.bincount(crossing, weights * s, len(t) + 1)[::-1])[::-1][1:]
-        right = np.cumsum(np.bincount(crossing, tail, len(t) + 1))[:-1]
+        left_weight = np.cumsum(weight_by[::-1])[::-1][1:]
+        left_slope = np.cumsum(slope_by[::-1])[::-1][1:]
+        right = np.cumsum(np.bincount(crossing, w * fast_power(ratio, q), n_buckets))[:-1]
         out[order, k] = left_weight - t * left_slope + fast_power(1.0 / t, q) * right / (q + 1.0)
     return out
 
@@ -578,6 +588,11 @@ class SiteData(DWDSites):
         for cached, value in self._cache:
             if cached == key:
                 return value
+        if not Theta.any():
+            # θ = 0 (a fit's start): every score is 0, no pass over the rows
+            value = np.zeros((self.parts[0][0].shape[0], Theta.shape[1]))
+            self._remember(Theta, value)
+            return value
         return None
 
     def _remember(self, Theta, scores):

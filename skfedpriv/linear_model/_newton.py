@@ -42,10 +42,12 @@ the damped phase (where it is the more cautious model) and of every
 matrix: the renewable state, the stopping test and the preconditioner.
 The ``O(n p²)`` curvature matrix of a model is formed (and then
 preconditions its CG) only when its CG runs out or its steps converge
-slowly, and once at the returned point (the renewable state): on
-well-conditioned rows, only there; a request for matrices names the
-one-vs-rest models that need one and do not have it at their current
-parameters. Online
+slowly, on entering the local phase when the model has fewer than
+``_LOCAL_MATRIX_PARAMS`` parameters (there the matrix costs a few
+products and saves more), and once at the returned point (the renewable
+state): on well-conditioned rows with more parameters, only there; a
+request for matrices names the one-vs-rest models that need one and do
+not have it at their current parameters. Online
 (``refresh_curvature=False``, eq. 35) the curvature stays at the starting
 point and each step is one triangular solve.
 
@@ -147,6 +149,13 @@ _SLOW = 0.5
 # a Newton step whose landing point is predicted within tol / _SAFETY gets the
 # exact check there (forming the O(n p²) matrix)
 _SAFETY = 10.0
+# a model of fewer parameters than this forms its curvature matrix (and takes a
+# direct step on it) on entering the local phase, where its unpreconditioned CG
+# would need 8-10 products over the last steps: the matrix costs about 3-4
+# products at p + 1 = 51 (syrk against two memory-bound reads of the rows a
+# product; the ratio grows with p), and the CG it preconditions then needs 1-2
+# (n = 1e5, p = 50, q <= 1: 17 rounds instead of 21-23)
+_LOCAL_MATRIX_PARAMS = 100
 # the first Levenberg-Marquardt damping of a model (per unit weight)
 _DAMPING_START = 1e-3
 # the kink phase: a model whose last _KINK_POOR full Newton steps each
@@ -914,6 +923,11 @@ class NewtonSolver:
             landing = np.where(self.last_relative > 0, relative**2 / self.last_relative, np.inf)
         taken = moved & self.full_step
         self.stale |= taken & (_SAFETY * landing <= self.tol)
+        # few parameters: the matrix at the local phase's first point (see
+        # _LOCAL_MATRIX_PARAMS) preconditions the CG of the steps after it
+        if self.p1 < _LOCAL_MATRIX_PARAMS:
+            entering = taken & (self.last_relative == 0)
+            self.stale |= entering & np.array([f is None for f in self.preconditioner])
         self.expected = np.where(taken, landing, np.inf)
         self.last_relative = np.where(taken, relative, 0.0)
 
