@@ -27,10 +27,13 @@ which part makes an interval wide.
 Usage::
 
     python benchmarks/bench_private_bound.py [--quick] [--reps R] [--n-jobs J] [--decompose]
+        [--steps S1 S2 S3] [--cells I ...]
 
 Writes ``private_bound.md`` (``private_bound_quick.md``; with
-``--decompose``: ``private_decomposition.md``) under ``--output-dir``
-(default ``benchmarks/results``).
+``--decompose``: ``private_decomposition.md``; with ``--steps``, the plan
+in the name) under ``--output-dir`` (default ``benchmarks/results``).
+``--cells`` runs the cells of these indices of ``CELLS`` (or
+``DECOMPOSE_CELLS``) only.
 """
 
 import os
@@ -54,6 +57,7 @@ from skfedpriv.linear_model._inference_sites import site_inference_summary  # no
 from skfedpriv.privacy._objective_perturbation import clip_augmented_rows  # noqa: E402
 
 from _output import benchmark_parser, output_dir, wrote  # noqa: E402
+from _step_plan import add_steps_argument, apply_steps  # noqa: E402
 
 MU, SIGMA, SITES, BATCHES = 0.2, 1.0, 5, 20
 #: The bound's plug-in curvatures: None the nearest PSD matrix of the last
@@ -64,7 +68,8 @@ CELLS = [(20000, 5, q, r, 1.0) for q in (1.0, 4.0) for r in (1.0, 4.0)] + [
     (20000, 5, 1.0, 4.0, 4.0), (20000, 5, 4.0, 4.0, 4.0),
     (20000, 20, 1.0, 1.0, 1.0), (20000, 20, 1.0, 1.0, 4.0), (20000, 20, 4.0, 4.0, 4.0),
     (2000, 5, 1.0, 1.0, 1.0), (2000, 5, 1.0, 4.0, 1.0), (2000, 5, 4.0, 4.0, 1.0),
-    (2000, 5, 1.0, 1.0, 4.0), (2000, 5, 4.0, 4.0, 4.0), (2000, 20, 4.0, 4.0, 4.0)]
+    (2000, 5, 1.0, 1.0, 4.0), (2000, 5, 4.0, 4.0, 4.0), (2000, 20, 4.0, 4.0, 4.0),
+    (20000, 5, 1.0, 1.0, 4.0), (20000, 5, 4.0, 1.0, 4.0)]
 #: ``--decompose``: the eight n = 20 000, p = 5 cells.
 DECOMPOSE_CELLS = [(20000, 5, q, r, e) for e in (1.0, 4.0) for q in (1.0, 4.0) for r in (1.0, 4.0)]
 
@@ -85,7 +90,7 @@ def _replayed(refinement, hessian, minimizer):
     theta = refinement.pilot[:, 0].copy()
     for stage in range(len(refinement.curvatures)):
         system = refinement.system(stage)[0]
-        for damping in refinement.damping[stage, :, 0]:
+        for damping in refinement.damping[stage][:, 0]:
             theta = theta - np.linalg.solve(damping * system, hessian @ (theta - minimizer))
     return theta
 
@@ -186,17 +191,24 @@ def main():
     parser.add_argument("--n-jobs", type=int, default=1, help="joblib processes")
     parser.add_argument("--decompose", action="store_true",
                         help="the parts of the published intervals (module doc)")
+    parser.add_argument("--cells", type=int, nargs="*", default=None,
+                        help="indices of the cells to run (default: all)")
+    add_steps_argument(parser)
     args = parser.parse_args()
+    args.tag = apply_steps(args)
     reps = args.reps or (20 if args.quick else 300)
     cells = CELLS[:2] if args.quick else CELLS
     if args.decompose:
-        return decompose(DECOMPOSE_CELLS[:2] if args.quick else DECOMPOSE_CELLS, reps, args)
+        cells = DECOMPOSE_CELLS[:2] if args.quick else DECOMPOSE_CELLS
+    if args.cells is not None:
+        cells = [cells[i] for i in args.cells]
+    if args.decompose:
+        return decompose(cells, reps, args)
     header = ("| n | p | q | classes | ε | reps | plug-in | true residual within bound | "
               "largest bound / SE (median) | largest true residual / SE (median) | "
               + " | ".join(f"R = {r:g}: publish / coverage / width" for r in RESOLVED) + " |")
     lines = [header, "|" + "---|" * (10 + len(RESOLVED))]
-    target = output_dir(args.output_dir) / ("private_bound_quick.md" if args.quick
-                                            else "private_bound.md")
+    target = output_dir(args.output_dir) / _name("private_bound", args)
     for cell in cells:
         lines += cell_lines(*cell, reps, args.n_jobs)
         print(lines[-1], flush=True)
@@ -204,12 +216,16 @@ def main():
     wrote(target)
 
 
+def _name(stem, args):
+    """The result file's name: ``stem``, ``_quick``, the plan's tag, ``.md``."""
+    return stem + ("_quick" if args.quick else "") + (f"_{args.tag}" if args.tag else "") + ".md"
+
+
 def decompose(cells, reps, args):
     header = ("| n | p | q | classes | ε | reps | published | privacy SE / SD | sampling SE / SD | "
               "bound / SE (median) | true residual / SE (median) | bias-aware / Wald half width |")
     lines = [header, "|" + "---|" * 12]
-    target = output_dir(args.output_dir) / ("private_decomposition_quick.md" if args.quick
-                                            else "private_decomposition.md")
+    target = output_dir(args.output_dir) / _name("private_decomposition", args)
     for cell in cells:
         lines.append(decompose_line(*cell, reps, args.n_jobs))
         print(lines[-1], flush=True)
