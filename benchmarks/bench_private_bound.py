@@ -27,7 +27,7 @@ which part makes an interval wide.
 Usage::
 
     python benchmarks/bench_private_bound.py [--quick] [--reps R] [--n-jobs J] [--decompose]
-        [--steps S1 S2 S3] [--cells I ...]
+        [--steps S1 S2 S3] [--cells I ...] [--first-seed S]
 
 Writes ``private_bound.md`` (``private_bound_quick.md``; with
 ``--decompose``: ``private_decomposition.md``; with ``--steps``, the plan
@@ -128,11 +128,11 @@ def replication(seed, n, p, q, ratio, epsilon):
                 shipped_bound=refinement.residual_bound[0], shipped_se=refinement.std_err[0])
 
 
-def cell_lines(n, p, q, ratio, epsilon, reps, n_jobs):
+def cell_lines(n, p, q, ratio, epsilon, reps, n_jobs, first=0):
     intercept, coef = gaussian_gendwd_target(p, MU, SIGMA, ratio, q=q)
     target = np.r_[intercept, coef]
     rows = Parallel(n_jobs=n_jobs)(delayed(replication)(s, n, p, q, ratio, epsilon)
-                                   for s in range(reps))
+                                   for s in range(first, first + reps))
     head = f"| {n} | {p} | {q:g} | {'balanced' if ratio == 1 else '4:1'} | {epsilon:g} | {reps} |"
     lines = []
     for k, share in enumerate(PLUG_INS):
@@ -164,10 +164,10 @@ def _ratio_range(values):
     return f"{values.min():.2f}–{values.max():.2f}"
 
 
-def decompose_line(n, p, q, ratio, epsilon, reps, n_jobs):
+def decompose_line(n, p, q, ratio, epsilon, reps, n_jobs, first=0):
     """One cell's row of the ``--decompose`` table (module doc)."""
     rows = Parallel(n_jobs=n_jobs)(delayed(replication)(s, n, p, q, ratio, epsilon)
-                                   for s in range(reps))
+                                   for s in range(first, first + reps))
     field = {key: np.array([r[key] for r in rows]) for key in rows[0] if key != "bounds"}
     privacy_sd = (field["estimate"] - field["minimizer"]).std(axis=0)
     sampling_sd = field["minimizer"].std(axis=0)
@@ -193,9 +193,11 @@ def main():
                         help="the parts of the published intervals (module doc)")
     parser.add_argument("--cells", type=int, nargs="*", default=None,
                         help="indices of the cells to run (default: all)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the replications' seeds start here (default 0)")
     add_steps_argument(parser)
     args = parser.parse_args()
-    args.tag = apply_steps(args)
+    args.tag = apply_steps(args) + (f"_seeds{args.first_seed}" if args.first_seed else "")
     reps = args.reps or (20 if args.quick else 300)
     cells = CELLS[:2] if args.quick else CELLS
     if args.decompose:
@@ -210,7 +212,7 @@ def main():
     lines = [header, "|" + "---|" * (10 + len(RESOLVED))]
     target = output_dir(args.output_dir) / _name("private_bound", args)
     for cell in cells:
-        lines += cell_lines(*cell, reps, args.n_jobs)
+        lines += cell_lines(*cell, reps, args.n_jobs, args.first_seed)
         print(lines[-1], flush=True)
         target.write_text("\n".join(lines) + "\n")
     wrote(target)
@@ -227,7 +229,7 @@ def decompose(cells, reps, args):
     lines = [header, "|" + "---|" * 12]
     target = output_dir(args.output_dir) / _name("private_decomposition", args)
     for cell in cells:
-        lines.append(decompose_line(*cell, reps, args.n_jobs))
+        lines.append(decompose_line(*cell, reps, args.n_jobs, args.first_seed))
         print(lines[-1], flush=True)
         target.write_text("\n".join(lines) + "\n")
     wrote(target)

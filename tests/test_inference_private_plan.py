@@ -6,11 +6,10 @@ import warnings
 
 import numpy as np
 import pytest
+from test_inference_private import CLIP, _private
 
 from skfedpriv.linear_model import _dwd_solver, _inference_bootstrap, _inference_private
 from skfedpriv.privacy import PrivacyBudget
-
-from test_inference_private import CLIP, _private
 
 #: A plan unlike the shipped one in every stage (and in its total).
 PLAN = (1, 2, 5)
