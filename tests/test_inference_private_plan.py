@@ -97,3 +97,35 @@ def test_the_bootstrap_replays_the_fits_plan(monkeypatch):
     errors = _inference_bootstrap.bootstrap_errors(refinement, n_resamples=7, random_state=0)
     assert _runs(events) == [run for s in PLAN for run in (("curvature", 1), ("step", s))]
     assert np.isfinite(errors).all() and errors.shape == (7, 1, 3)
+
+
+def test_covariance_and_transfer_follow_an_uneven_plan(monkeypatch):
+    """For a fit made with the (1, 2, 5) plan: ``privacy_error_covariance``
+    against the empirical covariance of 20 000 simulated runs of the linear
+    recursion ``e ← e - (dA_s)⁻¹ (Ĥ e + ξ)`` over the fit's own stages,
+    steps and damping (``ξ`` the summed gradient noise), and
+    ``pilot_transfer`` against the same recursion without noise from each
+    unit vector."""
+    from skfedpriv.linear_model._inference_residual import pilot_transfer
+
+    monkeypatch.setattr(_inference_private, "GRADIENT_STEPS", PLAN)
+    X, y, g = _rows()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = _private(epsilon=1.0, q=1.0).fit(X, y, sample_group=g).private_refinement_
+    hessian = out.hessian()[0]
+    p1, draws = hessian.shape[0], 20_000
+    rng = np.random.default_rng(0)
+    error, carried = np.zeros((draws, p1)), np.eye(p1)
+    noise_std = np.sqrt(out.n_sites) * out.grad_std
+    for stage in range(len(PLAN)):
+        system = out.system(stage)[0]
+        for damping in out.damping[stage][:, 0]:
+            noise = rng.normal(scale=noise_std, size=(draws, p1))
+            error = error - np.linalg.solve(damping * system, (error @ hessian + noise).T).T
+            carried = carried - np.linalg.solve(damping * system, hessian @ carried)
+    expected = _inference_private.privacy_error_covariance(out)[0]
+    scale = np.sqrt(np.outer(np.diag(expected), np.diag(expected)))
+    # Monte Carlo error of a covariance entry: about sqrt(2 / draws) = 1 % of the scale
+    np.testing.assert_allclose(np.cov(error.T) / scale, expected / scale, atol=0.05)
+    np.testing.assert_allclose(pilot_transfer(out, hessian[None])[0], carried, atol=1e-10)
