@@ -106,6 +106,7 @@ from skfedpriv.datasets import gaussian_gendwd_target, make_federated_gaussians 
 from skfedpriv.linear_model import _inference_private_stream as share_rule  # noqa: E402
 
 from _output import benchmark_parser, output_dir, wrote  # noqa: E402
+from _step_plan import add_steps_argument, apply_steps  # noqa: E402
 
 MU, SIGMA, SITES, BATCHES = 0.2, 1.0, 5, 20
 #: The stream modes: the first-order renewable stream, the one published with
@@ -743,7 +744,9 @@ def main():
                         help="run the cells of these q only (default: all)")
     parser.add_argument("--modes", nargs="*", default=None,
                         help="run the cells of these modes only (e.g. stream-2nd; default: all)")
+    add_steps_argument(parser)
     args = parser.parse_args()
+    plan = apply_steps(args)
     reps = args.reps or (100 if args.quick else 1000)
     folder = output_dir(args.output_dir)
     if args.every_batch:
@@ -791,7 +794,7 @@ def main():
         stem += "_" + "_".join(c.replace(":", "to") for c in args.classes)
     if args.reps and args.reps != 1000:
         stem += f"_{args.reps}"
-    stem += f"_{args.tag}" if args.tag else ""
+    stem += "".join(f"_{t}" for t in (plan, args.tag) if t)
     for n, p, q, ratio, mode, epsilon in chosen:
         row = run_cell(n, p, q, ratio, mode, epsilon, reps, args.n_jobs,
                        bootstrap=not args.no_bootstrap, parameters=parameters)

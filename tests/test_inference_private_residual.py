@@ -49,7 +49,7 @@ def _replayed(refinement, hessian, start, minimizer):
     theta = start.copy()
     for stage in range(len(refinement.curvatures)):
         system = refinement.system(stage)[0]
-        for damping in refinement.damping[stage, :, 0]:
+        for damping in refinement.damping[stage][:, 0]:
             theta = theta - np.linalg.solve(damping * system, hessian @ (theta - minimizer))
     return theta
 

@@ -81,7 +81,7 @@ def test_the_published_refinement_holds_releases_and_public_numbers_only():
                   "std_err", "cov"}
     assert set(vars(out)) == documented
     for value in vars(out).values():
-        for item in (value if isinstance(value, list) else [value]):
+        for item in (value if isinstance(value, (list, tuple)) else [value]):
             assert isinstance(item, (np.ndarray, float, int)), type(item)
     assert np.allclose(out.ridge, clf.alpha * clf.n_samples_seen_ * np.r_[0.0, 1.0, 1.0])
     secret = clf._training_state

@@ -21,7 +21,8 @@ regression in the central model):
 3. each stage draws a fresh curvature release ``[Ĥ_s + Ξ_b]_F`` (``Ĥ_s``
    the stage's released curvature made PSD, ``Ξ_b`` the sum of
    ``n_sites`` symmetric noises of the known std, the same PSD repair)
-   and takes the stage's gradient steps on fresh gradient noise of the
+   and takes the stage's gradient steps (as many as the fit took on it,
+   ``refinement.steps``) on fresh gradient noise of the
    known std, with the same safeguard
    (:func:`~._inference_private.safeguarded_step`).
 
@@ -71,7 +72,7 @@ def _model_errors(refinement, k, n_resamples, rng):
         noisy = _project_psd(curvature[k:k + 1]) + symmetric_draws(floor_std, n_resamples, p1, rng)
         system = _project_psd(noisy, floor_std) + ridge
         damping, last_norm = np.ones(n_resamples), np.full(n_resamples, np.inf)
-        for _ in range(refinement.steps):
+        for _ in range(refinement.steps[stage]):
             grad = ((current - minimizer) @ hessian
                     + gaussian_noise(grad_std, (n_resamples, p1), random_state=rng))
             move, damping, last_norm = safeguarded_step(grad, system, damping, last_norm)

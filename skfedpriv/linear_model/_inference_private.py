@@ -10,7 +10,7 @@ its exact curvature ``Σ V_q''(u_i) x̄_i x̄_iᵀ`` at the current estimate
 (noise ``σ Δ_H / κ_s``, ``κ_s`` of :data:`STAGE_PRECISION`); the server
 repairs it into the system ``A_s = [C̃_s]_F + αW P`` (eigenvalues floored
 at the noise's spectral norm ``F``, :func:`~._dwd_private._project_psd`)
-and takes :data:`GRADIENT_STEPS` steps ``θ ← θ - (d A_s)⁻¹ (g̃(θ) + αW P θ)``,
+and takes the stage's :data:`GRADIENT_STEPS` steps ``θ ← θ - (d A_s)⁻¹ (g̃(θ) + αW P θ)``,
 each on a fresh gradient release (noise ``σ Δ_g``), the damping ``d``
 doubled when the released gradient grows (:func:`safeguarded_step`: a
 curvature taken short of the minimizer can be below the curvature there,
@@ -101,10 +101,11 @@ __all__ = ["CURVATURE_RELEASES", "GRADIENT_STEPS", "PRECISION", "RESOLVED", "STA
 STAGE_PRECISION = (1.5, 1.5, 5.0)
 #: Curvature releases (stages) of the refinement after the 'local-gaussian' pilot.
 CURVATURE_RELEASES = len(STAGE_PRECISION)
-#: Gradient-only steps on each released curvature.
-GRADIENT_STEPS = 10
-#: Refinement steps in all (``n_iter_`` counts them).
-ROUNDS = CURVATURE_RELEASES * GRADIENT_STEPS
+#: Gradient-only steps on each stage's released curvature (one entry per
+#: stage of :data:`STAGE_PRECISION`; each step is one gradient release).
+GRADIENT_STEPS = (10, 10, 10)
+#: Refinement steps (gradient releases) in all (``n_iter_`` counts them).
+ROUNDS = sum(GRADIENT_STEPS)
 #: The score outer products (released with the last curvature) get
 #: ``1/PRECISION`` of the gradient's noise per unit of sensitivity.
 PRECISION = 3.0
@@ -123,10 +124,12 @@ RESOLVED = 8.0
 
 def inference_releases(n_models):
     """Unit-sensitivity releases the refinement adds to the stream's count:
-    per model ``ROUNDS`` gradients, the stages' curvatures at ``κ_s²`` each
+    per model one gradient per step of the plan (:data:`GRADIENT_STEPS`,
+    ``ROUNDS`` in all), the stages' curvatures at ``κ_s²`` each
     (:data:`STAGE_PRECISION`) and one score outer product at
-    ``PRECISION²``."""
-    return n_models * (ROUNDS + sum(k**2 for k in STAGE_PRECISION) + PRECISION**2)
+    ``PRECISION²``. How the steps are spread over the stages does not
+    change it."""
+    return n_models * (sum(GRADIENT_STEPS) + sum(k**2 for k in STAGE_PRECISION) + PRECISION**2)
 
 
 def _site_matrix_noise(std, n_sites, p1, n_models, rng):
@@ -177,10 +180,10 @@ class PrivateRefinement:
     n_sites : int
     ridge : ndarray of shape (p1,)
         ``α W`` times the penalty mask.
-    steps : int
-        Gradient steps per stage.
-    damping : ndarray of shape (n_stages, steps, K)
-        The factor each step's system was multiplied by
+    steps : tuple of int
+        Each stage's gradient steps (:data:`GRADIENT_STEPS`).
+    damping : list of ndarray of shape (steps[s], K)
+        Per stage, the factor each step's system was multiplied by
         (:func:`safeguarded_step`).
     score_cov : ndarray of shape (K, p1, p1)
         ``B̃``: the noisy score covariance (the released score outer
@@ -261,7 +264,7 @@ def private_refinement(sites, theta, sigma, rng, *, loss, alpha, fit_intercept, 
     penalty = alpha * penalty_mask(p1, fit_intercept)
     out = PrivateRefinement(
         pilot=theta.copy(), curvatures=[], n_sites=sites.n_sites, steps=GRADIENT_STEPS,
-        damping=np.ones((CURVATURE_RELEASES, GRADIENT_STEPS, n_models)),
+        damping=[np.ones((steps, n_models)) for steps in GRADIENT_STEPS],
         ridge=penalty * sites.weight_sum,
         grad_std=sigma * summary_sensitivity("gradient", loss, clip_norm),
         curvature_stds=[sigma / k * exact_curvature_sensitivity(loss, clip_norm)
@@ -274,7 +277,7 @@ def private_refinement(sites, theta, sigma, rng, *, loss, alpha, fit_intercept, 
         out.curvatures.append(curvature)
         system = out.system(stage)
         damping, last_norm = np.ones(n_models), np.full(n_models, np.inf)
-        for step in range(GRADIENT_STEPS):
+        for step in range(out.steps[stage]):
             grad = sites.noised_summary("gradient", theta, message, out.grad_std, rng)
             if last and step == 0:
                 # the score sum is the gradient sum (rows weigh one): no new release
@@ -284,7 +287,7 @@ def private_refinement(sites, theta, sigma, rng, *, loss, alpha, fit_intercept, 
                     None, out.hessian(SANDWICH_FLOOR * out.floor_std()), None, out.score_cov)
             move, damping, last_norm = safeguarded_step(
                 (grad + out.ridge[:, None] * theta).T, system, damping, last_norm)
-            out.damping[stage, step] = damping
+            out.damping[stage][step] = damping
             theta = theta - move.T
     out.theta = theta
     out.cov = privacy_error_covariance(out) + out.sampling_cov
