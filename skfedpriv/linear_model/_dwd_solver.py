@@ -76,19 +76,20 @@ def _gram(X, row_weights):
     time, each chunk gathered and scaled while in cache: rows with ``d = 0``
     (genDWD's left of the kink, 4-14 % of wide non-separable rows at the
     optimum) cost neither flops nor an extra pass."""
-    keep = np.flatnonzero(row_weights > 0)
-    every = len(keep) == len(X)
-    root = np.sqrt(row_weights[keep])
-    p = X.shape[1]
+    # no index array when every row is kept
+    every = len(X) == 0 or row_weights.min() > 0
+    keep = None if every else np.flatnonzero(row_weights > 0)
+    root = np.sqrt(row_weights if every else row_weights[keep])
+    n, p = len(root), X.shape[1]
+    buffer = np.empty((min(_GRAM_ROWS, n), p))
     gram, weighted_sum = np.zeros((p, p)), np.zeros(p)
-    buffer = np.empty((min(_GRAM_ROWS, len(keep)), p))
     chunk = max(1, _GRAM_CHUNK_BYTES // (8 * max(p, 1)))
-    for start in range(0, len(keep), _GRAM_ROWS):
-        Z = buffer[:len(keep) - start]
+    for start in range(0, n, _GRAM_ROWS):
+        Z = buffer[:min(_GRAM_ROWS, n - start)]
         for first in range(0, len(Z), chunk):
             lo, hi = start + first, start + min(first + chunk, len(Z))
-            rows = slice(lo, hi) if every else keep[lo:hi]
-            np.multiply(X[rows], root[lo:hi, None], out=Z[first:first + hi - lo])
+            np.multiply(X[lo:hi] if every else X[keep[lo:hi]], root[lo:hi, None],
+                        out=Z[first:first + hi - lo])
         gram += Z.T @ Z
         weighted_sum += Z.T @ root[start:start + len(Z)]
     return gram, weighted_sum
