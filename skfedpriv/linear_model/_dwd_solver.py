@@ -75,23 +75,29 @@ def _gram(X, row_weights):
     from the block in cache. The buffer is filled ``_GRAM_CHUNK_BYTES`` at a
     time, each chunk gathered and scaled while in cache: rows with ``d = 0``
     (genDWD's left of the kink, 4-14 % of wide non-separable rows at the
-    optimum) cost neither flops nor an extra pass."""
-    # no index array when every row is kept
+    optimum) cost neither flops nor an extra pass. The block's ``sqrt(d)``
+    shares the buffer's one allocation: no array of all rows is allocated
+    (at n = 1e5, p = 50 the fresh pages of such arrays cost ~15-20 % of the
+    matrix, benchmarks/README.md)."""
     every = len(X) == 0 or row_weights.min() > 0
     keep = None if every else np.flatnonzero(row_weights > 0)
-    root = np.sqrt(row_weights if every else row_weights[keep])
-    n, p = len(root), X.shape[1]
-    buffer = np.empty((min(_GRAM_ROWS, n), p))
+    n, p = len(X) if every else len(keep), X.shape[1]
+    rows = min(_GRAM_ROWS, n)
+    space = np.empty(rows * (p + 1))
+    buffer, root_buffer = space[:rows * p].reshape(rows, p), space[rows * p:]
     gram, weighted_sum = np.zeros((p, p)), np.zeros(p)
     chunk = max(1, _GRAM_CHUNK_BYTES // (8 * max(p, 1)))
     for start in range(0, n, _GRAM_ROWS):
         Z = buffer[:min(_GRAM_ROWS, n - start)]
+        block = slice(start, start + len(Z)) if every else keep[start:start + len(Z)]
+        root = np.sqrt(row_weights[block], out=root_buffer[:len(Z)])
         for first in range(0, len(Z), chunk):
-            lo, hi = start + first, start + min(first + chunk, len(Z))
-            np.multiply(X[lo:hi] if every else X[keep[lo:hi]], root[lo:hi, None],
-                        out=Z[first:first + hi - lo])
+            last = min(first + chunk, len(Z))
+            rows_here = (slice(start + first, start + last) if every
+                         else keep[start + first:start + last])
+            np.multiply(X[rows_here], root[first:last, None], out=Z[first:last])
         gram += Z.T @ Z
-        weighted_sum += Z.T @ root[start:start + len(Z)]
+        weighted_sum += Z.T @ root
     return gram, weighted_sum
 
 
