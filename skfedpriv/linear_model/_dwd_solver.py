@@ -77,8 +77,8 @@ def _gram(X, row_weights):
     (genDWD's left of the kink, 4-14 % of wide non-separable rows at the
     optimum) cost neither flops nor an extra pass. The block's ``sqrt(d)``
     shares the buffer's one allocation: no array of all rows is allocated
-    (at n = 1e5, p = 50 the fresh pages of such arrays cost ~15-20 % of the
-    matrix, benchmarks/README.md)."""
+    (their fresh pages: at n = 1e5, p = 50 in a fit ~430 page faults a
+    matrix instead of ~630, 12.3-12.6 ms instead of 13.0; benchmarks/README.md)."""
     every = len(X) == 0 or row_weights.min() > 0
     keep = None if every else np.flatnonzero(row_weights > 0)
     n, p = len(X) if every else len(keep), X.shape[1]
