@@ -54,12 +54,14 @@ def test_power_matches_numpy_power(exponent):
     np.testing.assert_allclose(fast_power(x, exponent), x**exponent, rtol=1e-13, atol=0)
 
 
-@pytest.mark.parametrize("every", [3, 10])
+@pytest.mark.parametrize("every", [3, 10, None])
 def test_gram_equals_weighted_product_and_skips_zero_rows(every):
-    # a third of the rows at 0: they are skipped; a tenth: blocks of all rows
+    # a third of the rows at 0: they are skipped; a tenth: blocks of all rows;
+    # None: every row weighted (the path without a row index)
     X, _, weights, _ = _problem(n=9000)
     d = weights.copy()
-    d[::every] = 0.0
+    if every is not None:
+        d[::every] = 0.0
     for fit_intercept in (True, False):
         Xbar = np.hstack([np.ones((len(X), 1)), X]) if fit_intercept else X
         expected = Xbar.T @ (d[:, None] * Xbar)

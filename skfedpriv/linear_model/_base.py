@@ -429,10 +429,12 @@ class FederatedClassifierMixin(ClassifierMixin):
         declared = self._declared_classes(classes, first_call=reset or infer_classes)
         # the classes hyperparameter comes back as unique_labels made it
         sorted_labels = declared is not None and declared is not classes
-        if infer_classes and declared is None:
+        read_from_y = infer_classes and declared is None
+        if read_from_y:
             declared, sorted_labels = _labels_of(y, y_type), True
         batch_classes = self._resolve_classes(y, declared, first_call=reset,
-                                              sorted_labels=sorted_labels)
+                                              sorted_labels=sorted_labels,
+                                              labels_known=read_from_y)
         return Batch(X, y, site_labels, site_codes, weights), batch_classes
 
     def _declared_classes(self, classes, *, first_call):
@@ -471,11 +473,13 @@ class FederatedClassifierMixin(ClassifierMixin):
             )
         return classes
 
-    def _resolve_classes(self, y, classes, *, first_call, sorted_labels=False):
+    def _resolve_classes(self, y, classes, *, first_call, sorted_labels=False,
+                         labels_known=False):
         """The classes a batch with labels ``y`` is fitted with: ``classes``
         (already ``unique_labels``'s output when ``sorted_labels``), or on a
         continuation ``classes_``; refused with one class or labels of ``y``
-        outside them."""
+        outside them (not searched for when ``labels_known``: ``classes``
+        are ``y``'s own labels)."""
         if classes is None and first_call:
             raise ValueError(
                 "classes must be passed on the first call to partial_fit."
@@ -495,7 +499,7 @@ class FederatedClassifierMixin(ClassifierMixin):
                 "Classifier can't train when only one class is present: "
                 f"classes={classes!r}."
             )
-        unseen = _labels_outside(y, classes)
+        unseen = y[:0] if labels_known else _labels_outside(y, classes)
         if unseen.size:
             raise ValueError(
                 f"y contains labels {unseen!r} that are not in classes "
