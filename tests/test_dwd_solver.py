@@ -627,3 +627,57 @@ def test_tiny_multiclass_fit_has_no_overflow_and_reaches_the_optimum(q):
         reference = minimize(gendwd_objective, theta, args=(Xbar, y_pm, np.full(30, 3.0), q, 1e-3),
                              jac=True, method="L-BFGS-B", options=dict(gtol=1e-13, ftol=1e-16))
         assert reference.fun <= value <= reference.fun * (1 + 1e-10)
+
+
+@pytest.mark.parametrize("every", [3, None])
+def test_gram_from_float32_products_is_the_weighted_product_to_float32(every):
+    X, _, weights, _ = _problem(n=9000)
+    d = weights.copy()
+    if every is not None:
+        d[::every] = 0.0
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    expected = Xbar.T @ (d[:, None] * Xbar)
+    single = augmented_gram(X, d, True, single=True)
+    assert single.dtype == np.float64
+    np.testing.assert_array_equal(single, single.T)
+    assert np.abs(single - expected).max() <= 1e-6 * np.abs(expected).max()
+    # float64 (the default) is not the float32 sum
+    assert np.abs(augmented_gram(X, d, True) - expected).max() <= 1e-12 * np.abs(expected).max()
+
+
+def _spy_gram_dtypes(monkeypatch):
+    dtypes, original = [], _dwd_solver._gram
+
+    def spy(X, row_weights, dtype=np.float64):
+        dtypes.append(np.dtype(dtype))
+        return original(X, row_weights, dtype)
+
+    monkeypatch.setattr(_dwd_solver, "_gram", spy)
+    return dtypes
+
+
+@pytest.mark.parametrize("n, p, tol", [(2000, 10, 1e-2), (100_000, 50, 1e-8)])
+def test_damped_matrix_from_float32_leaves_the_returned_curvature_exact(n, p, tol, monkeypatch):
+    # the damped phase's matrix from float32 products (rows of any size here):
+    # the returned point is the optimum and the returned curvature the float64
+    # matrix there; at a loose tol (the damped step's decrement within it) the
+    # model is not stopped on the float32 matrix
+    X, y, _, _ = make_federated_gaussians(n_sites=10, n_batches=n // 100, n_per_batch=10,
+                                          n_features=p, random_state=0)
+    Y = np.where(y == y.max(), 1.0, -1.0)[:, None]
+    weights = np.ones(n)
+    monkeypatch.setattr(_dwd_solver, "_REDUCED_SIZE", 0)
+    dtypes = _spy_gram_dtypes(monkeypatch)
+    sites = SiteData(X, Y, weights, [np.arange(n)], None, True)
+    Theta, curvature, info = solve_batch(sites, np.zeros((p + 1, 1)), q=4.0, alpha=1e-3,
+                                         fit_intercept=True, tol=tol)
+    assert dtypes[0] == np.float32 and dtypes[-1] == np.float64
+    Xbar = np.hstack([np.ones((n, 1)), X])
+    d = weights * gendwd_smoothed_curvature(Y[:, 0] * (Xbar @ Theta[:, 0]), 4.0)
+    expected = Xbar.T @ (d[:, None] * Xbar) + np.diag(1e-3 * n * np.r_[0, np.ones(p)])
+    np.testing.assert_allclose(curvature[0], expected, rtol=1e-11, atol=1e-9)
+    value, grad = gendwd_objective(Theta[:, 0], Xbar, Y[:, 0], weights, 4.0, 1e-3)
+    assert 0.5 * grad @ np.linalg.solve(expected, grad) <= tol * value
+    reference = minimize(gendwd_objective, Theta[:, 0], args=(Xbar, Y[:, 0], weights, 4.0, 1e-3),
+                         jac=True, method="L-BFGS-B", options=dict(gtol=1e-13, ftol=1e-16))
+    assert reference.fun <= value <= reference.fun * (1 + 2 * tol)

@@ -279,6 +279,12 @@ class DWDSites(abc.ABC):
         answer in float64 again after ``reduced_precision(False)``."""
         return False
 
+    def single_matrices(self, on):
+        """A speed hint of the damped phase: the next curvature matrices may
+        be formed from float32 products (``on``), for a damped step only.
+        Sites that ignore it (the default) return False."""
+        return False
+
     rounds = 0
     floats_sent = 0
     #: whether the requests may name the loss by a loss object

@@ -67,7 +67,7 @@ _GRAM_ROWS = 4096
 _GRAM_CHUNK_BYTES = 1 << 18
 
 
-def _gram(X, row_weights):
+def _gram(X, row_weights, dtype=np.float64):
     """``(Xᵀ diag(d) X, Xᵀ d)`` for ``d >= 0``: the rows with ``d > 0``
     scaled by ``sqrt(d)`` into a buffer of ``_GRAM_ROWS`` rows (no copy of
     all rows), so that numpy forms ``ZᵀZ`` with symmetric rank-k updates
@@ -78,15 +78,23 @@ def _gram(X, row_weights):
     optimum) cost neither flops nor an extra pass. The block's ``sqrt(d)``
     shares the buffer's one allocation: no array of all rows is allocated
     (their fresh pages: at n = 1e5, p = 50 in a fit ~430 page faults a
-    matrix instead of ~630, 12.3-12.6 ms instead of 13.0; benchmarks/README.md)."""
+    matrix instead of ~630, 12.3-12.6 ms instead of 13.0; benchmarks/README.md).
+    ``dtype=np.float32`` scales into a float32 buffer (syrk in float32, the
+    sums accumulated in float64 block by block): relative error ~1e-7, for
+    a matrix that only shapes a damped step (see :meth:`SiteData.single_matrices`)."""
     every = len(X) == 0 or row_weights.min() > 0
     keep = None if every else np.flatnonzero(row_weights > 0)
     n, p = len(X) if every else len(keep), X.shape[1]
     rows = min(_GRAM_ROWS, n)
-    space = np.empty(rows * (p + 1))
-    buffer, root_buffer = space[:rows * p].reshape(rows, p), space[rows * p:]
-    gram, weighted_sum = np.zeros((p, p)), np.zeros(p)
+    single = np.dtype(dtype) == np.float32
     chunk = max(1, _GRAM_CHUNK_BYTES // (8 * max(p, 1)))
+    # float32: each chunk scaled in float64 in cache, then rounded into the block
+    space = np.empty(rows * (p + 1) + (min(chunk, rows) * p if single else 0))
+    root_buffer = space[rows * p:rows * (p + 1)]
+    buffer = (np.empty((rows, p), dtype=np.float32) if single
+              else space[:rows * p].reshape(rows, p))
+    scaled = space[rows * (p + 1):].reshape(-1, p) if single else None
+    gram, weighted_sum = np.zeros((p, p)), np.zeros(p)
     for start in range(0, n, _GRAM_ROWS):
         Z = buffer[:min(_GRAM_ROWS, n - start)]
         block = slice(start, start + len(Z)) if every else keep[start:start + len(Z)]
@@ -95,9 +103,13 @@ def _gram(X, row_weights):
             last = min(first + chunk, len(Z))
             rows_here = (slice(start + first, start + last) if every
                          else keep[start + first:start + last])
-            np.multiply(X[rows_here], root[first:last, None], out=Z[first:last])
+            if single:
+                Z[first:last] = np.multiply(X[rows_here], root[first:last, None],
+                                            out=scaled[:last - first])
+            else:
+                np.multiply(X[rows_here], root[first:last, None], out=Z[first:last])
         gram += Z.T @ Z
-        weighted_sum += Z.T @ root
+        weighted_sum += Z.T @ root.astype(Z.dtype, copy=False)
     return gram, weighted_sum
 
 
@@ -109,14 +121,15 @@ def _sparse_gram(X, row_weights):
     return (X.T @ (sp.diags(row_weights) @ X)).toarray(), X.T @ row_weights
 
 
-def augmented_gram(X, row_weights, fit_intercept):
+def augmented_gram(X, row_weights, fit_intercept, single=False):
     """``Σ_i d_i x̄_i x̄_iᵀ`` with ``x̄_i = (1, x_i)`` (or ``x_i``), without
-    materializing the column of ones."""
+    materializing the column of ones; ``single``: dense rows with ``d >= 0``
+    summed from float32 products (:func:`_gram`; float64 otherwise)."""
     row_weights = np.asarray(row_weights, dtype=float)
     if sp.issparse(X):
         gram_x, weighted_sum = _sparse_gram(X, row_weights)
     elif np.all(row_weights >= 0):
-        gram_x, weighted_sum = _gram(X, row_weights)
+        gram_x, weighted_sum = _gram(X, row_weights, np.float32 if single else np.float64)
     else:
         gram_x = X.T @ (row_weights[:, None] * X)
         weighted_sum = row_weights @ X
@@ -220,16 +233,17 @@ def _loss_and_residual(Y, weights, scores, loss):
     return weights @ row_loss, (weights[:, None] * Y) * row_derivative
 
 
-def site_curvature_matrices(X, Y, weights, scores, loss, fit_intercept, models=True, exact=False):
+def site_curvature_matrices(X, Y, weights, scores, loss, fit_intercept, models=True, exact=False,
+                            single=False):
     """The curvature part of :func:`site_summary`, from the rows' scores, of
     every model (``models=True``) or of those flagged (on ``V_q''`` with
-    ``exact``)."""
+    ``exact``; from float32 products with ``single``, see :func:`_gram`)."""
     models = np.flatnonzero(np.broadcast_to(np.asarray(models, dtype=bool), scores.shape[1:]))
     if len(models) < scores.shape[1]:  # else no copy of the columns
         Y, scores = Y[:, models], scores[:, models]
     row_curvature = _row_curvature(Y, weights, scores, as_loss(loss),
                                    np.full(len(models), bool(exact)))
-    return np.stack([augmented_gram(X, row_curvature[:, j], fit_intercept)
+    return np.stack([augmented_gram(X, row_curvature[:, j], fit_intercept, single)
                      for j in range(len(models))])
 
 
@@ -532,6 +546,7 @@ class SiteData(DWDSites):
         # on float32 rows (reduced_precision): the rows as given, and the
         # scores and parameters of the last summary (None otherwise)
         self._full_rows = self._anchor = None
+        self._single_matrices = False  # see single_matrices
         # under Dask's backend: futures of the rows, sent to the cluster
         # once here and referred to by every round's tasks
         self._handles = None
@@ -573,6 +588,21 @@ class SiteData(DWDSites):
         self._cache, self._last_summary, self._line = [], (None, None), None
         self._curvature_key = self._row_curvature = self._anchor = None
         return True
+
+    def single_matrices(self, on):
+        """Form the next curvature matrices from float32 products (``on``,
+        :func:`_gram`: 7.4 ms instead of 10.1 at n = 1e5, p = 50) or in
+        float64 again; True if followed. Only the pooled pass in this process
+        over dense rows of at least ``_REDUCED_SIZE`` numbers follows it
+        (per-site tasks, remote sites and smaller rows, where the matrix is
+        cheap, answer in float64: their fits as before, bitwise). The
+        solver asks it only for a damped step's matrix, which never stops a
+        model nor becomes the returned curvature (see
+        :meth:`~._newton.NewtonSolver.curvature_matrices`)."""
+        X = self.parts[0][0]
+        self._single_matrices = (bool(on) and self._pooled and not sp.issparse(X)
+                                 and _n_numbers(X) >= _REDUCED_SIZE)
+        return self._single_matrices or not on
 
     def _count(self, *results):
         self.rounds += 1
@@ -743,8 +773,9 @@ class SiteData(DWDSites):
             else:
                 total, grad, _ = site_summary(X, Y, w, Theta, loss, self.fit_intercept, False,
                                              scores=self._scores(Theta))
-            curvature = (site_curvature_matrices(X, Y, w, self._scores(Theta), loss, self.fit_intercept,
-                                         with_curvature)
+            curvature = (site_curvature_matrices(X, Y, w, self._scores(Theta), loss,
+                                                 self.fit_intercept, with_curvature,
+                                                 single=self._single_matrices)
                          if np.any(with_curvature) else None)
             self._last_summary = (key, (total, grad))
             if self._full_rows is not None:

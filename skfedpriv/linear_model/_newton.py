@@ -446,6 +446,11 @@ class NewtonSolver:
         self.matrices = [None] * n_models
         self.matrices_at = [None] * n_models
         self.per_model = getattr(sites, "per_model_curvature", True)
+        self.sites_single_matrices = getattr(sites, "single_matrices", None)
+        # per model: the last matrix formed came from float32 products; a
+        # model whose step on one came within tol is owed a float64 matrix
+        self.single_direct = np.zeros(n_models, dtype=bool)
+        self.exact_matrix = np.zeros(n_models, dtype=bool)
         # Offline, per model: the Cholesky factor of the CG preconditioner, the
         # curvature matrix of an earlier iterate (None: CG unpreconditioned).
         # The O(n p²) matrix is formed only for a model marked stale, which then
@@ -511,10 +516,23 @@ class NewtonSolver:
         models = models & ~np.array([at is not None and np.array_equal(at, Theta[:, k])
                                      for k, at in enumerate(self.matrices_at)])
         if models.any():
-            formed = self.objective_and_gradient(Theta, models if self.per_model else True)[2]
+            # the damped phase's matrix (a direct step from a point no full
+            # step reached) may come from float32 products: it is never kept
+            # as the one at its point (no returned curvature reads it), and a
+            # step on it that would stop a model is rechecked on a float64
+            # matrix formed there (convergence_test)
+            damped = ~self.full_step & ~self.kink & ~self.exact_matrix
+            single = (self.per_model and self.sites_single_matrices is not None
+                      and bool(np.all(damped[models])) and self.sites_single_matrices(True))
+            self.single_direct = models & single
+            try:
+                formed = self.objective_and_gradient(Theta, models if self.per_model else True)[2]
+            finally:
+                if single:
+                    self.sites_single_matrices(False)
             for j, k in enumerate(np.flatnonzero(models)):
                 self.matrices[k] = formed[j if self.per_model else k]
-                self.matrices_at[k] = Theta[:, k].copy()
+                self.matrices_at[k] = None if single else Theta[:, k].copy()
         return self.matrices
 
     def majorizer_factors(self):
@@ -693,8 +711,10 @@ class NewtonSolver:
             # lower bound of the exact one: a model it puts within tol is
             # checked exactly (the matrix formed here) before it stops
             kink = self.kink & self.active
-            converged = self.confirm_semismooth(direct & within & ~kink, bound)
-            recheck = (iterative | (kink & ~direct)) & within
+            single = direct & self.single_direct
+            self.exact_matrix |= single & within
+            converged = self.confirm_semismooth(direct & within & ~kink & ~single, bound)
+            recheck = (iterative | (kink & ~direct) | single) & within
             # the kink phase: the semismooth decrement and the one on the
             # smoothed matrix formed here both within tol (each quadratic
             # model misses what the other sees next to the kink)
