@@ -446,9 +446,11 @@ class NewtonSolver:
         self.matrices = [None] * n_models
         self.matrices_at = [None] * n_models
         self.per_model = getattr(sites, "per_model_curvature", True)
-        self.sites_single_matrices = getattr(sites, "single_matrices", None)
+        self.sites_single_matrices = (None if self.always_direct
+                                      else getattr(sites, "single_matrices", None))
         # per model: the last matrix formed came from float32 products; a
-        # model whose step on one came within tol is owed a float64 matrix
+        # model whose step on one came within tol, or that is rechecked or
+        # predicted to land within tol, is owed float64 matrices
         self.single_direct = np.zeros(n_models, dtype=bool)
         self.exact_matrix = np.zeros(n_models, dtype=bool)
         # Offline, per model: the Cholesky factor of the CG preconditioner, the
@@ -516,14 +518,16 @@ class NewtonSolver:
         models = models & ~np.array([at is not None and np.array_equal(at, Theta[:, k])
                                      for k, at in enumerate(self.matrices_at)])
         if models.any():
-            # the damped phase's matrix (a direct step from a point no full
-            # step reached) may come from float32 products: it is never kept
-            # as the one at its point (no returned curvature reads it), and a
-            # step on it that would stop a model is rechecked on a float64
-            # matrix formed there (convergence_test)
-            damped = ~self.full_step & ~self.kink & ~self.exact_matrix
-            single = (self.per_model and self.sites_single_matrices is not None
-                      and bool(np.all(damped[models])) and self.sites_single_matrices(True))
+            # below _LOCAL_MATRIX_PARAMS (where a fit forms matrices before the
+            # one at the returned point by design) a matrix not expected to be
+            # that one may come from float32 products: it is never kept as the
+            # one at its point (no returned curvature reads it), and a step on
+            # it that would stop a model is rechecked on a float64 matrix
+            # formed there (convergence_test)
+            cheap = ~self.kink & ~self.exact_matrix
+            single = (self.per_model and self.p1 < _LOCAL_MATRIX_PARAMS
+                      and self.sites_single_matrices is not None
+                      and bool(np.all(cheap[models])) and self.sites_single_matrices(True))
             self.single_direct = models & single
             try:
                 formed = self.objective_and_gradient(Theta, models if self.per_model else True)[2]
@@ -720,6 +724,7 @@ class NewtonSolver:
             # model misses what the other sees next to the kink)
             converged |= kink & within & (self.smoothed_decrement <= bound)
             self.stale |= recheck
+            self.exact_matrix |= recheck
             self.detect_kink(predicted / np.abs(self.value))
             self.far = predicted > _SINGLE_ABOVE * np.abs(self.value)
         else:
@@ -943,6 +948,7 @@ class NewtonSolver:
             landing = np.where(self.last_relative > 0, relative**2 / self.last_relative, np.inf)
         taken = moved & self.full_step
         self.stale |= taken & (_SAFETY * landing <= self.tol)
+        self.exact_matrix |= taken & (_SAFETY * landing <= self.tol)
         # few parameters: the matrix at the local phase's first point (see
         # _LOCAL_MATRIX_PARAMS) preconditions the CG of the steps after it
         if self.p1 < _LOCAL_MATRIX_PARAMS:
