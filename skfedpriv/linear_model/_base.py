@@ -70,9 +70,17 @@ def _classification_target_type(y):
     or warn (a type it rejects; more classes than half of over 20 rows), so
     those errors and that warning are scikit-learn's own. The type then
     serves :func:`_labels_of`, which would otherwise read it again."""
-    y_type = type_of_target(y, input_name="y")
+    n_labels = None
+    if isinstance(y, np.ndarray) and y.ndim == 1 and y.size and y.dtype.kind in "biu":
+        # integer or boolean labels: type_of_target's answer from their count
+        # alone (its checks of y's form and values cannot fail here), without
+        # its two check_array passes over y
+        n_labels = np.unique(y).size
+        y_type = "multiclass" if n_labels > 2 else "binary"
+    else:
+        y_type = type_of_target(y, input_name="y")
     many = ("multiclass" in y_type and len(y) > 20
-            and len(np.unique(y)) > round(0.5 * len(y)))
+            and (n_labels or len(np.unique(y))) > round(0.5 * len(y)))
     if y_type not in _CLASSIFICATION_TARGETS or many:
         check_classification_targets(y)
     return y_type
