@@ -106,15 +106,20 @@ def test_target_type_read_once_per_fit(monkeypatch):
 
 @pytest.mark.filterwarnings("ignore:The number of unique classes")
 @pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.uint64, bool])
-def test_integer_labels_typed_as_type_of_target(dtype):
-    # integer and boolean labels are typed from their count alone: the same
-    # answer as scikit-learn's type_of_target on every length and label count
+def test_integer_labels_typed_as_type_of_target_and_unique_labels(dtype):
+    # integer and boolean labels are typed from their sorted distinct values:
+    # type_of_target's answer and unique_labels' array (values and dtype) on
+    # every length and label count
     rng = np.random.default_rng(0)
     low = 0 if np.dtype(dtype).kind in "ub" else -3
     for n in (1, 2, 3, 21, 40):
         for k in (1, 2, 3, 25):
             y = rng.integers(low, low + k, n).astype(dtype)
-            assert _base._classification_target_type(y) == multiclass.type_of_target(y)
+            y_type, labels = _base._classification_target_type(y)
+            assert y_type == multiclass.type_of_target(y)
+            expected = unique_labels(y)
+            assert labels.dtype == expected.dtype
+            np.testing.assert_array_equal(labels, expected)
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
