@@ -206,12 +206,15 @@ def validate_parameters(constraints, params, caller):
                 f"{caller} declares no constraint for the parameter {name!r}."
             )
         accepted = constraints[name]
-        if any(_accepts(c, value) for c in accepted):
-            continue
-        described = [_describe(c) for c in accepted]
-        expected = described[0] if len(described) == 1 else (
-            ", ".join(described[:-1]) + " or " + described[-1]
-        )
-        raise InvalidParameterError(
-            f"The {name!r} parameter of {caller} must be {expected}. Got {value!r} instead."
-        )
+        for constraint in accepted:  # a loop, not any(...): no generator per parameter
+            if _accepts(constraint, value):
+                break
+        else:
+            described = [_describe(c) for c in accepted]
+            expected = described[0] if len(described) == 1 else (
+                ", ".join(described[:-1]) + " or " + described[-1]
+            )
+            raise InvalidParameterError(
+                f"The {name!r} parameter of {caller} must be {expected}. "
+                f"Got {value!r} instead."
+            )

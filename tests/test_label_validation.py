@@ -92,14 +92,34 @@ def test_target_type_read_once_per_fit(monkeypatch):
 
     monkeypatch.setattr(multiclass, "type_of_target", counted)
     monkeypatch.setattr(_base, "type_of_target", counted)
-    model = DWDClassifier(max_iter=2).fit(X, np.arange(30) % 3)
+    # string labels (integer ones are typed without it: the test below)
+    y = np.array(["a", "b", "c"])[np.arange(30) % 3]
+    model = DWDClassifier(max_iter=2).fit(X, y)
     # scikit-learn < 1.7's unique_labels reads the type again itself
     assert len(calls) == (1 if _base._UNIQUE_LABELS_TAKES_TYPES else 2)
-    np.testing.assert_array_equal(model.classes_, [0, 1, 2])
+    np.testing.assert_array_equal(model.classes_, ["a", "b", "c"])
     # declared classes (the hyperparameter) are put in order once
     calls.clear()
-    DWDClassifier(max_iter=2, classes=[2, 0, 1]).fit(X, np.arange(30) % 3)
+    DWDClassifier(max_iter=2, classes=["c", "a", "b"]).fit(X, y)
     assert len(calls) == 2  # the labels' type, the declared classes
+
+
+@pytest.mark.filterwarnings("ignore:The number of unique classes")
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.uint64, bool])
+def test_integer_labels_typed_as_type_of_target_and_unique_labels(dtype):
+    # integer and boolean labels are typed from their sorted distinct values:
+    # type_of_target's answer and unique_labels' array (values and dtype) on
+    # every length and label count
+    rng = np.random.default_rng(0)
+    low = 0 if np.dtype(dtype).kind in "ub" else -3
+    for n in (1, 2, 3, 21, 40):
+        for k in (1, 2, 3, 25):
+            y = rng.integers(low, low + k, n).astype(dtype)
+            y_type, labels = _base._classification_target_type(y)
+            assert y_type == multiclass.type_of_target(y)
+            expected = unique_labels(y)
+            assert labels.dtype == expected.dtype
+            np.testing.assert_array_equal(labels, expected)
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")

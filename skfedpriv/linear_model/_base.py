@@ -65,17 +65,27 @@ def _labels_of(y, y_type):
 
 
 def _classification_target_type(y):
-    """``type_of_target`` of a validated 1-d ``y``, read once, with
-    scikit-learn's ``check_classification_targets`` run where it would raise
-    or warn (a type it rejects; more classes than half of over 20 rows), so
-    those errors and that warning are scikit-learn's own. The type then
-    serves :func:`_labels_of`, which would otherwise read it again."""
-    y_type = type_of_target(y, input_name="y")
+    """``(type_of_target(y), labels)`` of a validated 1-d ``y``, the type
+    read once, with scikit-learn's ``check_classification_targets`` run where
+    it would raise or warn (a type it rejects; more classes than half of over
+    20 rows), so those errors and that warning are scikit-learn's own.
+    Integer and boolean labels are typed from their sorted distinct values
+    (``labels``, what ``unique_labels(y)`` returns for them); other labels
+    give ``labels=None`` and the type serves :func:`_labels_of`, which would
+    otherwise read it again."""
+    labels = None
+    if isinstance(y, np.ndarray) and y.ndim == 1 and y.size and y.dtype.kind in "biu":
+        # type_of_target's checks of y's form and values cannot fail on these:
+        # its answer is the count of labels, without its two check_array passes
+        labels = np.unique(y)
+        y_type = "multiclass" if labels.size > 2 else "binary"
+    else:
+        y_type = type_of_target(y, input_name="y")
     many = ("multiclass" in y_type and len(y) > 20
-            and len(np.unique(y)) > round(0.5 * len(y)))
+            and len(np.unique(y) if labels is None else labels) > round(0.5 * len(y)))
     if y_type not in _CLASSIFICATION_TARGETS or many:
         check_classification_targets(y)
-    return y_type
+    return y_type, labels
 
 
 def check_sample_weight(sample_weight, n_samples):
@@ -423,7 +433,7 @@ class FederatedClassifierMixin(ClassifierMixin):
         if infer_classes or reset:
             # later batches are checked against classes_ below, which
             # rejects continuous targets as well
-            y_type = _classification_target_type(y)
+            y_type, y_labels = _classification_target_type(y)
         site_labels, site_codes = check_sample_group(sample_group, X.shape[0])
         weights = check_sample_weight(sample_weight, X.shape[0])
         declared = self._declared_classes(classes, first_call=reset or infer_classes)
@@ -431,7 +441,8 @@ class FederatedClassifierMixin(ClassifierMixin):
         sorted_labels = declared is not None and declared is not classes
         read_from_y = infer_classes and declared is None
         if read_from_y:
-            declared, sorted_labels = _labels_of(y, y_type), True
+            declared = y_labels if y_labels is not None else _labels_of(y, y_type)
+            sorted_labels = True
         batch_classes = self._resolve_classes(y, declared, first_call=reset,
                                               sorted_labels=sorted_labels,
                                               labels_known=read_from_y)

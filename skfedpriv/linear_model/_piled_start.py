@@ -52,14 +52,15 @@ def _piled_margin(loss, slope):
     low = np.full(len(slope), np.log(_U_LOW))
     high = np.full(len(slope), np.log(_U_HIGH))
     t = np.zeros(len(slope))
+    log_slope = np.log(slope)
     for _ in range(_ROOT_STEPS):
         u = np.exp(t)
         pull = -loss.derivative(u)
         with np.errstate(divide="ignore", invalid="ignore"):
-            f = t + np.log(slope) - np.log(np.maximum(pull, 0.0))
+            f = t + log_slope - np.log(np.maximum(pull, 0.0))
+            if np.all(np.abs(f) <= _ROOT_TOL):
+                break
             newton = t - f / (1.0 + u * loss.curvature(u) / pull)
-        if np.all(np.abs(f) <= _ROOT_TOL):
-            break
         above = f > 0
         high, low = np.where(above, t, high), np.where(above, low, t)
         inside = np.isfinite(newton) & (newton >= low) & (newton <= high)
