@@ -598,7 +598,7 @@ class NewtonSolver:
         float64 where an undamped direction's decrement comes within
         ``_SAFETY`` of the stopping bound: only float64 stops a model."""
         grad = self.grad[:, k]
-        bound = self.tol * self.stream_weight * abs(self.value[k])
+        bound = self.stop_bounds()[k]
         for single in ((True, False) if self.rows and self.far[k] else (False,)):
             self.preconditioner[k] = _factor_psd(system, single)
             if shift > 0:  # a damped system never stops a model
@@ -622,7 +622,7 @@ class NewtonSolver:
         factor, grad = self.preconditioner[k], self.grad[:, k]
         if not hasattr(factor, "decrement_bound"):
             return None, inert
-        bound = self.tol * self.stream_weight * abs(self.value[k])
+        bound = self.stop_bounds()[k]
         # half the bound: the stopping test's own sum of the same products
         # may differ in the last bits
         decrement = factor.decrement_bound(system, grad)
@@ -700,13 +700,18 @@ class NewtonSolver:
 
     # -- the convergence test -------------------------------------------------
 
+    def stop_bounds(self):
+        """Per model, the half Newton decrement at or below which it stops:
+        ``tol`` times the stream's weight times ``|F|``."""
+        return self.tol * self.stream_weight * np.abs(self.value)
+
     def convergence_test(self, newton, direct, iterative):
         """Stop the models whose half Newton decrement is within ``tol``
         (offline only on a matrix formed here; a CG estimate within it is
         rechecked on the matrix next round). Returns the decrements and the
         models to recheck."""
         predicted = _decrement(self.grad, newton)
-        bound = self.tol * self.stream_weight * np.abs(self.value)
+        bound = self.stop_bounds()
         # a damped system's decrement underestimates the gap: it never stops a model
         within = (predicted <= bound) & (self.applied_damping() == 0)
         recheck = np.zeros(self.n_models, dtype=bool)
@@ -947,8 +952,9 @@ class NewtonSolver:
         with np.errstate(divide="ignore", invalid="ignore"):
             landing = np.where(self.last_relative > 0, relative**2 / self.last_relative, np.inf)
         taken = moved & self.full_step
-        self.stale |= taken & (_SAFETY * landing <= self.tol)
-        self.exact_matrix |= taken & (_SAFETY * landing <= self.tol)
+        near = taken & (_SAFETY * landing <= self.tol)
+        self.stale |= near
+        self.exact_matrix |= near
         # few parameters: the matrix at the local phase's first point (see
         # _LOCAL_MATRIX_PARAMS) preconditions the CG of the steps after it
         if self.p1 < _LOCAL_MATRIX_PARAMS:
