@@ -225,6 +225,16 @@ class PrivateRefinement:
         """``[C̃_s]_F + αW P``: the repaired system stage ``s`` solves."""
         return _project_psd(self.curvatures[stage], self.floor_std(stage)) + self.ridge_matrix()
 
+    def step_systems(self):
+        """Per gradient step of the refinement, in order: the inverse of its
+        stage's repaired system ``A_s⁻¹`` (shape ``(K, p1, p1)``, one
+        inversion per stage) and the step's damping ``d`` (shape ``(K,)``):
+        the step was ``(d A_s)⁻¹`` times its gradient."""
+        for stage, dampings in enumerate(self.damping):
+            inverse = np.linalg.inv(self.system(stage))
+            for damping in dampings:
+                yield inverse, damping
+
     def curvature_estimate(self, floor=0.0):
         """The spread-matching shrinkage of the last released curvature
         (:func:`~._inference_private_curvature.shrunk_curvature`, its
@@ -338,12 +348,10 @@ def privacy_error_covariance(refinement):
     hessian = refinement.hessian()
     gradient_var = refinement.n_sites * refinement.grad_std**2
     out = np.zeros_like(curvature)
-    for stage in range(len(refinement.curvatures)):
-        inverse = np.linalg.inv(refinement.system(stage))
-        for damping in refinement.damping[stage]:
-            step = inverse / damping[:, None, None]
-            carried = eye - step @ hessian
-            out = carried @ out @ carried.transpose(0, 2, 1) + gradient_var * step @ step
+    for inverse, damping in refinement.step_systems():
+        step = inverse / damping[:, None, None]
+        carried = eye - step @ hessian
+        out = carried @ out @ carried.transpose(0, 2, 1) + gradient_var * step @ step
     return out
 
 

@@ -92,10 +92,8 @@ def pilot_transfer(refinement, hessian):
     """
     n_models, p1, _ = hessian.shape
     out = np.broadcast_to(np.eye(p1), hessian.shape).copy()
-    for stage in range(len(refinement.curvatures)):
-        inverse = np.linalg.inv(refinement.system(stage))
-        for damping in refinement.damping[stage]:
-            out = (np.eye(p1) - inverse @ hessian / damping[:, None, None]) @ out
+    for inverse, damping in refinement.step_systems():
+        out = (np.eye(p1) - inverse @ hessian / damping[:, None, None]) @ out
     return out
 
 
