@@ -15,6 +15,7 @@ from skfedpriv._param_validation import InvalidParameterError
 from skfedpriv.datasets import gaussian_gendwd_target, make_federated_gaussians
 from skfedpriv.federated import RemoteSites, federated_partial_fit
 from skfedpriv.linear_model import StreamShiftWarning
+from skfedpriv.linear_model._dwd_solver import augmented_gram
 from skfedpriv.linear_model._inference_sites import site_inference_summary
 from skfedpriv.linear_model._inference_stream import track_stream_shift
 from skfedpriv.linear_model import _second_order as second_order
@@ -196,6 +197,9 @@ class _Sites:
 
     def __init__(self, parts):
         self.parts, self.weight_sum = parts, sum(w.sum() for _, _, w in parts)
+
+    def gram(self):
+        return sum(augmented_gram(X, w, self.fit_intercept) for X, _, w in self.parts)
 
 
 def _stream(clf, X, y, g, b):
@@ -500,8 +504,7 @@ def test_with_a_quadratic_loss_the_published_estimate_is_the_chains():
     the correction's share of the covariance."""
     X, Y, w, Theta = _site(seed=4)
 
-    class Sites:
-        parts, weight_sum, fit_intercept = [(X, Y, w)], w.sum(), True
+    sites = _Sites([(X, Y, w)])
 
     class Quadratic:  # ℓ(u) = (1 - u)²
         derivative = staticmethod(lambda u: 2.0 * (u - 1.0))
@@ -511,7 +514,7 @@ def test_with_a_quadratic_loss_the_published_estimate_is_the_chains():
     curvature = np.stack([np.eye(4) * 50.0] * 2)
     state = ShiftCorrection.start(2, 4)
     for _ in range(3):
-        published, published_cov, state = second_order_step(Sites, state, Theta, cov,
+        published, published_cov, state = second_order_step(sites, state, Theta, cov,
                                                              curvature, Quadratic)
         np.testing.assert_array_equal(published, Theta)
         np.testing.assert_allclose(published_cov, cov, rtol=1e-15, atol=0)

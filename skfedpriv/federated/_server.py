@@ -209,11 +209,15 @@ class RemoteSites(DWDSites):
             return None
         return self._cache.get(self._key(Theta, as_loss(loss)))
 
+    def gram(self):
+        """``Σ_i w_i x̄_i x̄_iᵀ``: the sum of the sites' Gram matrices (one
+        ``gram`` request)."""
+        return sum(np.asarray(r["gram"], dtype=float) for r in self._ask(op="gram"))
+
     def majorizer(self, loss):
         """``c Σ_i w_i x̄_i x̄_iᵀ`` from the sites' Gram matrices, ``c`` the
         loss's ``curvature_bound``."""
-        replies = self._ask(op="gram")
-        return as_loss(loss).curvature_bound * sum(np.asarray(r["gram"]) for r in replies)
+        return as_loss(loss).curvature_bound * self.gram()
 
     def line_losses(self, Theta, S, steps, loss):
         """Summed losses at ``Theta + t S`` for each ``t`` in ``steps``, one round.
@@ -321,8 +325,7 @@ class RemoteSites(DWDSites):
         if not self.offers_second_order:
             raise NotImplementedError(
                 "private remote sites send no second-order moments (raw sums).")
-        gram = sum(np.asarray(r["gram"], dtype=float) for r in self._ask(op="gram"))
-        widths = smoothing_widths(gram, np.asarray(cov, dtype=float), self.weight_sum)
+        widths = smoothing_widths(self.gram(), np.asarray(cov, dtype=float), self.weight_sum)
         replies = self._ask(op="second_order_summary", theta=np.asarray(Theta, dtype=float),
                             widths=widths, **loss_entries(loss))
         return tuple(sum(np.asarray(r[k], dtype=float) for r in replies)

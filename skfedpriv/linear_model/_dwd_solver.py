@@ -643,16 +643,21 @@ class SiteData(DWDSites):
         return map_sites(pooled_func, [part + site_args for part in self.parts],
                          n_jobs=self.n_jobs)
 
-    def majorizer(self, loss):
-        """``c Σ_i w_i x̄_i x̄_iᵀ`` with ``c`` the loss's curvature bound
-        (``(q+1)²/q`` for genDWD): a global bound of the loss curvature."""
+    def gram(self):
+        """``Σ_i w_i x̄_i x̄_iᵀ`` summed over the sites (not counted as a
+        round: the callers count what they release)."""
         if self.scattered:
             tasks = [(part, self.fit_intercept) for part in self._handles]
             results = map_sites(_site_gram, tasks, n_jobs=self.n_jobs)
         else:
             tasks = [(X, w, self.fit_intercept) for X, _, w in self.parts]
             results = map_sites(augmented_gram, tasks, n_jobs=self.n_jobs)
-        gram = sum(results)
+        return sum(results)
+
+    def majorizer(self, loss):
+        """``c Σ_i w_i x̄_i x̄_iᵀ`` with ``c`` the loss's curvature bound
+        (``(q+1)²/q`` for genDWD): a global bound of the loss curvature."""
+        gram = self.gram()
         self._count(gram)
         return as_loss(loss).curvature_bound * gram
 

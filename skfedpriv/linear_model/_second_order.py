@@ -72,7 +72,7 @@ import numpy as np
 
 from .._losses import add_intercept_column
 from .._sites import map_sites
-from ._dwd_solver import _site_gram, augmented_scores
+from ._dwd_solver import augmented_scores
 
 __all__ = ["MAX_THIRD_NUMBERS", "SHIFT_CORRECTIONS", "ShiftCorrection", "batch_moments",
            "check_second_order_sites", "corrected_theta", "delta_covariance",
@@ -283,12 +283,10 @@ def batch_moments(sites, theta, cov, loss):
     then the moments)."""
     if getattr(sites, "offers_second_order", False):
         return sites.second_order_summary(theta, cov, loss)
+    widths = smoothing_widths(sites.gram(), cov, sites.weight_sum)
     # the rows, or their futures on a cluster (as SiteData's own summaries do)
     parts = sites._handles if getattr(sites, "scattered", False) else sites.parts
     n_jobs = getattr(sites, "n_jobs", None)
-    gram = sum(map_sites(_site_gram, [(part, sites.fit_intercept) for part in parts],
-                         n_jobs=n_jobs))
-    widths = smoothing_widths(gram, cov, sites.weight_sum)
     return _summed(map_sites(_moments_task, [(part, theta, sites.fit_intercept, loss, widths)
                                              for part in parts], n_jobs=n_jobs))
 
