@@ -8,9 +8,11 @@ from _reference import gendwd_objective
 from scipy.optimize import minimize
 
 from skfedpriv import DWDClassifier
+from skfedpriv._loss import GenDWDLoss
 from skfedpriv._losses import (
     fast_power,
     gendwd_curvature,
+    gendwd_derivative,
     gendwd_loss,
     gendwd_smoothed_curvature,
 )
@@ -176,11 +178,15 @@ def test_summary_at_a_new_point_is_the_defined_sums(with_curvature, at_zero, mon
     np.testing.assert_allclose(sites._scores(Theta), Xbar @ Theta, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("block_rows", [None, 700])
 @pytest.mark.parametrize("q", [0.3, 1.0, 4.0, 16.0, 20.0])
-def test_line_losses_from_zero_are_the_defined_sums(q):
+def test_line_losses_from_zero_are_the_defined_sums(q, block_rows, monkeypatch):
     # from θ = 0 over many steps the site counts rows by the step where they
-    # pass the kink (q <= 16); the sums are those of the definition, at tiny
-    # and huge steps alike, in any order of the steps
+    # pass the kink (q <= 16), a block of rows at a time; the sums are those
+    # of the definition, at tiny and huge steps alike, in any order of the
+    # steps, in one block or several (the last one partial)
+    if block_rows is not None:
+        monkeypatch.setattr(_dwd_solver, "_ZERO_GRID_ROWS", block_rows)
     X, Y, weights, _ = _problem(n=3000, p=5, K=2, seed=4)
     direction = np.random.default_rng(5).standard_normal((6, 2))
     steps = np.random.default_rng(6).permutation(2.0 ** np.arange(-24, 25, 2))
@@ -189,6 +195,34 @@ def test_line_losses_from_zero_are_the_defined_sums(q):
     for j, t in enumerate(steps):
         expected = weights @ gendwd_loss(Y * (Xbar @ (t * direction)), q)
         np.testing.assert_allclose(losses[j], expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("K", [1, 2])
+@pytest.mark.parametrize("at_zero", [False, True])
+def test_step_summaries_are_the_defined_sums_with_gradients_up_to_longest(K, at_zero):
+    # one read of the rows: the losses at every step, the gradients at the
+    # steps up to ``longest`` (one model: a product per step; several: one
+    # product for all), against the sums of the definition at each point
+    X, Y, weights, Theta = _problem(n=12000, p=6, K=K, seed=11)
+    if at_zero:
+        Theta = np.zeros_like(Theta)
+    q = 4.0
+    direction = np.random.default_rng(12).standard_normal(Theta.shape)
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    steps = [1.0, 2.0, 4.0, 8.0]
+    for longest, graded in ((np.inf, steps), (2.0, [1.0, 2.0]), (0.5, [])):
+        losses, grads, direction_scores = _dwd_solver._step_summaries(
+            X, Y, weights, None if at_zero else Xbar @ Theta, direction, steps, GenDWDLoss(q),
+            True, longest=longest)
+        np.testing.assert_allclose(direction_scores, Xbar @ direction, rtol=1e-12, atol=1e-12)
+        assert losses.shape == (len(steps), K) and grads.shape == (len(graded), len(Theta), K)
+        for j, t in enumerate(steps):
+            margins = Y * (Xbar @ (Theta + t * direction))
+            np.testing.assert_allclose(losses[j], weights @ gendwd_loss(margins, q), rtol=1e-12)
+            if t in graded:
+                residual = weights[:, None] * Y * gendwd_derivative(margins, q)
+                np.testing.assert_allclose(grads[graded.index(t)], Xbar.T @ residual,
+                                           rtol=1e-10, atol=1e-10)
 
 
 class _SummariesOnly:

@@ -59,7 +59,13 @@ _BLOCK_ELEMENTS = 1 << 14
 _FUSED_STEPS = 1 + len(_EXPANSIONS)
 _FUSED_SIZE = 1 << 16
 _FUSED_TAKEN = frozenset((0.0, 1.0) + _EXPANSIONS)
+# ... but the gradient only at the full and the doubled step (the longer
+# ones' losses only: a step past this one is followed by a pass for its
+# gradient; at n = 1e5, p = 50 the damped steps taken are 1 and 2)
+_FUSED_GRADIENT_STEP = 2.0
 _BUCKETED_STEPS = 8
+# rows a block of that count (its temporaries of 64 kB stay in cache)
+_ZERO_GRID_ROWS = 8192
 # the L-BFGS phase's early passes run on a float32 copy of pooled rows of
 # at least this many numbers (32 MB as float64: beyond the caches)
 _REDUCED_SIZE = 1 << 22
@@ -327,11 +333,11 @@ def site_line_losses(X, Y, weights, Theta, S, steps, loss, fit_intercept, scores
         scores = augmented_scores(X, Theta, fit_intercept)
     if direction_scores is None:
         direction_scores = augmented_scores(X, S, fit_intercept)
-    base, slope = Y * scores, Y * direction_scores
     steps = np.asarray(steps, dtype=float)
     if (isinstance(loss, GenDWDLoss) and len(steps) > _BUCKETED_STEPS and loss.q <= 16
-            and not base.any() and np.all(steps > 0)):
-        return _line_losses_from_zero(slope, weights, steps, loss.q)
+            and np.all(steps > 0) and not scores.any()):
+        return _line_losses_from_zero(Y, direction_scores, weights, steps, loss.q)
+    base, slope = Y * scores, Y * direction_scores
     steps = steps[:, None, None]
     out = np.zeros((len(steps), Y.shape[1]))
     # all steps of a block of rows at once (see _element_blocks)
@@ -340,59 +346,83 @@ def site_line_losses(X, Y, weights, Theta, S, steps, loss, fit_intercept, scores
     return out
 
 
-def _step_summaries(X, Y, weights, scores, S, steps, loss, fit_intercept):
+def _step_summaries(X, Y, weights, scores, S, steps, loss, fit_intercept, longest=np.inf):
     """Loss and gradient sums at ``θ + t S`` for each ``t`` in ``steps`` (see
     :func:`site_summary`), from the scores at ``θ`` (None: ``θ = 0``), and
     the direction's scores ``x̄_iᵀ s_k``: one read of ``X`` (each block of
-    rows serves ``X S`` and every ``Xᵀ r`` while in cache). Shapes (T, K),
-    (T, p1, K), (n, K)."""
-    n_steps, n_models = len(steps), Y.shape[1]
+    rows serves ``X S`` and every ``Xᵀ r`` while in cache). The gradient
+    only at the steps up to ``longest`` (the losses at all). Shapes (T, K),
+    (T', p1, K) for the T' steps ``<= longest`` in their order, (n, K)."""
+    steps = np.asarray(steps, dtype=float)
+    n_models, graded = Y.shape[1], steps <= longest
     direction_scores = np.empty((X.shape[0], n_models))
-    total = np.zeros((n_steps, n_models))
-    grad = np.zeros((S.shape[0], n_steps * n_models))
-    steps = np.asarray(steps, dtype=float)[:, None, None]
+    total = np.zeros((len(steps), n_models))
+    grad = np.zeros((S.shape[0], int(graded.sum()) * n_models))
+    with_grad, loss_only = steps[graded, None, None], steps[~graded, None, None]
     for rows in _row_blocks(X):
         Xb = _rows(X, rows)
         direction_scores[rows] = augmented_scores(Xb, S, fit_intercept)
-        along = steps * direction_scores[rows]
-        block_loss, residual = _loss_and_residual(  # residual: (T, rows, K)
-            Y[rows], weights[rows], along if scores is None else scores[rows] + along, loss)
-        total += block_loss
-        grad += _augmented_sum(Xb, residual.transpose(1, 0, 2).reshape(Xb.shape[0], -1),
-                               fit_intercept)
-    return total, grad.reshape(S.shape[0], n_steps, n_models).transpose(1, 0, 2), direction_scores
+        base = 0.0 if scores is None else scores[rows]
+        block_loss, residual = _loss_and_residual(  # residual: (T', rows, K)
+            Y[rows], weights[rows], base + with_grad * direction_scores[rows], loss)
+        total[graded] += block_loss
+        if len(loss_only):
+            total[~graded] += weights[rows] @ loss.value(
+                Y[rows] * (base + loss_only * direction_scores[rows]))
+        if n_models == 1:
+            # one product per step (BLAS gemv; gemm with 2-4 columns costs
+            # about as much as four of them, benchmarks/README.md)
+            for j in range(len(residual)):
+                grad[:, j:j + 1] += _augmented_sum(Xb, residual[j], fit_intercept)
+        else:
+            grad += _augmented_sum(Xb, residual.transpose(1, 0, 2).reshape(Xb.shape[0], -1),
+                                   fit_intercept)
+    return (total, grad.reshape(S.shape[0], -1, n_models).transpose(1, 0, 2),
+            direction_scores)
 
 
-def _line_losses_from_zero(slope, weights, steps, q):
+def _line_losses_from_zero(Y, direction_scores, weights, steps, q):
     """:func:`site_line_losses` from margins all 0 (``θ = 0``), for many
-    steps ``t > 0``: the margins are ``t s_i``, so a row is left of the kink
-    ``u0`` (``V_q = 1 - u``) up to the step ``u0 / s_i`` and right of it
-    (``(u0/u)^q / (q+1)``) beyond. Rows are counted into buckets by the
-    first step past their kink (a search among the few steps), and every
-    step's loss is a prefix sum over the buckets: one power per row instead
-    of one per row and step, and no sort of the rows (for ``q <= 16``, where
-    no power overflows)."""
+    steps ``t > 0``: the margins are ``t s_i`` (``s_i = y_i x̄_iᵀ d``), so a
+    row is left of the kink ``u0`` (``V_q = 1 - u``) up to the step
+    ``u0 / s_i`` and right of it (``(u0/u)^q / (q+1)``) beyond. Rows are
+    counted into buckets by the first step past their kink (a search among
+    the few steps), and every step's loss is a prefix sum over the buckets:
+    one power per row instead of one per row and step, and no sort of the
+    rows (for ``q <= 16``, where no power overflows). The rows are taken
+    ``_ZERO_GRID_ROWS`` at a time (every temporary in cache, no fresh pages
+    of all rows), their bucket sums added up."""
     u0 = q / (q + 1.0)
     order = np.argsort(steps)
     t = steps[order]
-    out = np.empty((len(steps), slope.shape[1]))
+    out = np.empty((len(steps), Y.shape[1]))
     n_buckets = len(t) + 1
-    for k in range(slope.shape[1]):
-        s = slope[:, k]
-        # only rows with t s_i > u0 for some step ever reach the tail (and,
-        # q <= 16, (u0 / s_i)^q <= (max t)^q stays finite); the others are
-        # left of the kink at every step (the last bucket)
-        reach = np.flatnonzero(s > u0 / t[-1])
-        ratio, w = u0 / s[reach], weights[reach]
-        crossing = np.searchsorted(t, ratio, side="right")
-        weight_by = np.bincount(crossing, w, n_buckets)
-        slope_by = np.bincount(crossing, w * s[reach], n_buckets)
-        weight_by[-1] += weights.sum() - w.sum()
-        slope_by[-1] += weights @ s - slope_by.sum()
+    for k in range(Y.shape[1]):
+        # per bucket: weights, weighted slopes and weighted (u0/s_i)^q
+        sums = np.zeros((3, n_buckets))
+        total_weight = total_slope = 0.0
+        for start in range(0, len(Y), _ZERO_GRID_ROWS):
+            rows = slice(start, start + _ZERO_GRID_ROWS)
+            s, weights_here = Y[rows, k] * direction_scores[rows, k], weights[rows]
+            total_weight += weights_here.sum()
+            total_slope += weights_here @ s
+            # only rows with t s_i > u0 for some step ever reach the tail (and,
+            # q <= 16, (u0 / s_i)^q <= (max t)^q stays finite); the others are
+            # left of the kink at every step (the last bucket)
+            reach = np.flatnonzero(s > u0 / t[-1])
+            s, w = s[reach], weights_here[reach]
+            ratio = u0 / s
+            crossing = np.searchsorted(t, ratio, side="right")
+            sums[0] += np.bincount(crossing, w, n_buckets)
+            sums[1] += np.bincount(crossing, w * s, n_buckets)
+            sums[2] += np.bincount(crossing, w * fast_power(ratio, q), n_buckets)
+        weight_by, slope_by, power_by = sums
+        weight_by[-1] += total_weight - weight_by.sum()
+        slope_by[-1] += total_slope - slope_by.sum()
         # step j: rows crossing after it are left of the kink, the rest right
         left_weight = np.cumsum(weight_by[::-1])[::-1][1:]
         left_slope = np.cumsum(slope_by[::-1])[::-1][1:]
-        right = np.cumsum(np.bincount(crossing, w * fast_power(ratio, q), n_buckets))[:-1]
+        right = np.cumsum(power_by)[:-1]
         out[order, k] = left_weight - t * left_slope + fast_power(1.0 / t, q) * right / (q + 1.0)
     return out
 
@@ -821,13 +851,16 @@ class SiteData(DWDSites):
         if (self._pooled and self._fuse and len(steps) <= _FUSED_STEPS
                 and _n_numbers(self.parts[0][0]) >= _FUSED_SIZE):
             # a few steps (Newton's full step, or it and longer ones): the
-            # gradient at each is formed in the same pass over the rows, and
-            # the one at the step taken answers the next request (advance)
+            # gradient at each up to _FUSED_GRADIENT_STEP is formed in the
+            # same pass over the rows, and the one at the step taken answers
+            # the next request (advance)
             X, Y, w = self.parts[0]
             out, grads, direction_scores = _step_summaries(
-                X, Y, w, self._scores(Theta), S, steps, loss, self.fit_intercept)
+                X, Y, w, self._scores(Theta), S, steps, loss, self.fit_intercept,
+                longest=_FUSED_GRADIENT_STEP)
             self._remember(S, direction_scores)
-            self._line = (loss, S, np.array(steps), out, grads)
+            graded = np.array(steps) <= _FUSED_GRADIENT_STEP
+            self._line = (loss, S, np.array(steps)[graded], out[graded], grads)
         elif self._pooled:
             X, Y, w = self.parts[0]
             out = site_line_losses(X, Y, w, Theta, S, steps, loss, self.fit_intercept,
