@@ -123,14 +123,19 @@ def gendwd_derivative(u, q):
 
 
 def gendwd_loss_and_derivative(u, q):
-    """``(V_q(u), V_q'(u))`` in one pass (one power evaluation)."""
+    """``(V_q(u), V_q'(u))`` in one pass (one power evaluation), bitwise
+    :func:`gendwd_loss` and :func:`gendwd_derivative`: left of the kink the
+    ratio ``u0 / max(u, u0)`` is exactly 1, so ``-(u0/u)^(q+1)`` is -1
+    there without a second selection (``fmax``: NaN margins as before)."""
     u = np.asarray(u, dtype=float)
     u0 = _kink(q)
     right = u > u0
-    ratio = u0 / np.where(right, u, u0)
-    ratio_q = fast_power(ratio, q)
-    loss = np.where(right, ratio_q / (q + 1.0), 1.0 - u)
-    derivative = np.where(right, -ratio_q * ratio, -1.0)
+    ratio = np.fmax(u, u0)
+    np.divide(u0, ratio, out=ratio)
+    ratio_q = fast_power(ratio, q)  # ratio itself at q = 1
+    derivative = np.multiply(ratio_q, ratio, out=None if ratio_q is ratio else ratio)
+    np.negative(derivative, out=derivative)
+    loss = np.where(right, np.divide(ratio_q, q + 1.0, out=ratio_q), 1.0 - u)
     return loss, derivative
 
 

@@ -383,14 +383,30 @@ def test_per_site_joblib_path_equals_in_process_path(monkeypatch):
         np.testing.assert_allclose(other.coef_, in_process.coef_, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("q", [0.3, 1.0, 5.0])
+@pytest.mark.parametrize("q", [0.3, 0.5, 1.0, 2.0, 4.0, 5.0, 7.25])
 def test_loss_and_derivative_in_one_pass_match_separate(q):
-    from skfedpriv._losses import gendwd_loss_and_derivative
+    # the separate functions (the loss bitwise); bitwise the form with both
+    # branches selected (-1 left of the kink, -(u0/u)^q (u0/u) right of it)
+    # at the kink, its neighbours, ±inf and NaN; the closed form of eq. 4
+    # and its derivative
+    from skfedpriv._losses import fast_power, gendwd_loss_and_derivative
 
-    u = np.linspace(-3, 6, 1001)
+    u0 = q / (q + 1.0)
+    u = np.concatenate([np.linspace(-3, 6, 1001), np.nextafter(u0, [-1.0, 2.0]),
+                        [u0, 0.0, np.inf, -np.inf, np.nan]]).reshape(-1, 2)
     loss, derivative = gendwd_loss_and_derivative(u, q)
-    np.testing.assert_allclose(loss, gendwd_loss(u, q), rtol=1e-14)
+    np.testing.assert_array_equal(loss, gendwd_loss(u, q))
     np.testing.assert_allclose(derivative, gendwd_derivative(u, q), rtol=1e-14)
+    ratio = u0 / np.where(u > u0, u, u0)
+    np.testing.assert_array_equal(
+        derivative, np.where(u > u0, -fast_power(ratio, q) * ratio, -1.0))
+    right, left = np.isfinite(u) & (u > u0), np.isfinite(u) & (u <= u0)
+    np.testing.assert_allclose(loss[right], q**q / ((q + 1.0) ** (q + 1.0) * u[right] ** q),
+                               rtol=1e-13)
+    np.testing.assert_array_equal(loss[left], 1.0 - u[left])
+    np.testing.assert_allclose(derivative[right], -((q / ((q + 1.0) * u[right])) ** (q + 1.0)),
+                               rtol=1e-13)
+    assert np.all(derivative[left] == -1.0)
 
 
 def test_fit_intercept_changed_mid_stream_is_refused_before_any_state():
