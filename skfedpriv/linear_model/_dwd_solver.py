@@ -109,11 +109,14 @@ def _gram(X, row_weights, dtype=np.float64):
             last = min(first + chunk, len(Z))
             rows_here = (slice(start + first, start + last) if every
                          else keep[start + first:start + last])
+            into = scaled[:last - first] if single else Z[first:last]
+            if every or X.dtype != into.dtype:
+                np.multiply(X[rows_here], root[first:last, None], out=into)
+            else:  # gathered into the block (no temporary chunk), scaled in place
+                np.take(X, rows_here, axis=0, out=into)
+                into *= root[first:last, None]
             if single:
-                Z[first:last] = np.multiply(X[rows_here], root[first:last, None],
-                                            out=scaled[:last - first])
-            else:
-                np.multiply(X[rows_here], root[first:last, None], out=Z[first:last])
+                Z[first:last] = into
         gram += Z.T @ Z
         weighted_sum += Z.T @ root.astype(Z.dtype, copy=False)
     return gram, weighted_sum
