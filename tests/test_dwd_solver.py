@@ -143,6 +143,25 @@ def test_summary_after_a_line_search_is_that_of_a_fresh_site(steps_taken):
     np.testing.assert_allclose(curvature, fresh_curvature, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("trial, taken", [([1.0, 2.0, 4.0, 8.0], 4.0),
+                                          ([1.0, 2.0, 4.0, 8.0], 2.0), ([4.0, 8.0], 8.0)])
+def test_summary_after_a_search_past_the_graded_steps_is_that_of_a_fresh_site(trial, taken):
+    # one model: the fused search forms gradients only up to the doubled
+    # step; a step past it (or a search of longer steps only) leaves the
+    # summary to a fresh pass, a graded one answers it from the search
+    X, Y, weights, Theta = _problem(n=12000, p=6, K=1, seed=13)
+    q = 4.0
+    sites = SiteData(X, Y, weights, [np.arange(len(X))], None, True)
+    direction = 0.05 * np.random.default_rng(14).standard_normal(Theta.shape)
+    sites.line_losses(Theta, direction, trial, q)
+    new = sites.advance(Theta, direction, np.array([taken]))
+    assert (sites._last_summary[0] is not None) == (taken <= _dwd_solver._FUSED_GRADIENT_STEP)
+    loss, grad, _ = sites.summaries(new, q, False)
+    fresh_loss, fresh_grad, _ = site_summary(X, Y, weights, new, q, True, False)
+    np.testing.assert_allclose(loss, fresh_loss, rtol=1e-12)
+    np.testing.assert_allclose(grad, fresh_grad, rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("at_zero", [False, True])
 @pytest.mark.parametrize("with_curvature", [False, True])
 def test_summary_at_a_new_point_is_the_defined_sums(with_curvature, at_zero, monkeypatch):

@@ -925,7 +925,7 @@ class SiteData(DWDSites):
         this very ``S``) formed them: each model at one of its steps, or not
         moved along a zero direction."""
         line, self._line = self._line, None
-        if line is None or line[1] is not S:
+        if line is None or line[1] is not S or not len(line[2]):
             return
         loss, _, trial, losses, grads = line
         steps = np.broadcast_to(steps, (S.shape[1],))
