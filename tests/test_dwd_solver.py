@@ -191,6 +191,21 @@ def test_line_losses_from_zero_are_the_defined_sums(q):
         np.testing.assert_allclose(losses[j], expected, rtol=1e-12)
 
 
+def test_line_losses_of_models_not_searched_are_their_losses_at_theta():
+    # a zero column of the direction (a model not searched) is at θ at every
+    # step (its loss formed once); the searched models' sums are the definition's
+    X, Y, weights, _ = _problem(n=500, p=5, K=4, seed=7)
+    rng = np.random.default_rng(8)
+    Theta, direction = rng.standard_normal((6, 4)), rng.standard_normal((6, 4))
+    direction[:, [0, 2]] = 0.0
+    steps = [1.0, 0.5, 0.25, 0.125, 2.0**-4, 2.0**-5]
+    losses = site_line_losses(X, Y, weights, Theta, direction, steps, 0.5, True)
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    for j, t in enumerate(steps):
+        expected = weights @ gendwd_loss(Y * (Xbar @ (Theta + t * direction)), 0.5)
+        np.testing.assert_allclose(losses[j], expected, rtol=1e-12)
+
+
 class _SummariesOnly:
     """Sites that answer only ``summaries`` (as an older transport would)."""
 

@@ -332,10 +332,25 @@ def site_line_losses(X, Y, weights, Theta, S, steps, loss, fit_intercept, scores
     if (isinstance(loss, GenDWDLoss) and len(steps) > _BUCKETED_STEPS and loss.q <= 16
             and not base.any() and np.all(steps > 0)):
         return _line_losses_from_zero(slope, weights, steps, loss.q)
+    # a model not searched (a zero column of S) is at θ at every step: its
+    # loss formed once (a Newton step's halvings are asked for the few
+    # models whose longer steps failed)
+    still = ~S.any(axis=0)
+    if len(steps) == 1 or not still.any():
+        return _summed_losses(base, slope, weights, steps, loss)
+    out = np.empty((len(steps), Y.shape[1]))
+    out[:, still] = _summed_losses(base[:, still], slope[:, still], weights, steps[:1], loss)
+    if not still.all():
+        out[:, ~still] = _summed_losses(base[:, ~still], slope[:, ~still], weights, steps, loss)
+    return out
+
+
+def _summed_losses(base, slope, weights, steps, loss):
+    """``Σ_i w_i V(b_ik + t s_ik)`` for each step ``t``, shape (T, K)."""
     steps = steps[:, None, None]
-    out = np.zeros((len(steps), Y.shape[1]))
+    out = np.zeros((len(steps), base.shape[1]))
     # all steps of a block of rows at once (see _element_blocks)
-    for rows in _element_blocks(len(Y), out.size):
+    for rows in _element_blocks(len(base), out.size):
         out += weights[rows] @ loss.value(base[None, rows] + steps * slope[None, rows])
     return out
 
