@@ -114,6 +114,15 @@ def test_site_requests_are_sums_of_the_defined_quantities(pooled, monkeypatch):
     p1, K = Theta.shape
     assert sites.rounds == 5
     assert sites.floats_sent == 3 * p1 * K + len(steps) * K + (K + p1 * K)
+    # a model whose CG is done (a zero column of V): zero, the others as defined
+    done = V * np.array([0.0, 1.0])
+    for exact in (None, np.array([False, True])):
+        product = sites.curvature_product(Theta, done, q, exact)
+        assert np.all(product[:, 0] == 0)
+        curvature = gendwd_smoothed_curvature if exact is None else gendwd_curvature
+        d = weights * curvature(Y[:, 1] * (Xbar @ Theta[:, 1]), q)
+        np.testing.assert_allclose(product[:, 1], Xbar.T @ (d * (Xbar @ V[:, 1])),
+                                   rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("steps_taken", [[1.0, 4.0], [2.0, 0.0], [0.5, 1.0]])
