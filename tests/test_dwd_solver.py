@@ -200,6 +200,26 @@ def test_line_losses_from_zero_are_the_defined_sums(q):
         np.testing.assert_allclose(losses[j], expected, rtol=1e-12)
 
 
+def test_summary_where_some_models_moved_is_the_fresh_summary():
+    # in process, models whose parameters are the last summary's are answered
+    # from it and only the moved ones' columns are read: the same sums as a
+    # fresh summary, at a new point and at one whose scores are known
+    X, Y, weights, Theta = _problem(n=3000, p=5, K=4, seed=9)
+    sites = SiteData(X, Y, weights, [np.arange(len(X))], None, True)
+    rng = np.random.default_rng(10)
+    sites.summaries(Theta, 0.5, False)
+    for moved in ([1], [0, 3]):
+        new = Theta.copy()
+        new[:, moved] += 0.1 * rng.standard_normal((Theta.shape[0], len(moved)))
+        assert sites._unmoved_models(new, sites._summary_models[0]) is not None
+        loss, grad, curvature = sites.summaries(new, 0.5, np.arange(4) == moved[0])
+        fresh = site_summary(X, Y, weights, new, 0.5, True, np.arange(4) == moved[0])
+        np.testing.assert_allclose(loss, fresh[0], rtol=1e-12)
+        np.testing.assert_allclose(grad, fresh[1], rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(curvature, fresh[2], rtol=1e-10, atol=1e-10)
+        Theta = new
+
+
 def test_line_losses_of_models_not_searched_are_their_losses_at_theta():
     # a zero column of the direction (a model not searched) is at θ at every
     # step (its loss formed once); the searched models' sums are the definition's

@@ -579,6 +579,9 @@ class SiteData(DWDSites):
         self._cache = []
         self._curvature_key = self._row_curvature = None
         self._last_summary = (None, None)  # (q, Theta) and the loss and gradient sent there
+        # pooled: the last summary's loss, parameters, sums and scores (models
+        # that did not move since are answered from it)
+        self._summary_models = None
         self._line = None  # the last line search's steps, losses and gradients
         self._fuse = True  # whether line searches form the gradient at their steps
         # on float32 rows (reduced_precision): the rows as given, and the
@@ -624,6 +627,7 @@ class SiteData(DWDSites):
         else:
             return False
         self._cache, self._last_summary, self._line = [], (None, None), None
+        self._summary_models = None
         self._curvature_key = self._row_curvature = self._anchor = None
         return True
 
@@ -797,10 +801,13 @@ class SiteData(DWDSites):
         if self._pooled:
             X, Y, w = self.parts[0]
             key = (loss, Theta.shape, Theta.tobytes())
+            unmoved = self._unmoved_models(Theta, loss)
             if self._last_summary[0] == key:
                 # the loss and gradient here are known (sent just before, or
                 # formed with the line search that reached this point)
                 total, grad = self._last_summary[1]
+            elif unmoved is not None:
+                total, grad = self._moved_summary(Theta, loss, unmoved)
             elif _n_numbers(X) >= _FUSED_SIZE and self._cached_scores(Theta) is None:
                 # scores not known here (e.g. the full step of a Newton step):
                 # X Theta and the gradient sum in one read of the rows; on
@@ -821,6 +828,7 @@ class SiteData(DWDSites):
                                                  single=self._single_matrices)
                          if np.any(with_curvature) else None)
             self._last_summary = (key, (total, grad))
+            self._summary_models = (loss, Theta.copy(), total, grad, self._scores(Theta))
             if self._full_rows is not None:
                 self._anchor = (self._scores(Theta), Theta.copy())
         else:
@@ -831,6 +839,37 @@ class SiteData(DWDSites):
             curvature = sum(r[2] for r in results) if np.any(with_curvature) else None
         self._count(total, grad, curvature)
         return total, grad, curvature
+
+    def _unmoved_models(self, Theta, loss):
+        """The models whose parameters are those of the last summary (pooled
+        float64 rows), when some but not all are (else None)."""
+        last = self._summary_models
+        if (last is None or self._full_rows is not None or last[0] != loss
+                or last[1].shape != Theta.shape):
+            return None
+        unmoved = (Theta == last[1]).all(axis=0)
+        return unmoved if unmoved.any() and not unmoved.all() else None
+
+    def _moved_summary(self, Theta, loss, unmoved):
+        """The loss and gradient at ``Theta`` where only the models not in
+        ``unmoved`` moved since the last summary: those of the others are
+        the last summary's, the moved models' scores and sums are formed
+        from their columns alone (one-vs-rest models that stopped, or that
+        wait for the slowest: a pass over fewer columns)."""
+        X, Y, w = self.parts[0]
+        _, _, total, grad, scores = self._summary_models
+        moved = np.flatnonzero(~unmoved)
+        cached = self._cached_scores(Theta)
+        if cached is None:
+            cached = scores.copy()
+            cached[:, moved] = augmented_scores(X, Theta[:, moved], self.fit_intercept)
+            self._remember(Theta, cached)
+        moved_total, moved_grad, _ = site_summary(X, Y[:, moved], w, Theta[:, moved], loss,
+                                                  self.fit_intercept, False,
+                                                  scores=cached[:, moved])
+        total, grad = total.copy(), grad.copy()
+        total[moved], grad[:, moved] = moved_total, moved_grad
+        return total, grad
 
     def curvature_product(self, Theta, V, loss, exact=None):
         """``Σ_sites Σ_i w_i Ṽ_q''(u_ik) x̄_i x̄_iᵀ v_k`` at ``Theta``, shape
