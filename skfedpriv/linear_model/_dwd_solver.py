@@ -322,14 +322,21 @@ def site_curvature_product(X, Y, weights, Theta, V, loss, fit_intercept, exact=N
     memory once (not once for ``X v`` and once for ``Xᵀ(d X v)``); a zero
     ``v_k`` (a model whose CG is done) gives zero without a product."""
     loss = as_loss(loss)
-    out = np.zeros(V.shape)
     columns = _some_columns(V)
-    if columns is not None:
-        out[:, columns] = site_curvature_product(
-            X, Y[:, columns], weights, Theta[:, columns], V[:, columns], loss, fit_intercept,
-            None if exact is None else np.broadcast_to(exact, V.shape[1:])[columns],
-            None if row_curvature is None else row_curvature[:, columns])
-        return out
+    if columns is None:
+        return _curvature_product(X, Y, weights, Theta, V, loss, fit_intercept, exact,
+                                  row_curvature)
+    out = np.zeros(V.shape)
+    out[:, columns] = _curvature_product(
+        X, Y[:, columns], weights, Theta[:, columns], V[:, columns], loss, fit_intercept,
+        None if exact is None else np.broadcast_to(exact, V.shape[1:])[columns],
+        None if row_curvature is None else row_curvature[:, columns])
+    return out
+
+
+def _curvature_product(X, Y, weights, Theta, V, loss, fit_intercept, exact, row_curvature):
+    """:func:`site_curvature_product` of the models given (one read of ``X``)."""
+    out = np.zeros(V.shape)
     for rows in _row_blocks(X):
         Xb = _rows(X, rows)
         if row_curvature is None:
