@@ -282,16 +282,25 @@ def bundled_rows(qs, reps, names=("breast_cancer", "digits", "wine", "iris")):
             X = StandardScaler().fit_transform(X)
             g = np.arange(len(y)) % 3
             for q in qs:
-                ours, peer = [], []
+                ours, peer, ours_cpu, peer_cpu = [], [], [], []
                 for _ in range(reps):
-                    ours.append(_time(lambda: DWDClassifier(q=q).fit(X, y, sample_group=g))[1])
-                    peer.append(_time(lambda: SkLogisticRegression(max_iter=1000).fit(X, y))[1])
+                    _, wall, cpu = _time_and_cpu(
+                        lambda: DWDClassifier(q=q).fit(X, y, sample_group=g))
+                    ours.append(wall)
+                    ours_cpu.append(cpu)
+                    _, wall, cpu = _time_and_cpu(
+                        lambda: SkLogisticRegression(max_iter=1000).fit(X, y))
+                    peer.append(wall)
+                    peer_cpu.append(cpu)
                 info = _solver_info(lambda: DWDClassifier(q=q).fit(X, y, sample_group=g))[0]
                 warned = _fit_warned(lambda: DWDClassifier(q=q), X, y, g)[1]
                 warned_100 = _fit_warned(lambda: DWDClassifier(q=q, max_iter=100), X, y, g)[1]
                 rows.append(dict(data=f"{load.__name__.replace('load_', '')} ({split})",
                                  n=len(y), p=X.shape[1], classes=len(np.unique(y)), q=q,
                                  dwd=np.median(ours), lr=np.median(peer),
+                                 cpu_ratio=np.median(ours_cpu) / np.median(peer_cpu),
+                                 load=os.getloadavg()[0] if hasattr(os, "getloadavg")
+                                 else float("nan"),
                                  iters=info["n_iter"], rounds=info["rounds"],
                                  floats=info["floats_sent"], converged=not warned,
                                  converged_100=not warned_100))
@@ -904,13 +913,16 @@ def main():
         lines += ["", "**scikit-learn's bundled datasets** (standardized, 3 sites, "
                   "alpha = 1e-3, one-vs-rest beyond two classes) beside LogisticRegression "
                   "(lbfgs, max_iter = 1000), same run:", "",
-                  "| data | n, p, classes | q | DWD fit s | LR s | ratio | Newton steps | "
-                  "rounds | numbers sent per site | converged (default max_iter) | "
-                  "converged (max_iter = 100) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| data | n, p, classes | q | DWD fit s | LR s | ratio | CPU-time ratio | "
+                  "Newton steps | rounds | numbers sent per site | converged (default "
+                  "max_iter) | converged (max_iter = 100) | load |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['data']} | {r['n']}, {r['p']}, {r['classes']} | {r['q']} | "
-                  f"{r['dwd']:.3f} | {r['lr']:.3f} | {r['dwd'] / r['lr']:.1f}× | {r['iters']} | "
+                  f"{r['dwd']:.4f} | {r['lr']:.4f} | {r['dwd'] / r['lr']:.2f}× | "
+                  f"{r['cpu_ratio']:.2f}× | {r['iters']} | "
                   f"{r['rounds']} | {r['floats']:,} | {'yes' if r['converged'] else 'NO'} | "
-                  f"{'yes' if r['converged_100'] else 'NO'} |" for r in bundled]
+                  f"{'yes' if r['converged_100'] else 'NO'} | {r['load']:.1f} |"
+                  for r in bundled]
     if conflicting:
         lines += ["", "**Rows repeated under conflicting labels** (each of n/2 Gaussian rows "
                   "twice with independent random labels, 3 sites, alpha = 1e-3) beside "

@@ -116,6 +116,15 @@ def test_site_requests_are_sums_of_the_defined_quantities(pooled, monkeypatch):
     p1, K = Theta.shape
     assert sites.rounds == 5
     assert sites.floats_sent == 3 * p1 * K + len(steps) * K + (K + p1 * K)
+    # a model whose CG is done (a zero column of V): zero, the others as defined
+    done = V * np.array([0.0, 1.0])
+    for exact in (None, np.array([False, True])):
+        product = sites.curvature_product(Theta, done, q, exact)
+        assert np.all(product[:, 0] == 0)
+        curvature = gendwd_smoothed_curvature if exact is None else gendwd_curvature
+        d = weights * curvature(Y[:, 1] * (Xbar @ Theta[:, 1]), q)
+        np.testing.assert_allclose(product[:, 1], Xbar.T @ (d * (Xbar @ V[:, 1])),
+                                   rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("steps_taken", [[1.0, 4.0], [2.0, 0.0], [0.5, 1.0]])
@@ -242,6 +251,41 @@ def test_step_summaries_are_the_defined_sums_with_gradients_up_to_longest(K, at_
                 residual = weights[:, None] * Y * gendwd_derivative(margins, q)
                 np.testing.assert_allclose(grads[graded.index(t)], Xbar.T @ residual,
                                            rtol=1e-10, atol=1e-10)
+
+
+def test_summary_where_some_models_moved_is_the_fresh_summary():
+    # in process, models whose parameters are the last summary's are answered
+    # from it and only the moved ones' columns are read: the same sums as a
+    # fresh summary, at a new point and at one whose scores are known
+    X, Y, weights, Theta = _problem(n=3000, p=5, K=4, seed=9)
+    sites = SiteData(X, Y, weights, [np.arange(len(X))], None, True)
+    rng = np.random.default_rng(10)
+    sites.summaries(Theta, 0.5, False)
+    for moved in ([1], [0, 3]):
+        new = Theta.copy()
+        new[:, moved] += 0.1 * rng.standard_normal((Theta.shape[0], len(moved)))
+        assert sites._unmoved_models(new, sites._summary_models[0]) is not None
+        loss, grad, curvature = sites.summaries(new, 0.5, np.arange(4) == moved[0])
+        fresh = site_summary(X, Y, weights, new, 0.5, True, np.arange(4) == moved[0])
+        np.testing.assert_allclose(loss, fresh[0], rtol=1e-12)
+        np.testing.assert_allclose(grad, fresh[1], rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(curvature, fresh[2], rtol=1e-10, atol=1e-10)
+        Theta = new
+
+
+def test_line_losses_of_models_not_searched_are_their_losses_at_theta():
+    # a zero column of the direction (a model not searched) is at θ at every
+    # step (its loss formed once); the searched models' sums are the definition's
+    X, Y, weights, _ = _problem(n=500, p=5, K=4, seed=7)
+    rng = np.random.default_rng(8)
+    Theta, direction = rng.standard_normal((6, 4)), rng.standard_normal((6, 4))
+    direction[:, [0, 2]] = 0.0
+    steps = [1.0, 0.5, 0.25, 0.125, 2.0**-4, 2.0**-5]
+    losses = site_line_losses(X, Y, weights, Theta, direction, steps, 0.5, True)
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    for j, t in enumerate(steps):
+        expected = weights @ gendwd_loss(Y * (Xbar @ (Theta + t * direction)), 0.5)
+        np.testing.assert_allclose(losses[j], expected, rtol=1e-12)
 
 
 class _SummariesOnly:

@@ -224,6 +224,14 @@ def test_lbfgs_memory_keeps_the_newest_pairs_and_their_products():
     # a pair a model left out is zero in its memory
     left_out = [(s[:, 1] * y[:, 1]).sum() <= 0 for s, y in kept]
     assert np.all(phase.S[1][left_out] == 0) and np.any(left_out)
+    # the direction's R⁻¹, kept a column at a time through the window's
+    # slides: the inverse of the upper triangle of S Yᵀ of the pairs kept,
+    # with a unit diagonal where a model left a pair out
+    for k in range(3):
+        R = np.triu(phase.S[k] @ phase.Y[k].T)
+        R[np.diag_indices(_MEMORY)] = np.where(np.diag(R) > 0, np.diag(R), 1.0)
+        np.testing.assert_allclose(phase.r_inverse[k], np.linalg.inv(R), rtol=1e-9,
+                                   atol=1e-12 * np.abs(np.linalg.inv(R)).max())
 
 
 def test_float32_copy_only_for_pooled_dense_float64_rows_and_dropped_after(monkeypatch):

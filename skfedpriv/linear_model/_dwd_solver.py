@@ -152,13 +152,28 @@ def augmented_gram(X, row_weights, fit_intercept, single=False):
     return gram
 
 
+def _some_columns(M):
+    """The columns of ``M`` not all zero, when some are (else None): a
+    product reads only those (a CG direction or line-search direction of
+    the models still moving; one column of 1797 x 64 rows costs ~1/7 of
+    ten)."""
+    nonzero = M.any(axis=0)
+    return None if nonzero.all() else np.flatnonzero(nonzero)
+
+
 def augmented_scores(X, Theta, fit_intercept):
     """``x̄_iᵀ θ_k`` for every row and class model (float64; on float32 rows
-    the product runs in float32, see :meth:`SiteData.reduced_precision`)."""
+    the product runs in float32, see :meth:`SiteData.reduced_precision`);
+    zero columns of the coefficients give zero scores without a product."""
     coefficients = Theta[1:] if fit_intercept else Theta
     if X.dtype == np.float32:
         coefficients = coefficients.astype(np.float32)
-    scores = (X @ coefficients).astype(float, copy=False)
+    columns = _some_columns(coefficients)
+    if columns is None:
+        scores = (X @ coefficients).astype(float, copy=False)
+    else:
+        scores = np.zeros((X.shape[0], Theta.shape[1]))
+        scores[:, columns] = X @ coefficients[:, columns]
     if fit_intercept:
         scores += Theta[0]
     return scores
@@ -313,8 +328,23 @@ def site_curvature_product(X, Y, weights, Theta, V, loss, fit_intercept, exact=N
     place of the smoothed one.
 
     Computed block of rows by block of rows, so that ``X`` is read from
-    memory once (not once for ``X v`` and once for ``Xᵀ(d X v)``)."""
+    memory once (not once for ``X v`` and once for ``Xᵀ(d X v)``); a zero
+    ``v_k`` (a model whose CG is done) gives zero without a product."""
     loss = as_loss(loss)
+    columns = _some_columns(V)
+    if columns is None:
+        return _curvature_product(X, Y, weights, Theta, V, loss, fit_intercept, exact,
+                                  row_curvature)
+    out = np.zeros(V.shape)
+    out[:, columns] = _curvature_product(
+        X, Y[:, columns], weights, Theta[:, columns], V[:, columns], loss, fit_intercept,
+        None if exact is None else np.broadcast_to(exact, V.shape[1:])[columns],
+        None if row_curvature is None else row_curvature[:, columns])
+    return out
+
+
+def _curvature_product(X, Y, weights, Theta, V, loss, fit_intercept, exact, row_curvature):
+    """:func:`site_curvature_product` of the models given (one read of ``X``)."""
     out = np.zeros(V.shape)
     for rows in _row_blocks(X):
         Xb = _rows(X, rows)
@@ -341,10 +371,25 @@ def site_line_losses(X, Y, weights, Theta, S, steps, loss, fit_intercept, scores
             and np.all(steps > 0) and not scores.any()):
         return _line_losses_from_zero(Y, direction_scores, weights, steps, loss.q)
     base, slope = Y * scores, Y * direction_scores
+    # a model not searched (a zero column of S) is at θ at every step: its
+    # loss formed once (a Newton step's halvings are asked for the few
+    # models whose longer steps failed)
+    still = ~S.any(axis=0)
+    if len(steps) == 1 or not still.any():
+        return _summed_losses(base, slope, weights, steps, loss)
+    out = np.empty((len(steps), Y.shape[1]))
+    out[:, still] = _summed_losses(base[:, still], slope[:, still], weights, steps[:1], loss)
+    if not still.all():
+        out[:, ~still] = _summed_losses(base[:, ~still], slope[:, ~still], weights, steps, loss)
+    return out
+
+
+def _summed_losses(base, slope, weights, steps, loss):
+    """``Σ_i w_i V(b_ik + t s_ik)`` for each step ``t``, shape (T, K)."""
     steps = steps[:, None, None]
-    out = np.zeros((len(steps), Y.shape[1]))
+    out = np.zeros((len(steps), base.shape[1]))
     # all steps of a block of rows at once (see _element_blocks)
-    for rows in _element_blocks(len(Y), out.size):
+    for rows in _element_blocks(len(base), out.size):
         out += weights[rows] @ loss.value(base[None, rows] + steps * slope[None, rows])
     return out
 
@@ -574,6 +619,9 @@ class SiteData(DWDSites):
         self._cache = []
         self._curvature_key = self._row_curvature = None
         self._last_summary = (None, None)  # (q, Theta) and the loss and gradient sent there
+        # pooled: the last summary's loss, parameters, sums and scores (models
+        # that did not move since are answered from it)
+        self._summary_models = None
         self._line = None  # the last line search's steps, losses and gradients
         self._fuse = True  # whether line searches form the gradient at their steps
         # on float32 rows (reduced_precision): the rows as given, and the
@@ -619,6 +667,7 @@ class SiteData(DWDSites):
         else:
             return False
         self._cache, self._last_summary, self._line = [], (None, None), None
+        self._summary_models = None
         self._curvature_key = self._row_curvature = self._anchor = None
         return True
 
@@ -792,10 +841,13 @@ class SiteData(DWDSites):
         if self._pooled:
             X, Y, w = self.parts[0]
             key = (loss, Theta.shape, Theta.tobytes())
+            unmoved = self._unmoved_models(Theta, loss)
             if self._last_summary[0] == key:
                 # the loss and gradient here are known (sent just before, or
                 # formed with the line search that reached this point)
                 total, grad = self._last_summary[1]
+            elif unmoved is not None:
+                total, grad = self._moved_summary(Theta, loss, unmoved)
             elif _n_numbers(X) >= _FUSED_SIZE and self._cached_scores(Theta) is None:
                 # scores not known here (e.g. the full step of a Newton step):
                 # X Theta and the gradient sum in one read of the rows; on
@@ -816,6 +868,7 @@ class SiteData(DWDSites):
                                                  single=self._single_matrices)
                          if np.any(with_curvature) else None)
             self._last_summary = (key, (total, grad))
+            self._summary_models = (loss, Theta.copy(), total, grad, self._scores(Theta))
             if self._full_rows is not None:
                 self._anchor = (self._scores(Theta), Theta.copy())
         else:
@@ -826,6 +879,37 @@ class SiteData(DWDSites):
             curvature = sum(r[2] for r in results) if np.any(with_curvature) else None
         self._count(total, grad, curvature)
         return total, grad, curvature
+
+    def _unmoved_models(self, Theta, loss):
+        """The models whose parameters are those of the last summary (pooled
+        float64 rows), when some but not all are (else None)."""
+        last = self._summary_models
+        if (last is None or self._full_rows is not None or last[0] != loss
+                or last[1].shape != Theta.shape):
+            return None
+        unmoved = (Theta == last[1]).all(axis=0)
+        return unmoved if unmoved.any() and not unmoved.all() else None
+
+    def _moved_summary(self, Theta, loss, unmoved):
+        """The loss and gradient at ``Theta`` where only the models not in
+        ``unmoved`` moved since the last summary: those of the others are
+        the last summary's, the moved models' scores and sums are formed
+        from their columns alone (one-vs-rest models that stopped, or that
+        wait for the slowest: a pass over fewer columns)."""
+        X, Y, w = self.parts[0]
+        _, _, total, grad, scores = self._summary_models
+        moved = np.flatnonzero(~unmoved)
+        cached = self._cached_scores(Theta)
+        if cached is None:
+            cached = scores.copy()
+            cached[:, moved] = augmented_scores(X, Theta[:, moved], self.fit_intercept)
+            self._remember(Theta, cached)
+        moved_total, moved_grad, _ = site_summary(X, Y[:, moved], w, Theta[:, moved], loss,
+                                                  self.fit_intercept, False,
+                                                  scores=cached[:, moved])
+        total, grad = total.copy(), grad.copy()
+        total[moved], grad[:, moved] = moved_total, moved_grad
+        return total, grad
 
     def curvature_product(self, Theta, V, loss, exact=None):
         """``Σ_sites Σ_i w_i Ṽ_q''(u_ik) x̄_i x̄_iᵀ v_k`` at ``Theta``, shape

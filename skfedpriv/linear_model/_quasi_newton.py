@@ -80,6 +80,22 @@ def _bordered(inner, row, column):
     return out
 
 
+def _bordered_inverse(inverse, sy):
+    """``R⁻¹`` after a new pair: ``R`` the upper triangle of ``sy`` (``S Yᵀ``,
+    the new pair last, already bordered) with a unit diagonal where a pair
+    was left out (zero), ``inverse`` that of ``R`` before the pair. One
+    column of back substitution per model:
+    ``[[R, c], [0, d]]⁻¹ = [[R⁻¹, -R⁻¹ c / d], [0, 1 / d]]``."""
+    n_models, m = inverse.shape[0], inverse.shape[1]
+    last = sy[:, m, m]
+    d = np.where(last > 0, last, 1.0)
+    out = np.zeros((n_models, m + 1, m + 1))
+    out[:, :m, :m] = inverse
+    out[:, :m, m] = -(inverse @ sy[:, :m, m:])[:, :, 0] / d[:, None]
+    out[:, m, m] = 1.0 / d
+    return out
+
+
 class LBFGSPhase:
     """L-BFGS memories of every model, and the iteration on a solver.
 
@@ -110,6 +126,8 @@ class LBFGSPhase:
         p1, n_models = solver.Theta.shape
         self.S = self.Y = np.zeros((n_models, 0, p1))
         self.sy = self.yy = np.zeros((n_models, 0, 0))
+        # R⁻¹ of the direction's compact form (see direction), kept as the pairs come
+        self.r_inverse = np.zeros((n_models, 0, 0))
         self.n_iter = 0
         hint = getattr(solver.sites, "reduced_precision", None)
         self.reduced = hint is not None and bool(hint(True))
@@ -131,8 +149,12 @@ class LBFGSPhase:
         self.sy = _bordered(self.sy, s_new @ np.swapaxes(Y, 1, 2), S @ y_column)
         column = Y @ y_column
         self.yy = _bordered(self.yy, np.swapaxes(column, 1, 2), column)
+        self.r_inverse = _bordered_inverse(self.r_inverse, self.sy)
         self.S, self.Y = S[:, -_MEMORY:], Y[:, -_MEMORY:]
         self.sy, self.yy = self.sy[:, -_MEMORY:, -_MEMORY:], self.yy[:, -_MEMORY:, -_MEMORY:]
+        # the inverse of an upper triangle's trailing block is the trailing
+        # block of its inverse
+        self.r_inverse = self.r_inverse[:, -_MEMORY:, -_MEMORY:]
 
     def direction(self, grad):
         """``-H̃ g`` per model, ``H̃`` the L-BFGS inverse curvature of the
@@ -144,8 +166,9 @@ class LBFGSPhase:
 
         ``H̃ g = γ g + S R⁻ᵀ((D + γ YᵀY) R⁻¹ a - b) - γ Y R⁻¹ a``,
 
-        every model's small systems solved as one stack (no loop over the
-        pairs: the same vector as the two-loop recursion)."""
+        every model's small products as one stack, ``R⁻¹`` kept as the pairs
+        come (:func:`_bordered_inverse`: no triangular solve per direction;
+        no loop over the pairs: the same vector as the two-loop recursion)."""
         n_models = grad.shape[1]
         S, Y, sy, yy = self.S, self.Y, self.sy, self.yy
         if S.shape[1] == 0:
@@ -158,15 +181,14 @@ class LBFGSPhase:
             gamma = np.where(kept.any(axis=1), diagonal[models, newest]
                              / np.diagonal(yy, axis1=1, axis2=2)[models, newest],
                              1.0 / self.solver.scale)
-        # a pair left out (zero) gets a unit diagonal in R: its components vanish
-        R = np.triu(sy) + (~kept)[:, :, None] * np.eye(sy.shape[1])
+        gamma = gamma[:, None, None]
+        # a pair left out (zero) has a unit diagonal in R: its components vanish
+        r_inverse = self.r_inverse
         g = grad.T[:, :, None]  # (K, p1, 1)
-        Rinv_a = np.linalg.solve(R, S @ g)
-        inner = (diagonal[..., None] * Rinv_a + gamma[:, None, None] * (yy @ Rinv_a)
-                 - gamma[:, None, None] * (Y @ g))
-        top = np.linalg.solve(np.swapaxes(R, 1, 2), inner)
-        Hg = (gamma[:, None, None] * g + np.swapaxes(S, 1, 2) @ top
-              - gamma[:, None, None] * (np.swapaxes(Y, 1, 2) @ Rinv_a))
+        Rinv_a = r_inverse @ (S @ g)
+        inner = diagonal[..., None] * Rinv_a + gamma * (yy @ Rinv_a - Y @ g)
+        Hg = (gamma * (g - np.swapaxes(Y, 1, 2) @ Rinv_a)
+              + np.swapaxes(S, 1, 2) @ (np.swapaxes(r_inverse, 1, 2) @ inner))
         return -Hg[:, :, 0].T
 
     def iterate(self):
