@@ -105,3 +105,24 @@ def test_fits_from_the_piled_start_reach_the_optimum(monkeypatch, n, p, q, n_cla
     piled, gradient = histories
     assert np.all(piled[1] < gradient[1])
     np.testing.assert_allclose(piled[-1], gradient[-1], rtol=1e-11)
+
+
+@pytest.mark.parametrize("n, p, q, n_classes", [(60, 700, 0.5, 2), (80, 400, 4.0, 3),
+                                                (200, 30, 1.0, 2)])
+def test_the_grid_objectives_in_one_array_are_the_objective_at_each_point(
+        monkeypatch, n, p, q, n_classes):
+    """The first step's grid objectives formed in one array (without a
+    prior) are ``objective`` at each grid point: the fit is bitwise the one
+    whose grid calls it point by point (few rows and dense rows)."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((n, p))
+    y = rng.integers(0, n_classes, n)
+    X[:, 0] += y
+    history = _history(monkeypatch)
+    at_once = DWDClassifier(q=q).fit(X, y)
+    monkeypatch.setattr(_newton, "_GRID_AT_ONCE", -1)
+    by_point = DWDClassifier(q=q).fit(X, y)
+    for name in ("coef_", "intercept_", "n_iter_"):
+        assert np.array_equal(getattr(at_once, name), getattr(by_point, name)), name
+    # every objective value, the grid's best point's included
+    assert len(history) == 2 and np.array_equal(history[0], history[1])

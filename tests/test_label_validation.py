@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from sklearn.utils import multiclass
 from sklearn.utils.multiclass import check_classification_targets, unique_labels
+from sklearn.utils.validation import validate_data
 
 from skfedpriv.linear_model import DecentralizedLogisticRegression, DWDClassifier, LogisticRegression
 from skfedpriv.linear_model import _base
@@ -140,3 +141,52 @@ def test_sites_classes_as_sklearn(monkeypatch):
                         lambda *a, **k: calls.append(1) or original(*a, **k))
     DWDClassifier(max_iter=2).fit_sites(sites(y))
     assert len(calls) == 1  # the labels' set, read once
+
+
+def _validate(X, y, estimator):
+    """scikit-learn's validate_data on a fit's batch, as _validate_batch calls it."""
+    return estimator, validate_data(estimator, X, y, reset=True, dtype=np.float64,
+                                    y_numeric=False, accept_sparse="csr")
+
+
+@pytest.mark.parametrize("X_bad", [np.full((30, 3), np.nan), np.full((30, 3), np.inf),
+                                   np.zeros((30, 0)), np.zeros((0, 3)), X.astype(np.float32),
+                                   X[:, :, None], X.astype(object)],
+                         ids=["nan", "inf", "no-features", "no-rows", "float32", "3d", "object"])
+@pytest.mark.parametrize("make", ESTIMATORS)
+def test_fit_on_ready_arrays_is_validate_data(make, X_bad):
+    """A fit's ready numpy batch skips validate_data (``_is_validated_batch``
+    with ``reset``) only where validate_data returns it unchanged and raises
+    nothing; everything else raises validate_data's own error or is
+    converted by it."""
+    y = np.arange(len(X_bad)) % 2
+    ready = _base._is_validated_batch(make(), X_bad, y, reset=True)
+    try:
+        _, (X_out, y_out) = _validate(X_bad, y, make())
+    except Exception as error:  # noqa: BLE001 - the expectation is its error
+        assert not ready
+        assert _raised(make().fit, X_bad, y) == (type(error), str(error))
+        return
+    assert ready == (X_out is X_bad)
+    for X_ok in (X, X.astype(np.float32)):
+        yy = np.arange(len(X_ok)) % 2
+        assert _base._is_validated_batch(make(), X_ok, yy, reset=True) == (
+            _validate(X_ok, yy, make())[1][0] is X_ok)
+
+
+@pytest.mark.parametrize("make", ESTIMATORS)
+def test_fit_on_ready_arrays_writes_what_validate_data_writes(make):
+    """After a fit on named columns, a fit on a plain array drops
+    ``feature_names_in_`` and sets ``n_features_in_``, as validate_data's
+    reset does (the fast path writes them itself)."""
+    pd = pytest.importorskip("pandas")
+    y = np.arange(30) % 2
+    frame = pd.DataFrame(X, columns=["a", "b", "c"])
+    model = make().fit(frame, y)
+    assert list(model.feature_names_in_) == ["a", "b", "c"]
+    X_wide = np.random.default_rng(1).standard_normal((30, 5))
+    assert _base._is_validated_batch(model, X_wide, y, reset=True)
+    model.fit(X_wide, y)
+    reference, _ = _validate(X_wide, y, make().fit(frame, y))
+    assert model.n_features_in_ == reference.n_features_in_ == 5
+    assert not hasattr(model, "feature_names_in_") and not hasattr(reference, "feature_names_in_")

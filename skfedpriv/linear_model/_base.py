@@ -423,8 +423,12 @@ class FederatedClassifierMixin(ClassifierMixin):
         :func:`_restore_feature_attributes_on_error` (as :meth:`_fit_batch`
         does), which undoes those writes if anything later fails.
         """
-        if not (reset or infer_classes) and _is_validated_batch(self, X, y):
-            pass  # a later batch that is already what validate_data returns
+        if _is_validated_batch(self, X, y, reset=reset):
+            # already what validate_data returns: its writes on reset only
+            if reset:
+                self.n_features_in_ = X.shape[1]
+                if hasattr(self, "feature_names_in_"):
+                    del self.feature_names_in_
         else:
             X, y = validate_data(
                 self, X, y, reset=reset, dtype=np.float64, y_numeric=False,
@@ -560,22 +564,24 @@ class FederatedClassifierMixin(ClassifierMixin):
         return scores_to_labels(self.classes_, scores)
 
 
-def _is_validated_batch(estimator, X, y):
-    """True when ``validate_data(estimator, X, y, reset=False, dtype=float64)``
+def _is_validated_batch(estimator, X, y, *, reset=False):
+    """True when ``validate_data(estimator, X, y, reset=reset, dtype=float64)``
     would return ``X`` and ``y`` unchanged and raise nothing: plain finite
-    float64 rows of the fitted width, a 1-d numeric or string ``y`` of the
-    same length, no feature names on either side. Anything else goes
-    through ``validate_data`` (its checks and messages); this only spares
-    a stream of ready numpy batches the per-call cost of those checks."""
+    float64 rows (at least one row and one feature; of the fitted width
+    unless ``reset``), a 1-d numeric or string ``y`` of the same length, no
+    feature names on either side (unless ``reset``: a fit's ndarray rows
+    only drop the fitted names, which the caller does with
+    ``n_features_in_``, as validate_data would). Anything else goes through
+    ``validate_data`` (its checks and messages); this only spares ready
+    numpy batches (a stream's, a fit's) the per-call cost of those checks."""
     if type(X) is not np.ndarray or type(y) is not np.ndarray:
         return False
-    if X.dtype != np.float64 or X.ndim != 2 or y.ndim != 1 or X.shape[0] == 0:
+    if X.dtype != np.float64 or X.ndim != 2 or y.ndim != 1 or 0 in X.shape:
         return False
     if y.shape[0] != X.shape[0] or y.dtype.kind not in "biuU":
         return False
-    if hasattr(estimator, "feature_names_in_"):
-        return False
-    if X.shape[1] != getattr(estimator, "n_features_in_", None):
+    if not reset and (hasattr(estimator, "feature_names_in_")
+                      or X.shape[1] != getattr(estimator, "n_features_in_", None)):
         return False
     return bool(np.isfinite(X.sum()))
 

@@ -332,13 +332,21 @@ class WoodburyFactor:
             return np.inf
         return 0.5 * float(g @ self.solve(g)) / kappa
 
-    def _split(self, values):
-        """Per block pieces of a vector over all rows."""
-        out, start = [], 0
-        for block in self.curvature.blocks:
-            out.append(values[start:start + len(block)])
-            start += len(block)
-        return out
+    def _rows_times(self, v):
+        """``X v`` of the stacked rows (no intercept), one pass."""
+        blocks = self.curvature.blocks
+        if len(blocks) == 1:  # a fit's one block: no stacking
+            return np.asarray(blocks[0].X @ v)
+        return np.concatenate([np.asarray(b.X @ v) for b in blocks])
+
+    def _rows_sum(self, weights):
+        """``Xᵀ w`` of the stacked rows for ``w`` over all rows, one pass."""
+        blocks = self.curvature.blocks
+        if len(blocks) == 1:
+            return np.asarray(blocks[0].X.T @ weights)
+        starts = np.cumsum([0] + [len(b) for b in blocks])
+        return sum(np.asarray(b.X.T @ weights[a:z])
+                   for b, a, z in zip(blocks, starts, starts[1:]))
 
     def solve(self, g):
         """``H⁻¹ g`` for ``g`` of shape (p1,)."""
@@ -348,7 +356,7 @@ class WoodburyFactor:
         start = int(self.curvature.intercept)
         g_pen = g[start:]
         # t = Z_pen g_pen, one pass over the rows
-        t = s * np.concatenate([np.asarray(b.X @ g_pen) for b in blocks]) if blocks else s
+        t = s * self._rows_times(g_pen) if blocks else s
         if start:
             x0 = (g[0] - self.Mz @ t / c) / self.sigma
             # Z_pen h for h = g_pen - Z_penᵀ z x0, with Z_pen Z_penᵀ z = s G s²
@@ -358,8 +366,7 @@ class WoodburyFactor:
         weights = s * (self._m_solve(t) / c)
         if start:
             weights = weights + x0 * s * s
-        pulled = sum(np.asarray(b.X.T @ w) for b, w in zip(blocks, self._split(weights)))
-        x_pen = (g_pen - pulled) / c
+        x_pen = (g_pen - self._rows_sum(weights)) / c
         return np.concatenate(([x0], x_pen)) if start else x_pen
 
 

@@ -193,6 +193,11 @@ _QUASI_NEWTON_MODELS = 3
 # four steps; the direction's relative error, about cond(M) times float32's
 # epsilon, leaves its square times the gap after a step)
 _SINGLE_ABOVE = 1e-5
+# the first step's grid of step lengths, and up to how many numbers per
+# grid point its objectives are formed in one array (without a prior: the
+# few-rows fit's coordinates)
+_FIRST_STEPS = 2.0 ** np.arange(-24, 25, 2)
+_GRID_AT_ONCE = 1 << 14
 
 class _SummaryOnlySites:
     """The requests :func:`solve_batch` makes, for a sites object that only
@@ -920,11 +925,16 @@ class NewtonSolver:
         0 at ``Theta = 0``): the best of a geometric grid of steps along
         ``direction``, in one round."""
         n_models, Theta = self.n_models, self.Theta
-        steps_grid = 2.0 ** np.arange(-24, 25, 2)
+        steps_grid = _FIRST_STEPS
         losses = self.sites.line_losses(Theta, np.where(searching, 1.0, 0.0) * direction,
                                         steps_grid, self.message)
-        values = np.array([self.objective(Theta + t * direction, loss)
-                           for t, loss in zip(steps_grid, losses)])
+        if self.prior is None and Theta.size <= _GRID_AT_ONCE:
+            # objective()'s numbers at every grid point in one array
+            T = Theta[None] + steps_grid[:, None, None] * direction[None]
+            values = np.asarray(losses) + 0.5 * (self.ridge @ (T * T))
+        else:
+            values = np.array([self.objective(Theta + t * direction, loss)
+                               for t, loss in zip(steps_grid, losses)])
         best = np.argmin(values, axis=0)
         steps = np.where(searching & (values[best, np.arange(n_models)] < value),
                          steps_grid[best], 0.0)
