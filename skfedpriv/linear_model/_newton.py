@@ -309,6 +309,8 @@ class _Preconditioners(list):
         """``M_k^{-1} r_k`` of every model (``r_k`` where it has none)."""
         if self.stacked is None or not self.stacked.any():
             return _precondition(list(self), r)
+        if self.stacked.all():
+            return (self.inverses @ r.T[:, :, None])[:, :, 0].T
         models = np.flatnonzero(self.stacked)
         out = _precondition([None if self.stacked[k] else f for k, f in enumerate(self)], r)
         out[:, models] = (self.inverses[models] @ r.T[models, :, None])[:, :, 0].T
@@ -335,6 +337,12 @@ def _decrement(grad, newton):
     return -0.5 * (grad * newton).sum(axis=0)
 
 
+def _column_norms(M):
+    """The Euclidean norm of each column (``np.linalg.norm(M, axis=0)``'s
+    numbers without its dispatch)."""
+    return np.sqrt((M * M).sum(axis=0))
+
+
 def _conjugate_gradient(product, rhs, factors, rtol, max_iter):
     """Preconditioned CG for ``H_k x_k = rhs_k``, all models at once.
 
@@ -353,34 +361,39 @@ def _conjugate_gradient(product, rhs, factors, rtol, max_iter):
     z = _precondition(factors, r)
     direction = z.copy()
     rz = (r * z).sum(axis=0)
-    target = rtol * np.linalg.norm(rhs, axis=0)
-    done = np.linalg.norm(r, axis=0) <= target
+    target = rtol * _column_norms(rhs)
+    done = _column_norms(r) <= target
     used = np.zeros(rhs.shape[1], dtype=int)
     first_rayleigh = None
     while not done.all() and used.max() < max_iter:
         used += ~done
         Hd = product(direction)
-        curvature = (direction * Hd).sum(axis=0)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        # the iteration's arithmetic under one error state (divisions by a
+        # zero curvature or rz and overflows are handled below)
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            curvature = (direction * Hd).sum(axis=0)
             rayleigh = curvature / (direction * direction).sum(axis=0)
-        if first_rayleigh is None:
-            first_rayleigh = rayleigh
-        done |= (curvature <= 0) | (rayleigh <= _SINGULAR * first_rayleigh)
-        with np.errstate(over="ignore", invalid="ignore"):
+            if first_rayleigh is None:
+                first_rayleigh = rayleigh
+            done |= (curvature <= 0) | (rayleigh <= _SINGULAR * first_rayleigh)
             step = np.where(done, 0.0, rz / np.where(done, 1.0, curvature))
             x_next, r_next = x + step * direction, r - step * Hd
-        # a curvature that underflows towards 0 (an ill-conditioned, unpreconditioned
-        # system) gives a step that overflows: that model stops at its last iterate
-        blown = ~(np.isfinite(x_next).all(axis=0) & np.isfinite(r_next).all(axis=0))
-        done |= blown
-        x = np.where(blown, x, x_next)
-        r = np.where(blown, r, r_next)
-        done |= np.linalg.norm(r, axis=0) <= target
-        z = _precondition(factors, r)
-        rz_new = (r * z).sum(axis=0)
-        beta = np.where(done, 0.0, rz_new / np.where(rz == 0, 1.0, rz))
-        direction = z + beta * direction
-        rz = rz_new
+            # a curvature that underflows towards 0 (an ill-conditioned,
+            # unpreconditioned system) gives a step that overflows: that model
+            # stops at its last iterate (per column only where some number is)
+            if np.isfinite(x_next).all() and np.isfinite(r_next).all():
+                x, r = x_next, r_next
+            else:
+                blown = ~(np.isfinite(x_next).all(axis=0) & np.isfinite(r_next).all(axis=0))
+                done |= blown
+                x = np.where(blown, x, x_next)
+                r = np.where(blown, r, r_next)
+            done |= _column_norms(r) <= target
+            z = _precondition(factors, r)
+            rz_new = (r * z).sum(axis=0)
+            beta = np.where(done, 0.0, rz_new / np.where(rz == 0, 1.0, rz))
+            direction = z + beta * direction
+            rz = rz_new
     return x, used
 
 
