@@ -159,6 +159,46 @@ def test_lbfgs_direction_is_the_bfgs_update_of_the_pairs_kept():
     np.testing.assert_allclose(phase.direction(A @ s)[:, 1], -s[:, 1], rtol=1e-10)
 
 
+def test_lbfgs_initial_scaling_is_the_newest_pair_kept_in_the_window():
+    # H0 = γ I with γ = sᵀy / yᵀy of the newest pair a model kept while the
+    # window holds it, 1 / scale once every pair in the window was left out
+    from skfedpriv.linear_model._quasi_newton import _MEMORY
+
+    rng = np.random.default_rng(2)
+    A = rng.standard_normal((4, 4))
+    A = A @ A.T + 4 * np.eye(4)
+
+    class Solver:
+        active = np.ones(2, dtype=bool)
+        scale = 7.0
+        Theta = np.zeros((4, 2))
+        sites = None
+
+    phase = LBFGSPhase(Solver())
+    s = rng.standard_normal((4, 2))
+    phase.remember(s, A @ s)
+    newest = s[:, 1] @ A @ s[:, 1] / ((A @ s[:, 1]) @ (A @ s[:, 1]))
+    g = rng.standard_normal((4, 2))
+    for n_left_out in range(1, _MEMORY + 1):
+        bad = rng.standard_normal((4, 2))
+        # model 0 keeps each pair, model 1 leaves each out (sᵀy < 0)
+        phase.remember(bad, np.column_stack([A @ bad[:, 0], -bad[:, 1]]))
+        # model 1's only pair kept: H g = γ g + (its BFGS terms), written out
+        old = s[:, 1]
+        y_old = A @ old
+        rho = 1.0 / (old @ y_old)
+        V = np.eye(4) - rho * np.outer(y_old, old)
+        gamma = newest if n_left_out < _MEMORY else None
+        if gamma is None:  # the kept pair has left the window
+            expected = -g[:, 1] / Solver.scale
+        else:
+            expected = -(gamma * V.T @ V + rho * np.outer(old, old)) @ g[:, 1]
+        np.testing.assert_allclose(phase.direction(g)[:, 1], expected, rtol=1e-10,
+                                   err_msg=f"{n_left_out} pairs left out")
+    # model 0 kept every pair: the newest pair's γ (its direction maps y to s)
+    np.testing.assert_allclose(phase.direction(A @ bad)[:, 0], -bad[:, 0], rtol=1e-10)
+
+
 def test_one_vs_rest_phase_takes_fewer_rounds_and_matrices_to_the_same_optimum(monkeypatch):
     # digits (10 classes, the 70 % split of issue #23): the L-BFGS phase moves
     # every class model in one round; the Newton steps alone wait for the

@@ -66,6 +66,8 @@ _MAX_ITER = 200
 # 1e-13 took one more iteration at p = 500; 1e-6 left two thirds of the
 # iterations on the rows as given
 _REDUCED_UNTIL = 1e-12
+# a decrease of at most this fraction of |F| is no progress (rounding)
+_STUCK = 4 * np.finfo(float).eps
 
 
 def _bordered(inner, row, column):
@@ -128,6 +130,10 @@ class LBFGSPhase:
         self.sy = self.yy = np.zeros((n_models, 0, 0))
         # R⁻¹ of the direction's compact form (see direction), kept as the pairs come
         self.r_inverse = np.zeros((n_models, 0, 0))
+        # per model, sᵀy / yᵀy of the newest pair kept and the pairs since
+        # (the window holds it while fewer than its length)
+        self.gamma = np.ones(n_models)
+        self.gamma_age = np.full(n_models, np.iinfo(np.int64).max // 2)
         self.n_iter = 0
         hint = getattr(solver.sites, "reduced_precision", None)
         self.reduced = hint is not None and bool(hint(True))
@@ -145,11 +151,15 @@ class LBFGSPhase:
         Y = np.concatenate([self.Y, y_new], axis=1)
         # only the new pair's row and column of S Yᵀ and Y Yᵀ are formed
         # (2 m p1 numbers a model, not m² p1)
-        y_column = np.swapaxes(y_new, 1, 2)
-        self.sy = _bordered(self.sy, s_new @ np.swapaxes(Y, 1, 2), S @ y_column)
+        y_column = y_new.transpose(0, 2, 1)
+        self.sy = _bordered(self.sy, s_new @ Y.transpose(0, 2, 1), S @ y_column)
         column = Y @ y_column
-        self.yy = _bordered(self.yy, np.swapaxes(column, 1, 2), column)
+        self.yy = _bordered(self.yy, column.transpose(0, 2, 1), column)
         self.r_inverse = _bordered_inverse(self.r_inverse, self.sy)
+        newest_sy, newest_yy = self.sy[:, -1, -1], self.yy[:, -1, -1]
+        kept = newest_sy > 0
+        self.gamma = np.where(kept, newest_sy / np.where(kept, newest_yy, 1.0), self.gamma)
+        self.gamma_age = np.where(kept, 0, self.gamma_age + 1)
         self.S, self.Y = S[:, -_MEMORY:], Y[:, -_MEMORY:]
         self.sy, self.yy = self.sy[:, -_MEMORY:, -_MEMORY:], self.yy[:, -_MEMORY:, -_MEMORY:]
         # the inverse of an upper triangle's trailing block is the trailing
@@ -169,26 +179,20 @@ class LBFGSPhase:
         every model's small products as one stack, ``R⁻¹`` kept as the pairs
         come (:func:`_bordered_inverse`: no triangular solve per direction;
         no loop over the pairs: the same vector as the two-loop recursion)."""
-        n_models = grad.shape[1]
         S, Y, sy, yy = self.S, self.Y, self.sy, self.yy
         if S.shape[1] == 0:
             return -grad / self.solver.scale
-        diagonal = np.diagonal(sy, axis1=1, axis2=2)
-        kept = diagonal > 0
-        newest = kept.shape[1] - 1 - np.argmax(kept[:, ::-1], axis=1)
-        models = np.arange(n_models)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            gamma = np.where(kept.any(axis=1), diagonal[models, newest]
-                             / np.diagonal(yy, axis1=1, axis2=2)[models, newest],
-                             1.0 / self.solver.scale)
+        diagonal = sy.diagonal(axis1=1, axis2=2)
+        # γ of the newest pair kept in the window (remember), 1 / scale if none
+        gamma = np.where(self.gamma_age < S.shape[1], self.gamma, 1.0 / self.solver.scale)
         gamma = gamma[:, None, None]
         # a pair left out (zero) has a unit diagonal in R: its components vanish
         r_inverse = self.r_inverse
         g = grad.T[:, :, None]  # (K, p1, 1)
         Rinv_a = r_inverse @ (S @ g)
         inner = diagonal[..., None] * Rinv_a + gamma * (yy @ Rinv_a - Y @ g)
-        Hg = (gamma * (g - np.swapaxes(Y, 1, 2) @ Rinv_a)
-              + np.swapaxes(S, 1, 2) @ (np.swapaxes(r_inverse, 1, 2) @ inner))
+        Hg = (gamma * (g - Y.transpose(0, 2, 1) @ Rinv_a)
+              + S.transpose(0, 2, 1) @ (r_inverse.transpose(0, 2, 1) @ inner))
         return -Hg[:, :, 0].T
 
     def iterate(self):
@@ -216,7 +220,7 @@ class LBFGSPhase:
         Theta_new, value_new, moved, grad_new = self.step(direction, running)
         self.remember(Theta_new - solver.Theta, np.where(moved, grad_new - solver.grad, 0.0))
         decrease = solver.value - value_new
-        stuck = running & ~(moved & (decrease > 4 * np.finfo(float).eps * np.abs(solver.value)))
+        stuck = running & ~(moved & (decrease > _STUCK * np.abs(solver.value)))
         solver.Theta, solver.value = Theta_new, value_new
         solver.grad = np.where(moved, grad_new, solver.grad)
         solver.history.append(solver.value.copy())
