@@ -3,6 +3,8 @@ the same optimum as an independent solver, forms the curvature matrix once
 (at the returned point: the renewable state), and a stream continues from
 that state as from the Newton steps' own."""
 
+import types
+
 import numpy as np
 import pytest
 from _reference import gendwd_objective
@@ -122,6 +124,13 @@ def test_a_stream_continues_from_the_wide_fit_as_from_the_newton_steps(reduced, 
     np.testing.assert_allclose(quasi.curvature_, newton.curvature_, rtol=1e-4, atol=1e-4 * scale)
 
 
+def _stub_phase(n_params, n_models, scale=1.0):
+    """An L-BFGS phase on a stand-in solver (the memory and direction only)."""
+    solver = types.SimpleNamespace(active=np.ones(n_models, dtype=bool), scale=scale,
+                                   Theta=np.zeros((n_params, n_models)), sites=None)
+    return LBFGSPhase(solver)
+
+
 def test_lbfgs_direction_is_the_bfgs_update_of_the_pairs_kept():
     # BFGS: the updated inverse curvature maps the newest y to the newest s
     # (Nocedal & Wright eq. 6.17), whatever the older pairs and H0
@@ -129,13 +138,7 @@ def test_lbfgs_direction_is_the_bfgs_update_of_the_pairs_kept():
     A = rng.standard_normal((6, 6))
     A = A @ A.T + 6 * np.eye(6)
 
-    class Solver:
-        active = np.ones(2, dtype=bool)
-        scale = 1.0
-        Theta = np.zeros((6, 2))
-        sites = None
-
-    phase = LBFGSPhase(Solver())
+    phase = _stub_phase(6, 2)
     for _ in range(4):
         s = rng.standard_normal((6, 2))
         phase.remember(s, A @ s)
@@ -168,13 +171,7 @@ def test_lbfgs_initial_scaling_is_the_newest_pair_kept_in_the_window():
     A = rng.standard_normal((4, 4))
     A = A @ A.T + 4 * np.eye(4)
 
-    class Solver:
-        active = np.ones(2, dtype=bool)
-        scale = 7.0
-        Theta = np.zeros((4, 2))
-        sites = None
-
-    phase = LBFGSPhase(Solver())
+    phase = _stub_phase(4, 2, scale=7.0)
     s = rng.standard_normal((4, 2))
     phase.remember(s, A @ s)
     newest = s[:, 1] @ A @ s[:, 1] / ((A @ s[:, 1]) @ (A @ s[:, 1]))
@@ -190,7 +187,7 @@ def test_lbfgs_initial_scaling_is_the_newest_pair_kept_in_the_window():
         V = np.eye(4) - rho * np.outer(y_old, old)
         gamma = newest if n_left_out < _MEMORY else None
         if gamma is None:  # the kept pair has left the window
-            expected = -g[:, 1] / Solver.scale
+            expected = -g[:, 1] / phase.solver.scale
         else:
             expected = -(gamma * V.T @ V + rho * np.outer(old, old)) @ g[:, 1]
         np.testing.assert_allclose(phase.direction(g)[:, 1], expected, rtol=1e-10,
@@ -241,13 +238,7 @@ def test_lbfgs_memory_keeps_the_newest_pairs_and_their_products():
 
     rng = np.random.default_rng(1)
 
-    class Solver:
-        active = np.ones(3, dtype=bool)
-        scale = 1.0
-        Theta = np.zeros((5, 3))
-        sites = None
-
-    phase = LBFGSPhase(Solver())
+    phase = _stub_phase(5, 3)
     pairs = []
     for _ in range(_MEMORY + 7):
         s, y = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
