@@ -273,6 +273,44 @@ def test_summary_where_some_models_moved_is_the_fresh_summary():
         Theta = new
 
 
+@pytest.mark.parametrize("q", [0.5, 4.0])
+def test_product_at_a_kept_matrix_is_the_product_over_all_rows(q):
+    # in process, a product at the point of the last float64 matrices is the
+    # matrix's product plus the rows where V_q'' differs from the smoothed
+    # curvature (within the smoothing window): the product over all rows, on
+    # either curvature, for the models with a matrix there; the others read
+    # the rows
+    X, Y, weights, Theta = _problem(n=3000, p=5, K=3, seed=12)
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    margins = Y * (Xbar @ Theta)
+    u0 = q / (q + 1.0)
+    window = np.abs(margins - u0) < 0.05
+    assert window[:, :2].sum(axis=0).min() >= 10  # rows where the curvatures differ
+    sites = SiteData(X, Y, weights, [np.arange(len(X))], None, True)
+    flags = np.array([True, True, False])
+    sites.summaries(Theta, q, flags)
+    V = np.random.default_rng(13).standard_normal(Theta.shape)
+    read = []
+    original = _dwd_solver.site_curvature_product
+    for exact, columns in (([True, False, False], [0, 1]), ([True, True, True], [0, 1]),
+                           (None, [0]), ([False, True, False], [1]), ([True, True, True], [2])):
+        W = np.zeros_like(V)
+        W[:, columns] = V[:, columns]
+        calls = len(read)
+        _dwd_solver.site_curvature_product = lambda *a, **k: read.append(1) or original(*a, **k)
+        try:
+            out = sites.curvature_product(Theta, W, q, exact)
+        finally:
+            _dwd_solver.site_curvature_product = original
+        exact_k = np.broadcast_to(np.asarray(exact if exact is not None else False), (3,))
+        for k in range(3):
+            curvature = (gendwd_curvature(margins[:, k], q) if exact_k[k]
+                         else gendwd_smoothed_curvature(margins[:, k], q))
+            expected = Xbar.T @ (weights * curvature * (Xbar @ W[:, k]))
+            np.testing.assert_allclose(out[:, k], expected, rtol=1e-10, atol=1e-9)
+        assert len(read) == calls + (2 in columns)  # only the model without a matrix
+
+
 def test_line_losses_of_models_not_searched_are_their_losses_at_theta():
     # a zero column of the direction (a model not searched) is at θ at every
     # step (its loss formed once); the searched models' sums are the definition's

@@ -628,6 +628,9 @@ class SiteData(DWDSites):
         # scores and parameters of the last summary (None otherwise)
         self._full_rows = self._anchor = None
         self._single_matrices = False  # see single_matrices
+        # pooled dense rows: the last float64 matrices formed and where (see
+        # _windowed_product)
+        self._matrices = None
         # under Dask's backend: futures of the rows, sent to the cluster
         # once here and referred to by every round's tasks
         self._handles = None
@@ -867,6 +870,7 @@ class SiteData(DWDSites):
                                                  self.fit_intercept, with_curvature,
                                                  single=self._single_matrices)
                          if np.any(with_curvature) else None)
+            self._keep_matrices(Theta, loss, with_curvature, curvature)
             self._last_summary = (key, (total, grad))
             self._summary_models = (loss, Theta.copy(), total, grad, self._scores(Theta))
             if self._full_rows is not None:
@@ -911,6 +915,50 @@ class SiteData(DWDSites):
         total[moved], grad[:, moved] = moved_total, moved_grad
         return total, grad
 
+    def _keep_matrices(self, Theta, loss, models, curvature):
+        """Keep the float64 matrices just formed at ``Theta`` (pooled dense
+        rows, matrices of fewer numbers than the rows) for
+        :meth:`_windowed_product`; forget any earlier ones."""
+        X = self.parts[0][0]
+        keep = (curvature is not None and not self._single_matrices
+                and self._full_rows is None and not sp.issparse(X)
+                and curvature.size <= _n_numbers(X))
+        self._matrices = None if not keep else (
+            loss, Theta.tobytes(),
+            np.flatnonzero(np.broadcast_to(np.asarray(models, dtype=bool), Theta.shape[1:])),
+            curvature)
+
+    def _windowed_product(self, Theta, V, loss, row_curvature):
+        """The curvature product at ``Theta`` from the float64 matrices kept
+        there (:meth:`_keep_matrices`, the smoothed curvature ``Ṽ_q''``):
+        ``M_k v_k`` plus, for models on ``V_q''`` (``row_curvature``), the
+        rows where it differs from ``Ṽ_q''``, those within the smoothing
+        window of the kink (eq. 8; none or a few at a returned point), so
+        no pass over all rows (the stopping rule's check of a model on the
+        matrix formed there). None when no matrix is kept for the models
+        of ``V`` at ``Theta``."""
+        kept = self._matrices
+        if kept is None or kept[0] != loss or kept[1] != Theta.tobytes():
+            return None
+        columns = np.flatnonzero(V.any(axis=0))
+        position = np.searchsorted(kept[2], columns)
+        if len(columns) == 0 or not np.array_equal(kept[2][np.minimum(
+                position, len(kept[2]) - 1)], columns):
+            return None
+        X, Y, w = self.parts[0]
+        out = np.zeros(V.shape)
+        for j, k in zip(position, columns):
+            out[:, k] = kept[3][j] @ V[:, k]
+        difference = row_curvature[:, columns] - _row_curvature(
+            Y[:, columns], w, self._scores(Theta)[:, columns], loss)
+        rows = np.flatnonzero(difference.any(axis=1))
+        if len(rows):
+            Xr = X[rows]
+            out[:, columns] += _augmented_sum(
+                Xr, difference[rows] * augmented_scores(Xr, V[:, columns], self.fit_intercept),
+                self.fit_intercept)
+        return out
+
     def curvature_product(self, Theta, V, loss, exact=None):
         """``Σ_sites Σ_i w_i Ṽ_q''(u_ik) x̄_i x̄_iᵀ v_k`` at ``Theta``, shape
         (p1, K) (``V_q''`` for the models in ``exact``)."""
@@ -922,8 +970,10 @@ class SiteData(DWDSites):
             if self._curvature_key != key:
                 self._row_curvature = _row_curvature(Y, w, self._scores(Theta), loss, exact)
                 self._curvature_key = key
-            out = site_curvature_product(X, Y, w, Theta, V, loss, self.fit_intercept,
-                                         row_curvature=self._row_curvature)
+            out = self._windowed_product(Theta, V, loss, self._row_curvature)
+            if out is None:
+                out = site_curvature_product(X, Y, w, Theta, V, loss, self.fit_intercept,
+                                             row_curvature=self._row_curvature)
         else:
             rest = (Theta, V, loss, self.fit_intercept, exact)
             out = sum(self._map(site_curvature_product, _site_curvature_product, rest, rest))
