@@ -262,13 +262,21 @@ def site_curvature_matrices(X, Y, weights, scores, loss, fit_intercept, models=T
     """The curvature part of :func:`site_summary`, from the rows' scores, of
     every model (``models=True``) or of those flagged (on ``V_q''`` with
     ``exact``; from float32 products with ``single``, see :func:`_gram`)."""
+    return _curvature_matrices(X, Y, weights, scores, loss, fit_intercept, models, exact,
+                               single)[0]
+
+
+def _curvature_matrices(X, Y, weights, scores, loss, fit_intercept, models=True, exact=False,
+                        single=False):
+    """:func:`site_curvature_matrices` and the row curvature they sum (one
+    column per model flagged)."""
     models = np.flatnonzero(np.broadcast_to(np.asarray(models, dtype=bool), scores.shape[1:]))
     if len(models) < scores.shape[1]:  # else no copy of the columns
         Y, scores = Y[:, models], scores[:, models]
     row_curvature = _row_curvature(Y, weights, scores, as_loss(loss),
                                    np.full(len(models), bool(exact)))
     return np.stack([augmented_gram(X, row_curvature[:, j], fit_intercept, single)
-                     for j in range(len(models))])
+                     for j in range(len(models))]), row_curvature
 
 
 def _element_blocks(n_rows, width):
@@ -866,11 +874,12 @@ class SiteData(DWDSites):
             else:
                 total, grad, _ = site_summary(X, Y, w, Theta, loss, self.fit_intercept, False,
                                              scores=self._scores(Theta))
-            curvature = (site_curvature_matrices(X, Y, w, self._scores(Theta), loss,
-                                                 self.fit_intercept, with_curvature,
-                                                 single=self._single_matrices)
-                         if np.any(with_curvature) else None)
-            self._keep_matrices(Theta, loss, with_curvature, curvature)
+            curvature = row_curvature = None
+            if np.any(with_curvature):
+                curvature, row_curvature = _curvature_matrices(
+                    X, Y, w, self._scores(Theta), loss, self.fit_intercept, with_curvature,
+                    single=self._single_matrices)
+            self._keep_matrices(Theta, loss, with_curvature, curvature, row_curvature)
             self._last_summary = (key, (total, grad))
             self._summary_models = (loss, Theta.copy(), total, grad, self._scores(Theta))
             if self._full_rows is not None:
@@ -915,10 +924,11 @@ class SiteData(DWDSites):
         total[moved], grad[:, moved] = moved_total, moved_grad
         return total, grad
 
-    def _keep_matrices(self, Theta, loss, models, curvature):
-        """Keep the float64 matrices just formed at ``Theta`` (pooled dense
-        rows, matrices of fewer numbers than the rows) for
-        :meth:`_windowed_product`; forget any earlier ones."""
+    def _keep_matrices(self, Theta, loss, models, curvature, row_curvature):
+        """Keep the float64 matrices just formed at ``Theta`` and the row
+        curvature they sum (pooled dense rows, matrices of fewer numbers
+        than the rows) for :meth:`_windowed_product`; forget any earlier
+        ones."""
         X = self.parts[0][0]
         keep = (curvature is not None and not self._single_matrices
                 and self._full_rows is None and not sp.issparse(X)
@@ -926,7 +936,7 @@ class SiteData(DWDSites):
         self._matrices = None if not keep else (
             loss, Theta.tobytes(),
             np.flatnonzero(np.broadcast_to(np.asarray(models, dtype=bool), Theta.shape[1:])),
-            curvature)
+            curvature, row_curvature)
 
     def _windowed_product(self, Theta, V, loss, row_curvature):
         """The curvature product at ``Theta`` from the float64 matrices kept
@@ -945,12 +955,11 @@ class SiteData(DWDSites):
         if len(columns) == 0 or not np.array_equal(kept[2][np.minimum(
                 position, len(kept[2]) - 1)], columns):
             return None
-        X, Y, w = self.parts[0]
+        X = self.parts[0][0]
         out = np.zeros(V.shape)
         for j, k in zip(position, columns):
             out[:, k] = kept[3][j] @ V[:, k]
-        difference = row_curvature[:, columns] - _row_curvature(
-            Y[:, columns], w, self._scores(Theta)[:, columns], loss)
+        difference = row_curvature[:, columns] - kept[4][:, position]
         rows = np.flatnonzero(difference.any(axis=1))
         if len(rows):
             Xr = X[rows]
