@@ -826,3 +826,38 @@ def test_damped_matrix_from_float32_leaves_the_returned_curvature_exact(n, p, to
     reference = minimize(gendwd_objective, Theta[:, 0], args=(Xbar, Y[:, 0], weights, 4.0, 1e-3),
                          jac=True, method="L-BFGS-B", options=dict(gtol=1e-13, ftol=1e-16))
     assert reference.fun <= value <= reference.fun * (1 + 2 * tol)
+
+
+def test_damped_search_on_an_undamped_matrix_step_asks_the_full_step_only(monkeypatch):
+    # a Newton direction solved on a formed matrix without damping is the
+    # quadratic model's minimizer: its damped-phase search asks the full step
+    # (and halvings) only; loose CG directions still try the longer steps.
+    # The fit reaches the optimum of a fit that lengthens every damped step.
+    # (n = 1e5, p = 50, q = 4: issue #23's row, whose second step is one)
+    X, y, g, _ = make_federated_gaussians(n_sites=10, n_batches=1000, n_per_batch=10,
+                                          n_features=50, random_state=0)
+    asked, current = [], {}
+    take_step, line_losses = _newton.NewtonSolver.take_step, SiteData.line_losses
+
+    def recording_take_step(self, newton, searching, undamped=None):
+        current["undamped"] = bool(undamped.any())
+        try:
+            return take_step(self, newton, searching, undamped)
+        finally:
+            current.clear()
+
+    def recording_line_losses(self, Theta, S, steps, loss):
+        if current:
+            asked.append((current["undamped"], [float(t) for t in steps]))
+        return line_losses(self, Theta, S, steps, loss)
+
+    monkeypatch.setattr(_newton.NewtonSolver, "take_step", recording_take_step)
+    monkeypatch.setattr(SiteData, "line_losses", recording_line_losses)
+    fit = DWDClassifier(q=4.0).fit(X, y, sample_group=g)
+    assert (True, [1.0]) in asked
+    assert (False, [1.0, 2.0, 4.0, 8.0]) in asked
+    assert all(max(steps) <= 1.0 for undamped, steps in asked if undamped)
+    monkeypatch.setattr(_newton.NewtonSolver, "undamped_direct",
+                        lambda self, direct: np.zeros(self.n_models, dtype=bool))
+    lengthened = DWDClassifier(q=4.0).fit(X, y, sample_group=g)
+    np.testing.assert_allclose(fit.coef_, lengthened.coef_, rtol=1e-6, atol=1e-8)
