@@ -273,6 +273,44 @@ def test_summary_where_some_models_moved_is_the_fresh_summary():
         Theta = new
 
 
+@pytest.mark.parametrize("q", [0.5, 4.0])
+def test_product_at_a_kept_matrix_is_the_product_over_all_rows(q):
+    # in process, a product at the point of the last float64 matrices is the
+    # matrix's product plus the rows where V_q'' differs from the smoothed
+    # curvature (within the smoothing window): the product over all rows, on
+    # either curvature, for the models with a matrix there; the others read
+    # the rows
+    X, Y, weights, Theta = _problem(n=3000, p=5, K=3, seed=12)
+    Xbar = np.hstack([np.ones((len(X), 1)), X])
+    margins = Y * (Xbar @ Theta)
+    u0 = q / (q + 1.0)
+    window = np.abs(margins - u0) < 0.05
+    assert window[:, :2].sum(axis=0).min() >= 10  # rows where the curvatures differ
+    sites = SiteData(X, Y, weights, [np.arange(len(X))], None, True)
+    flags = np.array([True, True, False])
+    sites.summaries(Theta, q, flags)
+    V = np.random.default_rng(13).standard_normal(Theta.shape)
+    read = []
+    original = _dwd_solver.site_curvature_product
+    for exact, columns in (([True, False, False], [0, 1]), ([True, True, True], [0, 1]),
+                           (None, [0]), ([False, True, False], [1]), ([True, True, True], [2])):
+        W = np.zeros_like(V)
+        W[:, columns] = V[:, columns]
+        calls = len(read)
+        _dwd_solver.site_curvature_product = lambda *a, **k: read.append(1) or original(*a, **k)
+        try:
+            out = sites.curvature_product(Theta, W, q, exact)
+        finally:
+            _dwd_solver.site_curvature_product = original
+        exact_k = np.broadcast_to(np.asarray(exact if exact is not None else False), (3,))
+        for k in range(3):
+            curvature = (gendwd_curvature(margins[:, k], q) if exact_k[k]
+                         else gendwd_smoothed_curvature(margins[:, k], q))
+            expected = Xbar.T @ (weights * curvature * (Xbar @ W[:, k]))
+            np.testing.assert_allclose(out[:, k], expected, rtol=1e-10, atol=1e-9)
+        assert len(read) == calls + (2 in columns)  # only the model without a matrix
+
+
 def test_line_losses_of_models_not_searched_are_their_losses_at_theta():
     # a zero column of the direction (a model not searched) is at θ at every
     # step (its loss formed once); the searched models' sums are the definition's
@@ -788,3 +826,38 @@ def test_damped_matrix_from_float32_leaves_the_returned_curvature_exact(n, p, to
     reference = minimize(gendwd_objective, Theta[:, 0], args=(Xbar, Y[:, 0], weights, 4.0, 1e-3),
                          jac=True, method="L-BFGS-B", options=dict(gtol=1e-13, ftol=1e-16))
     assert reference.fun <= value <= reference.fun * (1 + 2 * tol)
+
+
+def test_damped_search_on_an_undamped_matrix_step_asks_the_full_step_only(monkeypatch):
+    # a Newton direction solved on a formed matrix without damping is the
+    # quadratic model's minimizer: its damped-phase search asks the full step
+    # (and halvings) only; loose CG directions still try the longer steps.
+    # The fit reaches the optimum of a fit that lengthens every damped step.
+    # (n = 1e5, p = 50, q = 4: issue #23's row, whose second step is one)
+    X, y, g, _ = make_federated_gaussians(n_sites=10, n_batches=1000, n_per_batch=10,
+                                          n_features=50, random_state=0)
+    asked, current = [], {}
+    take_step, line_losses = _newton.NewtonSolver.take_step, SiteData.line_losses
+
+    def recording_take_step(self, newton, searching, undamped=None):
+        current["undamped"] = bool(undamped.any())
+        try:
+            return take_step(self, newton, searching, undamped)
+        finally:
+            current.clear()
+
+    def recording_line_losses(self, Theta, S, steps, loss):
+        if current:
+            asked.append((current["undamped"], [float(t) for t in steps]))
+        return line_losses(self, Theta, S, steps, loss)
+
+    monkeypatch.setattr(_newton.NewtonSolver, "take_step", recording_take_step)
+    monkeypatch.setattr(SiteData, "line_losses", recording_line_losses)
+    fit = DWDClassifier(q=4.0).fit(X, y, sample_group=g)
+    assert (True, [1.0]) in asked
+    assert (False, [1.0, 2.0, 4.0, 8.0]) in asked
+    assert all(max(steps) <= 1.0 for undamped, steps in asked if undamped)
+    monkeypatch.setattr(_newton.NewtonSolver, "undamped_direct",
+                        lambda self, direct: np.zeros(self.n_models, dtype=bool))
+    lengthened = DWDClassifier(q=4.0).fit(X, y, sample_group=g)
+    np.testing.assert_allclose(fit.coef_, lengthened.coef_, rtol=1e-6, atol=1e-8)

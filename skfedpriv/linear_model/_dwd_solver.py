@@ -262,13 +262,21 @@ def site_curvature_matrices(X, Y, weights, scores, loss, fit_intercept, models=T
     """The curvature part of :func:`site_summary`, from the rows' scores, of
     every model (``models=True``) or of those flagged (on ``V_q''`` with
     ``exact``; from float32 products with ``single``, see :func:`_gram`)."""
+    return _curvature_matrices(X, Y, weights, scores, loss, fit_intercept, models, exact,
+                               single)[0]
+
+
+def _curvature_matrices(X, Y, weights, scores, loss, fit_intercept, models=True, exact=False,
+                        single=False):
+    """:func:`site_curvature_matrices` and the row curvature they sum (one
+    column per model flagged)."""
     models = np.flatnonzero(np.broadcast_to(np.asarray(models, dtype=bool), scores.shape[1:]))
     if len(models) < scores.shape[1]:  # else no copy of the columns
         Y, scores = Y[:, models], scores[:, models]
     row_curvature = _row_curvature(Y, weights, scores, as_loss(loss),
                                    np.full(len(models), bool(exact)))
     return np.stack([augmented_gram(X, row_curvature[:, j], fit_intercept, single)
-                     for j in range(len(models))])
+                     for j in range(len(models))]), row_curvature
 
 
 def _element_blocks(n_rows, width):
@@ -628,6 +636,9 @@ class SiteData(DWDSites):
         # scores and parameters of the last summary (None otherwise)
         self._full_rows = self._anchor = None
         self._single_matrices = False  # see single_matrices
+        # pooled dense rows: the last float64 matrices formed and where (see
+        # _windowed_product)
+        self._matrices = None
         # under Dask's backend: futures of the rows, sent to the cluster
         # once here and referred to by every round's tasks
         self._handles = None
@@ -863,10 +874,12 @@ class SiteData(DWDSites):
             else:
                 total, grad, _ = site_summary(X, Y, w, Theta, loss, self.fit_intercept, False,
                                              scores=self._scores(Theta))
-            curvature = (site_curvature_matrices(X, Y, w, self._scores(Theta), loss,
-                                                 self.fit_intercept, with_curvature,
-                                                 single=self._single_matrices)
-                         if np.any(with_curvature) else None)
+            curvature = row_curvature = None
+            if np.any(with_curvature):
+                curvature, row_curvature = _curvature_matrices(
+                    X, Y, w, self._scores(Theta), loss, self.fit_intercept, with_curvature,
+                    single=self._single_matrices)
+            self._keep_matrices(Theta, loss, with_curvature, curvature, row_curvature)
             self._last_summary = (key, (total, grad))
             self._summary_models = (loss, Theta.copy(), total, grad, self._scores(Theta))
             if self._full_rows is not None:
@@ -911,6 +924,50 @@ class SiteData(DWDSites):
         total[moved], grad[:, moved] = moved_total, moved_grad
         return total, grad
 
+    def _keep_matrices(self, Theta, loss, models, curvature, row_curvature):
+        """Keep the float64 matrices just formed at ``Theta`` and the row
+        curvature they sum (pooled dense rows, matrices of fewer numbers
+        than the rows) for :meth:`_windowed_product`; forget any earlier
+        ones."""
+        X = self.parts[0][0]
+        keep = (curvature is not None and not self._single_matrices
+                and self._full_rows is None and not sp.issparse(X)
+                and curvature.size <= _n_numbers(X))
+        self._matrices = None if not keep else (
+            loss, Theta.tobytes(),
+            np.flatnonzero(np.broadcast_to(np.asarray(models, dtype=bool), Theta.shape[1:])),
+            curvature, row_curvature)
+
+    def _windowed_product(self, Theta, V, loss, row_curvature):
+        """The curvature product at ``Theta`` from the float64 matrices kept
+        there (:meth:`_keep_matrices`, the smoothed curvature ``Ṽ_q''``):
+        ``M_k v_k`` plus, for models on ``V_q''`` (``row_curvature``), the
+        rows where it differs from ``Ṽ_q''``, those within the smoothing
+        window of the kink (eq. 8; none or a few at a returned point), so
+        no pass over all rows (the stopping rule's check of a model on the
+        matrix formed there). None when no matrix is kept for the models
+        of ``V`` at ``Theta``."""
+        kept = self._matrices
+        if kept is None or kept[0] != loss or kept[1] != Theta.tobytes():
+            return None
+        columns = np.flatnonzero(V.any(axis=0))
+        position = np.searchsorted(kept[2], columns)
+        if len(columns) == 0 or not np.array_equal(kept[2][np.minimum(
+                position, len(kept[2]) - 1)], columns):
+            return None
+        X = self.parts[0][0]
+        out = np.zeros(V.shape)
+        for j, k in zip(position, columns):
+            out[:, k] = kept[3][j] @ V[:, k]
+        difference = row_curvature[:, columns] - kept[4][:, position]
+        rows = np.flatnonzero(difference.any(axis=1))
+        if len(rows):
+            Xr = X[rows]
+            out[:, columns] += _augmented_sum(
+                Xr, difference[rows] * augmented_scores(Xr, V[:, columns], self.fit_intercept),
+                self.fit_intercept)
+        return out
+
     def curvature_product(self, Theta, V, loss, exact=None):
         """``Σ_sites Σ_i w_i Ṽ_q''(u_ik) x̄_i x̄_iᵀ v_k`` at ``Theta``, shape
         (p1, K) (``V_q''`` for the models in ``exact``)."""
@@ -922,8 +979,10 @@ class SiteData(DWDSites):
             if self._curvature_key != key:
                 self._row_curvature = _row_curvature(Y, w, self._scores(Theta), loss, exact)
                 self._curvature_key = key
-            out = site_curvature_product(X, Y, w, Theta, V, loss, self.fit_intercept,
-                                         row_curvature=self._row_curvature)
+            out = self._windowed_product(Theta, V, loss, self._row_curvature)
+            if out is None:
+                out = site_curvature_product(X, Y, w, Theta, V, loss, self.fit_intercept,
+                                             row_curvature=self._row_curvature)
         else:
             rest = (Theta, V, loss, self.fit_intercept, exact)
             out = sum(self._map(site_curvature_product, _site_curvature_product, rest, rest))

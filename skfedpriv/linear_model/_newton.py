@@ -801,20 +801,33 @@ class NewtonSolver:
 
     # -- the line search -------------------------------------------------------
 
-    def take_step(self, newton, searching):
+    def undamped_direct(self, direct):
+        """The models whose Newton direction was just solved on a formed
+        matrix without damping (offline, dense rows): the quadratic model's
+        own minimizer, which :meth:`take_step` does not try to lengthen."""
+        if direct is None or self.always_direct:
+            return np.zeros(self.n_models, dtype=bool)
+        return direct & (self.applied_damping() == 0)
+
+    def take_step(self, newton, searching, undamped=None):
         """Step along ``newton`` (models in ``searching``), falling back to a
         majorization step where the Newton model was poor. Returns the new
         parameters, objective, the models moved and the gradient there
-        (None when not formed by the step)."""
+        (None when not formed by the step). In the damped phase the models
+        not in ``undamped`` (:meth:`undamped_direct`) also try the longer
+        steps ``_EXPANSIONS`` (a loose CG or damped direction falls short;
+        n = 1e5, p = 50, q = 4: the step on the first matrix is taken in
+        full, and its search asks one step instead of four)."""
         grad_new = None
         kink = self.kink & searching
         if self.refresh and (kink.any() or not np.all(self.full_step[searching])):
             # the damped phase: the full step and longer ones in one round (in
             # the kink phase every halving too, the best value taken)
+            expand = ~self.full_step if undamped is None else ~self.full_step & ~undamped
             Theta_new, value_new, moved = self.line_search(
                 newton, searching, self.value, self.grad,
                 _MAX_HALVINGS if kink.any() else _NEWTON_HALVINGS,
-                expand=~self.full_step, best=kink)
+                expand=expand, best=kink)
             self.adapt_damping(searching & ~kink)
         else:
             # online, and offline once the last steps were full (Newton's
@@ -1021,11 +1034,12 @@ class NewtonSolver:
                 self.grid_direction(), self.active, self.value)
         else:
             newton, direct, iterative = self.newton_direction()
+            undamped = self.undamped_direct(direct)
             predicted, recheck = self.convergence_test(newton, direct, iterative)
             if not self.active.any():
                 return False
             Theta_new, value_new, moved, grad_new = self.take_step(
-                newton, self.active & ~recheck)
+                newton, self.active & ~recheck, undamped)
             if self.refresh:
                 self.predict_landing(predicted, moved)
                 poor = (moved & self.full_step
