@@ -31,6 +31,7 @@ def client():
         n_workers=2, threads_per_worker=1, processes=False,
         dashboard_address=None, silence_logs="error",
     ) as cluster, distributed.Client(cluster) as client:
+        client.wait_for_workers(2)
         yield client
 
 
@@ -191,7 +192,9 @@ def test_site_data_crosses_to_the_cluster_once_per_batch(client, monkeypatch, pr
 
 def test_backend_submit_options_reach_the_site_tasks(client):
     X, y, g = _data(seed=4)
-    first = sorted(client.scheduler_info()["workers"])[0]
+    # asked of the scheduler now (the client's cached identity can predate
+    # the workers on a loaded host)
+    first = sorted(client.run(lambda: None))[0]
     with joblib.parallel_config(backend="dask", workers=[first]), \
             distributed.get_task_stream(client) as ts:
         DWDClassifier().fit(X, y, sample_group=g)
