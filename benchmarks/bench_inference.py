@@ -28,15 +28,21 @@ width against the non-private one and the share of fits that give none
 (NaN: the released curvature below its noise floor in some direction).
 
 Private stream cells (``--private-stream``): the same private estimator
-fed a 20-batch ``partial_fit`` stream over the 5 sites, n = 20 000, p in {5, 20},
-q in {1, 4}, balanced and 4:1, ε in {1, 4}, with two schedules: "stream,
+fed a 20-batch ``partial_fit`` stream over the 5 sites, n in {20 000, 2 000}
+(``--sizes``), p in {5, 20}, q in {1, 4}, balanced and 4:1, ε in {1, 4},
+with four schedules: "stream, equal" (the generator's 20 equal batches
+with the shipped ``FIRST_BATCH_SHARE``, which withholds every such stream
+from its third batch on, by the row counts alone), "stream,
 rule off" (20 equal batches of 1 000 rows, the generator's, measured with
 ``FIRST_BATCH_SHARE`` set to 0: with it, such a stream publishes no
 interval from its third batch on), "stream, first n/2" (a first batch
 of 10 000 rows, the generator's first 10 batches, then 19 batches of about
 526 rows, each site's rows spread evenly) and "stream, first n/4, rule
-off" (a first batch of 5 000 rows, then 19 of about 789). The non-private
-interval is the non-private stream on the same batches.
+off" (a first batch of 5 000 rows, then 19 of about 789); at n = 2 000
+every batch is a tenth as large. The non-private interval is the
+non-private stream on the same batches. The rule reads row counts only: a
+"rule off" stream's estimates are those of the same schedule with the
+rule (same releases, same draws); only the published covariance differs.
 The bootstrap replays the one-batch refinement only: the stream cells
 have none.
 
@@ -166,9 +172,10 @@ def one_replication(seed, n, p, q, ratio, mode, epsilon=None, bootstrap=True):
 
 #: The private stream schedules: mode -> the first batch's share of the
 #: rows (None: the generator's 20 equal batches). "rule off": with
-#: ``FIRST_BATCH_SHARE`` set to 0, to measure what it withholds.
+#: ``FIRST_BATCH_SHARE`` set to 0, to measure what it withholds; "stream,
+#: equal": the issue's 20 equal batches with the shipped rule.
 PRIVATE_SCHEDULES = {"stream, rule off": None, "stream, first n/2": 0.5,
-                     "stream, first n/4, rule off": 0.25}
+                     "stream, first n/4, rule off": 0.25, "stream, equal": None}
 
 
 def stream_batches(b, g, first_share):
@@ -187,9 +194,10 @@ def stream_batches(b, g, first_share):
 
 def private_stream_replication(X, y, g, batches, q, p, epsilon, seed, mode):
     """The private stream's 95 % intervals and estimate after its last
-    batch, and the non-private stream's intervals on the same batches."""
+    batch, and the non-private stream's intervals on the same batches (NaN,
+    not run, where the private stream publishes none: only the widths'
+    ratio reads them)."""
     private = private_estimator(q, p, epsilon, seed)
-    public = DWDClassifier(q=q, inference=True)
     rule = share_rule.FIRST_BATCH_SHARE
     share_rule.FIRST_BATCH_SHARE = 0.0 if mode.endswith("rule off") else rule
     try:
@@ -198,13 +206,20 @@ def private_stream_replication(X, y, g, batches, q, p, epsilon, seed, mode):
             for k in range(BATCHES):
                 rows = batches == k
                 private.partial_fit(X[rows], y[rows], sample_group=g[rows])
-                public.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=[-1, 1])
     finally:
         share_rule.FIRST_BATCH_SHARE = rule
+    interval = private.confint(0.95)[0]
+    public = np.full((p + 1, 2), np.nan)
+    if not np.isnan(interval).any():
+        stream = DWDClassifier(q=q, inference=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for k in range(BATCHES):
+                rows = batches == k
+                stream.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=[-1, 1])
+        public = stream.confint(0.95)[0]
     estimate = np.r_[private.intercept_, private.coef_[0]]
-    no_bootstrap = np.full((p + 1, 2), np.nan)
-    return np.stack([private.confint(0.95)[0], public.confint(0.95)[0],
-                     np.column_stack([estimate, estimate]), no_bootstrap])
+    return np.stack([interval, public, np.column_stack([estimate, estimate]), public * np.nan])
 
 
 def curvature_noise_rows(n=20000, p=5, sample=400_000):
@@ -339,11 +354,13 @@ def every_batch_coverage(q, ratio, epsilon, reps):
 
 
 def private_stream_cells(quick):
-    """``(n, p, q, ratio, mode, epsilon)`` of the private stream cells."""
+    """``(n, p, q, ratio, mode, epsilon)`` of the private stream cells (n =
+    20 000 first)."""
     if quick:
         return [(20000, 5, 1.0, 1.0, mode, 4.0) for mode in PRIVATE_SCHEDULES]
-    return [(20000, p, q, ratio, mode, eps) for p in (5, 20) for mode in PRIVATE_SCHEDULES
-            for q in (1.0, 4.0) for ratio in (1.0, 4.0) for eps in (4.0, 1.0)]
+    return [(n, p, q, ratio, mode, eps) for n in (20000, 2000) for p in (5, 20)
+            for mode in PRIVATE_SCHEDULES for q in (1.0, 4.0) for ratio in (1.0, 4.0)
+            for eps in (4.0, 1.0)]
 
 
 def replications(seeds, *cell, replication=one_replication, **options):
@@ -394,9 +411,9 @@ def per_parameter_rows(intervals, target, estimates=None, **fields):
     return rows
 
 
-PER_PARAMETER_FIELDS = ["n", "p", "q", "classes", "mode", "parameter", "reps", "coverage",
-                        "mc_se", "wilson_low", "wilson_high", "above", "below", "bias_sd",
-                        "se_sd"]
+PER_PARAMETER_FIELDS = ["n", "p", "q", "classes", "mode", "epsilon", "parameter", "reps",
+                        "coverage", "mc_se", "wilson_low", "wilson_high", "above", "below",
+                        "bias_sd", "se_sd"]
 
 
 def per_parameter_markdown(rows):
@@ -404,7 +421,9 @@ def per_parameter_markdown(rows):
         ["n", "p", "q", "classes", "fit", "parameter", "coverage ± MC SE",
          "95 % MC interval", "interval above / below target", "bias / SD", "SE / SD",
          "reps"],
-        [[str(r["n"]), str(r["p"]), f"{r['q']:g}", r["classes"], r["mode"], r["parameter"],
+        [[str(r["n"]), str(r["p"]), f"{r['q']:g}", r["classes"],
+          r["mode"] + ("" if r.get("epsilon", math.inf) == math.inf
+                       else f", ε = {r['epsilon']:g}"), r["parameter"],
           f"{100 * r['coverage']:.1f} ± {100 * r['mc_se']:.1f} %",
           f"{100 * r['wilson_low']:.1f}–{100 * r['wilson_high']:.1f} %",
           f"{100 * r['above']:.1f} / {100 * r['below']:.1f} %", f"{r['bias_sd']:+.2f}",
@@ -413,8 +432,8 @@ def per_parameter_markdown(rows):
 
 def run_cell(n, p, q, ratio, mode, epsilon, reps, n_jobs, bootstrap=True, parameters=None):
     """A cell's row (:func:`coverage_row`); with a list ``parameters``, its
-    per-parameter rows (:func:`per_parameter_rows`, non-private cells) are
-    appended to it."""
+    per-parameter rows (:func:`per_parameter_rows`, over the fits that
+    published an interval; none if no fit did) are appended to it."""
     intercept, coef = gaussian_gendwd_target(p, MU, SIGMA, ratio, q=q)
     target = np.r_[intercept, coef]
     start = time.perf_counter()
@@ -429,10 +448,12 @@ def run_cell(n, p, q, ratio, mode, epsilon, reps, n_jobs, bootstrap=True, parame
     public_width = both[:, 1, :, 1] - both[:, 1, :, 0]
     width = intervals[..., 1] - intervals[..., 0]
     boot = coverage_row(both[:, 3], target)
-    if parameters is not None:
+    published = ~np.isnan(width).any(axis=1)
+    if parameters is not None and published.any():
         parameters += per_parameter_rows(
-            intervals, target, both[:, 2].mean(axis=-1), n=n, p=p, q=q,
-            classes="balanced" if ratio == 1 else "4:1", mode=mode)
+            intervals[published], target, both[published, 2].mean(axis=-1), n=n, p=p, q=q,
+            classes="balanced" if ratio == 1 else "4:1", mode=mode,
+            epsilon=math.inf if epsilon is None else epsilon)
     boot_width = both[:, 3, :, 1] - both[:, 3, :, 0]
     return coverage_row(
         intervals, target, both[:, 2].mean(axis=-1),
