@@ -388,15 +388,22 @@ def per_parameter_rows(intervals, target, estimates=None, **fields):
     for j, value in enumerate(target):
         low, high = intervals[:, j, 0], intervals[:, j, 1]
         c = np.mean((low <= value) & (value <= high))
-        centre = (c + z * z / (2 * reps)) / (1 + z * z / reps)
-        half = z * np.sqrt(c * (1 - c) / reps + z * z / (4 * reps * reps)) / (1 + z * z / reps)
+        wilson_low, wilson_high = wilson_interval(c, reps)
         rows.append(dict(fields, parameter="intercept" if j == 0 else f"coef {j}", reps=reps,
                          coverage=c, mc_se=np.sqrt(c * (1 - c) / reps),
-                         wilson_low=centre - half, wilson_high=centre + half,
+                         wilson_low=wilson_low, wilson_high=wilson_high,
                          above=np.mean(low > value), below=np.mean(high < value),
                          bias_sd=(estimates[:, j].mean() - value) / spread[j],
                          se_sd=np.mean(high - low) / (2 * z) / spread[j]))
     return rows
+
+
+def wilson_interval(c, reps, z=1.959963984540054):
+    """The 95 % Wilson interval of a coverage ``c`` observed over ``reps``
+    data sets (its Monte Carlo interval)."""
+    centre = (c + z * z / (2 * reps)) / (1 + z * z / reps)
+    half = z * np.sqrt(c * (1 - c) / reps + z * z / (4 * reps * reps)) / (1 + z * z / reps)
+    return centre - half, centre + half
 
 
 PER_PARAMETER_FIELDS = ["n", "p", "q", "classes", "mode", "parameter", "reps", "coverage",
