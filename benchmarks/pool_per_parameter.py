@@ -13,11 +13,12 @@ Carlo (Wilson) interval and the share of intervals wholly above / below the
 target; over the raw data sets only, bias / SD and SE / SD (as
 ``bench_inference.py``), the coverage a normal estimate with that bias and
 SE / SD would have, ``Φ(z r − b) − Φ(−z r − b)`` (``r`` = SE / SD, ``b`` =
-bias / SD, ``z`` = 1.96: what is left between it and the measured coverage
-comes from the tails of the estimate's error and the spread of its
-standard errors), the excess kurtosis of the estimates and the coverage of
-the interval ``estimate ± z SD`` with the empirical SD (the tails alone:
-0.95 for a normal estimate without bias).
+bias / SD, ``z`` = 1.96), the coverage of the fixed-width interval
+``estimate ± z mean(SE)`` (it differs from the normal figure by the tails
+of the estimate's error; the excess kurtosis of the estimates is printed
+too), and the coefficient of variation of the standard errors over data
+sets (what separates the fixed-width coverage from the measured one: the
+spread of the standard error itself).
 
     python benchmarks/pool_per_parameter.py RAW.npz [RAW.npz ...] --cell KEY
         [--earlier CSV --earlier-mode MODE] [--tag TAG]
@@ -42,7 +43,7 @@ from bench_inference import MU, SIGMA, markdown_table, wilson_interval, write_ro
 Z = 1.959963984540054
 FIELDS = ["parameter", "reps", "reps_raw", "coverage", "wilson_low", "wilson_high", "above",
           "below", "coverage_raw", "bias_sd", "se_sd", "normal_coverage", "kurtosis",
-          "sd_coverage"]
+          "fixed_coverage", "se_cv"]
 
 
 def cell_target(key):
@@ -89,9 +90,10 @@ def pooled_rows(intervals, estimates, target, earlier=(0, 0)):
     reps = reps_raw + extra_reps
     spread = estimates.std(axis=0, ddof=1)
     bias = (estimates.mean(axis=0) - target) / spread
-    ratio = (high - low).mean(axis=0) / (2 * Z) / spread
+    se = (high - low) / (2 * Z)
+    ratio = se.mean(axis=0) / spread
     normal = stats.norm.cdf(Z * ratio - bias) - stats.norm.cdf(-Z * ratio - bias)
-    centred = np.abs(estimates - estimates.mean(axis=0)) <= Z * spread
+    fixed = np.abs(estimates - target) <= Z * se.mean(axis=0)
     rows = []
     for j in range(len(target)):
         c = counts[j, 0] / reps
@@ -102,7 +104,8 @@ def pooled_rows(intervals, estimates, target, earlier=(0, 0)):
                          below=counts[j, 2] / reps, coverage_raw=covered[:, j].mean(),
                          bias_sd=bias[j], se_sd=ratio[j], normal_coverage=normal[j],
                          kurtosis=stats.kurtosis(estimates[:, j]),
-                         sd_coverage=centred[:, j].mean()))
+                         fixed_coverage=fixed[:, j].mean(),
+                         se_cv=se[:, j].std(ddof=1) / se[:, j].mean()))
     return rows
 
 
@@ -110,14 +113,15 @@ def pooled_markdown(rows):
     return markdown_table(
         ["parameter", "data sets (raw)", "coverage (95 % MC interval)",
          "interval above / below target", "coverage, raw only", "bias / SD", "SE / SD",
-         "normal with that bias and SE / SD", "excess kurtosis", "est. ± 1.96 SD covers"],
+         "normal with that bias and SE / SD", "excess kurtosis",
+         "fixed width (estimate ± 1.96 mean SE)", "SE's CV"],
         [[r["parameter"], f"{r['reps']} ({r['reps_raw']})",
           f"{100 * r['coverage']:.1f} % ({100 * r['wilson_low']:.1f}–"
           f"{100 * r['wilson_high']:.1f} %)",
           f"{100 * r['above']:.1f} / {100 * r['below']:.1f} %",
           f"{100 * r['coverage_raw']:.1f} %", f"{r['bias_sd']:+.2f}", f"{r['se_sd']:.3f}",
           f"{100 * r['normal_coverage']:.1f} %", f"{r['kurtosis']:+.2f}",
-          f"{100 * r['sd_coverage']:.1f} %"] for r in rows])
+          f"{100 * r['fixed_coverage']:.1f} %", f"{r['se_cv']:.3f}"] for r in rows])
 
 
 def main():
