@@ -75,14 +75,19 @@ also writes every parameter's coverage with its Monte Carlo standard error
 and 95 % (Wilson) interval, the share of intervals lying wholly above and
 below the target, bias / SD and SE / SD (``*_per_parameter.csv`` / ``.md``);
 ``--q``, ``--classes`` and a ``--reps`` other than 1 000 are appended to
-the file names.
+the file names. ``--first-seed S`` runs the data sets of seeds S to
+S + R − 1 (default 0; ``_seedS`` in the file names), fresh ones beyond an
+earlier run's; ``--save-raw`` also writes every cell's intervals
+``(R, p + 1, 2)`` and point estimates ``(R, p + 1)`` (``*_raw.npz``, keys
+``n{n}_p{p}_q{q}_r{ratio}_{mode}_intervals`` / ``_estimates``, rewritten
+after each cell) so that runs over disjoint seeds can be pooled.
 
     python benchmarks/bench_inference.py [--quick] [--reps R] [--n-jobs J]
         [--private-only | --private-stream | --curvature-noise | --curvature-plans
          | --every-batch]
         [--second-order] [--features P ...] [--sizes N ...] [--modes MODE ...]
         [--epsilons EPS ...] [--tag TAG] [--q Q ...] [--classes {balanced,4:1} ...]
-        [--per-parameter] [--no-bootstrap]
+        [--per-parameter] [--no-bootstrap] [--first-seed S] [--save-raw]
         [--study {dwd,multinomial,batch-size}]
 
 Writes inference.csv and inference.md (``inference_private_stream.*`` with
@@ -400,15 +405,22 @@ def per_parameter_rows(intervals, target, estimates=None, **fields):
     for j, value in enumerate(target):
         low, high = intervals[:, j, 0], intervals[:, j, 1]
         c = np.mean((low <= value) & (value <= high))
-        centre = (c + z * z / (2 * reps)) / (1 + z * z / reps)
-        half = z * np.sqrt(c * (1 - c) / reps + z * z / (4 * reps * reps)) / (1 + z * z / reps)
+        wilson_low, wilson_high = wilson_interval(c, reps)
         rows.append(dict(fields, parameter="intercept" if j == 0 else f"coef {j}", reps=reps,
                          coverage=c, mc_se=np.sqrt(c * (1 - c) / reps),
-                         wilson_low=centre - half, wilson_high=centre + half,
+                         wilson_low=wilson_low, wilson_high=wilson_high,
                          above=np.mean(low > value), below=np.mean(high < value),
                          bias_sd=(estimates[:, j].mean() - value) / spread[j],
                          se_sd=np.mean(high - low) / (2 * z) / spread[j]))
     return rows
+
+
+def wilson_interval(c, reps, z=1.959963984540054):
+    """The 95 % Wilson interval of a coverage ``c`` observed over ``reps``
+    data sets (its Monte Carlo interval)."""
+    centre = (c + z * z / (2 * reps)) / (1 + z * z / reps)
+    half = z * np.sqrt(c * (1 - c) / reps + z * z / (4 * reps * reps)) / (1 + z * z / reps)
+    return centre - half, centre + half
 
 
 PER_PARAMETER_FIELDS = ["n", "p", "q", "classes", "mode", "epsilon", "parameter", "reps",
@@ -430,14 +442,19 @@ def per_parameter_markdown(rows):
           f"{r['se_sd']:.2f}", str(r["reps"])] for r in rows])
 
 
-def run_cell(n, p, q, ratio, mode, epsilon, reps, n_jobs, bootstrap=True, parameters=None):
-    """A cell's row (:func:`coverage_row`); with a list ``parameters``, its
-    per-parameter rows (:func:`per_parameter_rows`, over the fits that
-    published an interval; none if no fit did) are appended to it."""
+def run_cell(n, p, q, ratio, mode, epsilon, reps, n_jobs, bootstrap=True, parameters=None,
+             first_seed=0, raw=None):
+    """A cell's row (:func:`coverage_row`) over the data sets of seeds
+    ``first_seed`` to ``first_seed + reps - 1``; with a list ``parameters``,
+    its per-parameter rows (:func:`per_parameter_rows`, over the fits that
+    published an interval; none if no fit did) are appended to it; with a
+    dict ``raw``, the cell's intervals and point estimates are stored in it
+    (keys ``"n{n}_p{p}_q{q}_r{ratio}_{mode}_intervals"`` and
+    ``..._estimates``)."""
     intercept, coef = gaussian_gendwd_target(p, MU, SIGMA, ratio, q=q)
     target = np.r_[intercept, coef]
     start = time.perf_counter()
-    chunks = np.array_split(np.arange(reps), max(1, n_jobs * 4))
+    chunks = np.array_split(np.arange(first_seed, first_seed + reps), max(1, n_jobs * 4))
     results = Parallel(n_jobs=n_jobs)(
         delayed(replications)(chunk, n, p, q, ratio, mode, epsilon,
                               **({} if epsilon is None or mode != "offline"
@@ -445,6 +462,9 @@ def run_cell(n, p, q, ratio, mode, epsilon, reps, n_jobs, bootstrap=True, parame
         for chunk in chunks)
     both = np.array([r for chunk in results for r in chunk])  # (reps, 4, p+1, 2)
     intervals = both[:, 0]
+    if raw is not None:
+        key = f"n{n}_p{p}_q{q:g}_r{ratio:g}_{mode}"
+        raw[key + "_intervals"], raw[key + "_estimates"] = intervals, both[:, 2].mean(axis=-1)
     public_width = both[:, 1, :, 1] - both[:, 1, :, 0]
     width = intervals[..., 1] - intervals[..., 0]
     boot = coverage_row(both[:, 3], target)
@@ -765,6 +785,12 @@ def main():
                         help="run the cells of these q only (default: all)")
     parser.add_argument("--modes", nargs="*", default=None,
                         help="run the cells of these modes only (e.g. stream-2nd; default: all)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the first data set's seed (default 0: seeds first-seed to "
+                             "first-seed + reps - 1; fresh data sets beyond earlier runs')")
+    parser.add_argument("--save-raw", action="store_true",
+                        help="also write every cell's intervals and point estimates "
+                             "(*_raw.npz, to pool runs over disjoint seeds)")
     add_steps_argument(parser)
     args = parser.parse_args()
     plan = apply_steps(args)
@@ -815,10 +841,16 @@ def main():
         stem += "_" + "_".join(c.replace(":", "to") for c in args.classes)
     if args.reps and args.reps != 1000:
         stem += f"_{args.reps}"
+    if args.first_seed:
+        stem += f"_seed{args.first_seed}"
     stem += "".join(f"_{t}" for t in (plan, args.tag) if t)
+    raw = {"first_seed": np.array(args.first_seed)} if args.save_raw else None
     for n, p, q, ratio, mode, epsilon in chosen:
         row = run_cell(n, p, q, ratio, mode, epsilon, reps, args.n_jobs,
-                       bootstrap=not args.no_bootstrap, parameters=parameters)
+                       bootstrap=not args.no_bootstrap, parameters=parameters,
+                       first_seed=args.first_seed, raw=raw)
+        if raw is not None:
+            np.savez_compressed(folder / f"{stem}_raw.npz", **raw)
         rows.append(row)
         print(" ".join(f"{k}={row[k]:.4g}" if isinstance(row[k], float) else f"{k}={row[k]}"
                        for k in FIELDS), flush=True)
