@@ -63,7 +63,8 @@ q in {1, 4}, both class ratios; p = 5, n = 2 000 with ``--quick``), each as the
 first-order stream (mode ``stream``), with ``shift_correction='second-order'``
 (mode ``stream-2nd``) and as the estimator's default (mode ``stream-default``,
 ``'auto'``: the corrected stream in these cells; the main table's stream
-rows are this mode) on the same data sets (``--sizes`` and ``--modes``
+rows are this mode), and the default in a stream started by ``fit`` on the
+first batch (mode ``stream-fit-default``) on the same data sets (``--sizes`` and ``--modes``
 choose among them; ``--q`` and ``--classes`` too). ``--per-parameter``
 also writes every parameter's coverage with its Monte Carlo standard error
 and 95 % (Wilson) interval, the share of intervals lying wholly above and
