@@ -355,6 +355,16 @@ def test_sites_without_the_moments_are_refused_before_anything_changes():
         clf.fit_sites(sites)
     assert not hasattr(clf, "coef_")
     assert not any(q["op"] in ("summary", "inference_summary") for q, _ in transport.log)
+    # 'auto' started by fit: the fit asks no moments, the next batch is refused
+    auto = DWDClassifier(inference=True).fit_sites(sites)
+    coef, asked = auto.coef_.copy(), len(transport.log)
+    later = RemoteSites(transport, 1)
+    later.offers_second_order = False
+    with pytest.raises(NotImplementedError, match="shift_correction=None"):
+        auto.partial_fit_sites(later)
+    np.testing.assert_array_equal(auto.coef_, coef)
+    assert not any(q["op"] in ("summary", "inference_summary", "second_order_summary")
+                   for q, _ in transport.log[asked:])
 
 
 def test_too_many_parameters_are_refused_before_anything_changes():
