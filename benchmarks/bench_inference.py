@@ -64,7 +64,8 @@ first-order stream (mode ``stream``), with ``shift_correction='second-order'``
 (mode ``stream-2nd``) and as the estimator's default (mode ``stream-default``,
 ``'auto'``: the corrected stream in these cells; the main table's stream
 rows are this mode), and the default in a stream started by ``fit`` on the
-first batch (mode ``stream-fit-default``) on the same data sets (``--sizes`` and ``--modes``
+first batch (mode ``stream-fit-default``; ``stream-fit-2nd``: 'second-order',
+the fit batch's moments computed in ``fit``) on the same data sets (``--sizes`` and ``--modes``
 choose among them; ``--q`` and ``--classes`` too). ``--per-parameter``
 also writes every parameter's coverage with its Monte Carlo standard error
 and 95 % (Wilson) interval, the share of intervals lying wholly above and
@@ -115,7 +116,7 @@ MU, SIGMA, SITES, BATCHES = 0.2, 1.0, 5, 20
 #: the estimator's default (``'auto'``: the corrected one in every cell here),
 #: started by ``partial_fit`` or (``stream-fit-default``) by ``fit`` on the first batch.
 SHIFT_CORRECTION = {"stream": None, "stream-2nd": "second-order", "stream-default": "auto",
-                    "stream-fit-default": "auto"}
+                    "stream-fit-default": "auto", "stream-fit-2nd": "second-order"}
 FIELDS = ["n", "p", "q", "classes", "mode", "mechanism", "epsilon", "reps", "coverage",
           "coverage_min", "coverage_max", "mc_se", "width_coef", "width_intercept",
           "width_ratio", "unresolved", "se_ratio_min", "se_ratio_max", "bias_max",
