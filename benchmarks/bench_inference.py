@@ -69,7 +69,9 @@ q in {1, 4}, both class ratios; p = 5, n = 2 000 with ``--quick``), each as the
 first-order stream (mode ``stream``), with ``shift_correction='second-order'``
 (mode ``stream-2nd``) and as the estimator's default (mode ``stream-default``,
 ``'auto'``: the corrected stream in these cells; the main table's stream
-rows are this mode) on the same data sets (``--sizes`` and ``--modes``
+rows are this mode), and the default in a stream started by ``fit`` on the
+first batch (mode ``stream-fit-default``; ``stream-fit-2nd``: 'second-order',
+the fit batch's moments computed in ``fit``) on the same data sets (``--sizes`` and ``--modes``
 choose among them; ``--q`` and ``--classes`` too). ``--per-parameter``
 also writes every parameter's coverage with its Monte Carlo standard error
 and 95 % (Wilson) interval, the share of intervals lying wholly above and
@@ -122,8 +124,10 @@ from _step_plan import add_steps_argument, apply_steps  # noqa: E402
 MU, SIGMA, SITES, BATCHES = 0.2, 1.0, 5, 20
 #: The stream modes: the first-order renewable stream, the one published with
 #: ``shift_correction='second-order'`` (same chain, corrected estimate), and
-#: the estimator's default (``'auto'``: the corrected one in every cell here).
-SHIFT_CORRECTION = {"stream": None, "stream-2nd": "second-order", "stream-default": "auto"}
+#: the estimator's default (``'auto'``: the corrected one in every cell here),
+#: started by ``partial_fit`` or (``stream-fit-default``) by ``fit`` on the first batch.
+SHIFT_CORRECTION = {"stream": None, "stream-2nd": "second-order", "stream-default": "auto",
+                    "stream-fit-default": "auto", "stream-fit-2nd": "second-order"}
 FIELDS = ["n", "p", "q", "classes", "mode", "mechanism", "epsilon", "reps", "coverage",
           "coverage_min", "coverage_max", "mc_se", "width_coef", "width_intercept",
           "width_ratio", "unresolved", "se_ratio_min", "se_ratio_max", "bias_max",
@@ -170,7 +174,10 @@ def one_replication(seed, n, p, q, ratio, mode, epsilon=None, bootstrap=True):
         else:
             for k in range(BATCHES):
                 rows = b == k
-                clf.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=[-1, 1])
+                if k == 0 and mode.startswith("stream-fit"):  # fit the first batch
+                    clf.fit(X[rows], y[rows], sample_group=g[rows])
+                else:
+                    clf.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=[-1, 1])
     interval = clf.confint(0.95)[0]
     return np.stack([interval, interval, interval, interval])
 

@@ -13,7 +13,7 @@ from skfedpriv import DWDClassifier
 from skfedpriv._loss import GenDWDLoss, LogisticLoss
 from skfedpriv._param_validation import InvalidParameterError
 from skfedpriv.datasets import gaussian_gendwd_target, make_federated_gaussians
-from skfedpriv.federated import RemoteSites, federated_partial_fit
+from skfedpriv.federated import RemoteSites, federated_fit, federated_partial_fit
 from skfedpriv.linear_model import StreamShiftWarning
 from skfedpriv.linear_model._dwd_solver import augmented_gram
 from skfedpriv.linear_model._inference_sites import site_inference_summary
@@ -243,8 +243,9 @@ def test_refused_without_inference_or_under_a_mechanism(params):
         DWDClassifier(**params).fit(X, y)
 
 
-def _remote_and_local(make, n_batches=3):
-    """The same stream through the scripted transport and in process."""
+def _remote_and_local(make, n_batches=3, start="partial_fit"):
+    """The same stream through the scripted transport and in process
+    (``start='fit'``: its first batch by ``fit``)."""
     X, y, g, b = make_federated_gaussians(n_sites=3, n_batches=n_batches, n_per_batch=30,
                                           n_features=3, ratio=4.0, random_state=1)
     transport = RecordingTransport(local_sites(X, y, g, b))
@@ -252,24 +253,31 @@ def _remote_and_local(make, n_batches=3):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StreamShiftWarning)
         for k in range(n_batches):
-            federated_partial_fit(remote, transport, k, classes=[-1, 1])
             rows = b == k
-            local.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=[-1, 1])
+            if k == 0 and start == "fit":
+                federated_fit(remote, transport, k, classes=[-1, 1])
+                local.fit(X[rows], y[rows], sample_group=g[rows])
+            else:
+                federated_partial_fit(remote, transport, k, classes=[-1, 1])
+                local.partial_fit(X[rows], y[rows], sample_group=g[rows], classes=[-1, 1])
             yield remote, local, transport
 
 
-@pytest.mark.parametrize("option", ["second-order", "auto"])
-def test_remote_sites_publish_the_in_process_correction(option):
+@pytest.mark.parametrize("option, start", [("second-order", "partial_fit"),
+                                           ("auto", "partial_fit"), ("auto", "fit")])
+def test_remote_sites_publish_the_in_process_correction(option, start):
     """Through the transport (``gram`` and ``second_order_summary`` per
     batch) the corrected estimate and its delta-method covariance are the
     in-process ones, to rounding, after every batch (the default 'auto'
-    too: its decision does not depend on the transport)."""
+    too: its decision does not depend on the transport; started by ``fit``,
+    no moments asked for the fit batch, imputed alike on both sides)."""
     make = lambda: DWDClassifier(inference=True, shift_correction=option)  # noqa: E731
-    for remote, local, transport in _remote_and_local(make):
+    for remote, local, transport in _remote_and_local(make, start=start):
         np.testing.assert_allclose(remote.coef_, local.coef_, rtol=1e-8, atol=1e-11)
         np.testing.assert_allclose(remote.intercept_, local.intercept_, rtol=1e-8, atol=1e-11)
         np.testing.assert_allclose(remote.coef_cov_, local.coef_cov_, rtol=1e-7, atol=1e-13)
-    assert sum(q["op"] == "second_order_summary" for q, _ in transport.log) == 3
+    asked = [q["batch"] for q, _ in transport.log if q["op"] == "second_order_summary"]
+    assert asked == ([1, 2] if start == "fit" else [0, 1, 2])
     *_, (first, _, _) = _remote_and_local(lambda: DWDClassifier(inference=True,
                                                                  shift_correction=None))
     assert not np.allclose(first.coef_, remote.coef_, rtol=0, atol=1e-10)  # it corrects
@@ -347,6 +355,16 @@ def test_sites_without_the_moments_are_refused_before_anything_changes():
         clf.fit_sites(sites)
     assert not hasattr(clf, "coef_")
     assert not any(q["op"] in ("summary", "inference_summary") for q, _ in transport.log)
+    # 'auto' started by fit: the fit asks no moments, the next batch is refused
+    auto = DWDClassifier(inference=True).fit_sites(sites)
+    coef, asked = auto.coef_.copy(), len(transport.log)
+    later = RemoteSites(transport, 1)
+    later.offers_second_order = False
+    with pytest.raises(NotImplementedError, match="shift_correction=None"):
+        auto.partial_fit_sites(later)
+    np.testing.assert_array_equal(auto.coef_, coef)
+    assert not any(q["op"] in ("summary", "inference_summary", "second_order_summary")
+                   for q, _ in transport.log[asked:])
 
 
 def test_too_many_parameters_are_refused_before_anything_changes():
@@ -424,14 +442,15 @@ def _small_batches(p, n_batches=2, rows=30, seed=0):
      True),
     (None, 3, "No second-order correction (shift_correction=None): 'auto' (the default)", False),
     ("auto", 55, "1 x (2 x 56^3 + 56^4) = 10185728 numbers, more than 10000000", False),
-    ("fit", 3, "No second-order correction: this stream started with fit", False)])
+    ("fit", 3, "The second-order correction is on (shift_correction='auto'; this stream "
+     "started with fit, whose batch's moments are imputed", True)])
 def test_the_shift_warning_says_whether_and_why_the_stream_is_corrected(option, p, text,
                                                                        corrected):
     """A small-batch DWD stream warns with what the correction does: on, off
     by choice, off under 'auto' because its state is too large (p = 55,
-    one model: 2 p1³ + p1⁴ > 10⁷, decided from the parameter count alone)
-    or because fit started the stream; the stream carries the correction's
-    state exactly when it is on."""
+    one model: 2 p1³ + p1⁴ > 10⁷, decided from the parameter count alone),
+    or on with the fit batch's moments imputed where fit started the stream;
+    the stream carries the correction's state exactly when it is on."""
     X, y, b = _small_batches(p)
     if option == "fit":  # 'auto', the stream started by fit
         clf = DWDClassifier(inference=True).fit(X[b == 0], y[b == 0])
@@ -488,12 +507,14 @@ def test_a_stream_cannot_switch_its_correction():
     """Changing ``shift_correction`` in a stream with inference is refused
     before any state changes; without inference it does not bind it."""
     X, y, b = _small_batches(3)
-    clf = DWDClassifier(inference=True).partial_fit(X[b == 0], y[b == 0], classes=[-1, 1])
-    coef = clf.coef_.copy()
-    clf.set_params(shift_correction=None)
-    with pytest.raises(ValueError):
-        clf.partial_fit(X[b == 1], y[b == 1])
-    np.testing.assert_array_equal(clf.coef_, coef)
+    started = (DWDClassifier(inference=True).partial_fit(X[b == 0], y[b == 0], classes=[-1, 1]),
+               DWDClassifier(inference=True).fit(X[b == 0], y[b == 0]))
+    for clf in started:
+        coef = clf.coef_.copy()
+        clf.set_params(shift_correction=None)
+        with pytest.raises(ValueError):
+            clf.partial_fit(X[b == 1], y[b == 1])
+        np.testing.assert_array_equal(clf.coef_, coef)
     plain = DWDClassifier().partial_fit(X[b == 0], y[b == 0], classes=[-1, 1])
     plain.set_params(shift_correction=None).partial_fit(X[b == 1], y[b == 1])
 
@@ -532,9 +553,10 @@ def _three_classes(n_batches=3, rows=90, p=3, seed=0):
 def test_the_default_is_the_corrected_stream(three):
     """A stream started by ``partial_fit``: the default ('auto', at these
     sizes) publishes the 'second-order' stream bit for bit, every
-    one-vs-rest model corrected. A stream started by ``fit``: 'auto' leaves
-    it first order (bit for bit, the fit's cost unchanged), 'second-order'
-    carries the correction from the fit."""
+    one-vs-rest model corrected. A stream started by ``fit``: 'second-order'
+    carries the correction from the fit; 'auto' corrects it too (the fit
+    batch's moments imputed: another estimate than the carried one), on
+    the first-order chain."""
     if three:
         X, y, b, g = _three_classes()
     else:
@@ -563,16 +585,22 @@ def test_the_default_is_the_corrected_stream(three):
 
     same(streams["partial_fit", "default"], streams["partial_fit", "second-order"])
     same(streams["partial_fit", "auto"], streams["partial_fit", "second-order"])
-    same(streams["fit", "default"], streams["fit", None])
+    same(streams["fit", "default"], streams["fit", "auto"])
     same(streams["fit", "second-order"], streams["partial_fit", "second-order"])
-    moved = np.abs(streams["partial_fit", "default"].coef_
-                   - streams["partial_fit", None].coef_).max(axis=1)
-    assert np.all(moved > 1e-8) and len(moved) == (3 if three else 1)
+    np.testing.assert_array_equal(streams["fit", "default"]._training_state.theta,
+                                  streams["fit", None]._training_state.theta)
+    for start in ("partial_fit", "fit"):
+        moved = np.abs(streams[start, "default"].coef_
+                       - streams[start, None].coef_).max(axis=1)
+        assert np.all(moved > 1e-8) and len(moved) == (3 if three else 1)
+    assert not np.allclose(streams["fit", "default"].coef_,
+                           streams["fit", "second-order"].coef_, rtol=0, atol=1e-12)
 
 
 def test_clone_and_grid_search_keep_the_default():
     """clone keeps 'auto'; a grid search's refit is the offline fit (the
-    first-order estimate) and its stream continues first order."""
+    first-order estimate, no moments computed) and its stream continues
+    corrected, as a stream started by an explicit 'auto' fit."""
     from sklearn.base import clone
     from sklearn.model_selection import GridSearchCV
 
@@ -583,9 +611,85 @@ def test_clone_and_grid_search_keep_the_default():
     plain = DWDClassifier(inference=True, alpha=best.alpha, shift_correction=None).fit(
         X[b == 0], y[b == 0])
     np.testing.assert_array_equal(best.coef_, plain.coef_)
-    assert best._training_state.shift_correction is None
+    assert best._training_state.shift_correction.imputed == best.n_samples_seen_
+    auto = DWDClassifier(inference=True, alpha=best.alpha).fit(X[b == 0], y[b == 0])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StreamShiftWarning)
-        best.partial_fit(X[b == 1], y[b == 1])
-        plain.partial_fit(X[b == 1], y[b == 1])
-    np.testing.assert_array_equal(best.coef_, plain.coef_)
+        for clf in (best, plain, auto):
+            clf.partial_fit(X[b == 1], y[b == 1])
+    np.testing.assert_array_equal(best.coef_, auto.coef_)
+    assert not np.allclose(best.coef_, plain.coef_, rtol=0, atol=1e-12)
+
+
+def test_an_imputed_first_batch_is_the_exact_state_where_moments_scale_with_weight():
+    """The state arithmetic of a stream started by ``fit`` under 'auto':
+    with each batch's moments ``W_j M`` (one expected moment per row, the
+    model's assumption), the first batch's share imputed from the later
+    batches' gives the exactly carried state; otherwise its imputed share
+    is ``N_1 / (N - N_1)`` of the later batches' sums. Only a first batch
+    can leave its moments out."""
+    rng = np.random.default_rng(7)
+    n_models, p1 = 2, 3
+    unit = (rng.normal(size=(n_models, p1, p1, p1)), rng.normal(size=(n_models, p1, p1, p1)),
+            rng.normal(size=(n_models, p1 * p1, p1 * p1)))
+    weights = [120.0, 35.0, 50.0, 41.5]
+    exact = imputed = ShiftCorrection.start(n_models, p1)
+    for j, w in enumerate(weights):
+        moments = tuple(w * m for m in unit)
+        exact = exact.advance(moments, w)
+        imputed = imputed.advance(None if j == 0 else moments, w)
+    full = imputed.completed()
+    for name in ("third", "outer_derivative", "fourth"):
+        np.testing.assert_allclose(getattr(full, name), getattr(exact, name), rtol=1e-13)
+        later = sum(weights[1:]) * unit[("third", "outer_derivative", "fourth").index(name)]
+        np.testing.assert_allclose(getattr(imputed, name), later, rtol=1e-13)
+    assert (full.ratio_sum, full.seen, full.imputed) == (exact.ratio_sum, exact.seen, 0.0)
+    assert imputed.imputed == weights[0] and exact.completed() is exact
+    with pytest.raises(ValueError, match="first batch"):
+        exact.advance(None, 10.0)
+
+
+def test_auto_fit_computes_no_moments_and_publishes_the_plain_fit(monkeypatch):
+    """``fit`` under 'auto' asks no moments (its cost unchanged) and
+    publishes the first-order fit bit for bit; its stream is corrected."""
+    X, y, b = _small_batches(3, n_batches=2, rows=40)
+    plain = DWDClassifier(inference=True, shift_correction=None).fit(X[b == 0], y[b == 0])
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("moments computed in fit")
+
+    monkeypatch.setattr(second_order, "batch_moments", refuse)
+    auto = DWDClassifier(inference=True).fit(X[b == 0], y[b == 0])
+    for name in ("coef_", "intercept_", "coef_cov_", "curvature_"):
+        np.testing.assert_array_equal(getattr(auto, name), getattr(plain, name))
+    assert auto._training_state.shift_correction.imputed == 40.0
+
+
+def test_an_auto_stream_started_by_fit_approaches_the_carried_one():
+    """Brute force, p = 3, 4:1 classes, a fit batch then three batches: the
+    gap between the imputed ('auto') and the exactly carried
+    ('second-order') estimate, relative to the correction itself (the
+    carried estimate minus the first-order one), shrinks as the batches
+    grow (the imputation's error is of lower order than the correction),
+    and so does the gap between their covariances (relative to the
+    covariance)."""
+    def gaps(rows, seed):
+        X, y, g, b = make_federated_gaussians(n_sites=2, n_batches=4, n_per_batch=rows // 2,
+                                              n_features=3, ratio=4.0, random_state=seed)
+        streams = [DWDClassifier(inference=True, shift_correction=option)
+                   for option in ("auto", "second-order", None)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", StreamShiftWarning)
+            for clf in streams:
+                clf.fit(X[b == 0], y[b == 0], sample_group=g[b == 0])
+                for k in (1, 2, 3):
+                    clf.partial_fit(X[b == k], y[b == k], sample_group=g[b == k])
+        estimates = [np.r_[c.intercept_, c.coef_[0]] for c in streams]
+        covs = [c.coef_cov_[0] for c in streams]
+        return (np.linalg.norm(estimates[0] - estimates[1])
+                / np.linalg.norm(estimates[1] - estimates[2]),
+                np.linalg.norm(covs[0] - covs[1]) / np.linalg.norm(covs[1]))
+
+    small = np.mean([gaps(40, seed) for seed in range(4)], axis=0)
+    large = np.mean([gaps(2560, seed) for seed in range(4)], axis=0)
+    assert np.all(large < 0.5 * small) and large[0] < 0.15

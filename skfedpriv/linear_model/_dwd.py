@@ -122,11 +122,14 @@ def _inference_step(sites, stream, settings, theta, curvature, started):
     )
 
 
-def _second_order_step(sites, stream, settings, theta, curvature, coef_cov, previous):
+def _second_order_step(sites, stream, settings, theta, curvature, coef_cov, previous,
+                       impute=False):
     """The published estimate of ``shift_correction='second-order'``, its
-    covariance and the correction's new state (:mod:`._second_order`)."""
+    covariance and the correction's new state (:mod:`._second_order`;
+    ``impute``: a first batch whose moments are left out)."""
     total = curvature if stream.prior is None else stream.prior + curvature
-    return second_order_step(sites, previous, theta, coef_cov, total, settings.loss)
+    return second_order_step(sites, previous, theta, coef_cov, total, settings.loss,
+                             impute=impute)
 
 
 def _charge(settings, epsilon, delta, *, note, **details):
@@ -589,14 +592,17 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
         ``coef_cov_`` (and the standard errors, :meth:`confint`) is then
         the delta-method covariance of the corrected estimate, ``A V_B Aᵀ``.
         It keeps ``n_models (2 p1³ + p1⁴)`` numbers whatever the stream
-        length. ``'auto'``: the correction in a stream started by
-        ``partial_fit`` wherever that is at most 10⁷ numbers (``p <= 54``
-        for one model), the first-order stream beyond and in a stream
-        started by ``fit`` (which publishes the uncorrected estimate
-        anyway, one batch having nothing to correct, and so keeps its cost:
-        the correction's state costs ``p1⁴`` operations per row, 16x a
-        p = 20 fit); ``'second-order'``: the correction, carried from a
-        ``fit`` too (its state computed there), more than 10⁷ numbers raise
+        length. ``'auto'``: the correction wherever that is at most 10⁷
+        numbers (``p <= 54`` for one model), the first-order stream beyond;
+        in a stream started by ``fit`` (which publishes the uncorrected
+        estimate, one batch having nothing to correct) ``fit`` computes no
+        moments (its cost and outputs are the first-order fit's) and the
+        later batches' moments stand in for the fit batch's
+        (``S ≈ N / (N - N_1) Σ_{j≥2} S_j``, a relative error of order
+        ``N^-½`` for batches from one distribution; see
+        :mod:`~skfedpriv.linear_model._second_order`); ``'second-order'``:
+        the correction, the fit batch's moments computed in ``fit`` (``p1⁴``
+        operations per row, 16x a p = 20 fit), more than 10⁷ numbers raise
         ValueError (and without ``inference=True`` or under a mechanism,
         InvalidParameterError); None: the first-order stream. The decision
         is made at the stream's first batch from these (the parameter and
@@ -1130,7 +1136,10 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
             corrected, remedy = self._shift_decision(first, new_stream, settings, p1, n_models)
             if settings.inference:
                 require_every_side(stream.started, sites.two_sided, "DWDClassifier")
-            if corrected:
+            # 'auto' started by fit: the fit batch's moments are imputed from the
+            # later batches' (no summary asked here, fit's cost unchanged)
+            impute = corrected and first and new_stream and settings.shift_correction == "auto"
+            if corrected and not impute:
                 check_second_order_sites(sites, p1, n_models, settings.shift_correction)
             theta, curvature, n_iter, started = _renewable_step(sites, stream, settings)
             step = dict(privacy_spent_=(math.inf, 0.0), noise_scale_=0.0)
@@ -1145,7 +1154,8 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
                 if corrected:
                     published, coef_cov, correction = _second_order_step(
                         sites, stream, settings, theta, curvature, coef_cov,
-                        None if first else self._training_state.shift_correction)
+                        None if first else self._training_state.shift_correction,
+                        impute=impute)
                 step.update(inference_attributes(coef_cov, settings.fit_intercept))
         else:
             mechanism = MECHANISMS[settings.mechanism]
@@ -1199,10 +1209,9 @@ class DWDClassifier(CoefficientInferenceMixin, FederatedClassifierMixin, BaseEst
             return (getattr(training, "shift_correction", None) is not None,
                     getattr(training, "shift_remedy", None) or "")
         option = settings.shift_correction
-        # 'auto' leaves fit (one batch: nothing to correct) at its own cost
-        from_fit = new_stream and option == "auto"
-        corrected = not from_fit and uses_second_order(option, p1, n_models)
-        return corrected, shift_remedy(option, corrected, p1, n_models, from_fit=from_fit)
+        corrected = uses_second_order(option, p1, n_models)
+        return corrected, shift_remedy(option, corrected, p1, n_models,
+                                       from_fit=corrected and new_stream and option == "auto")
 
     def _check_continuation(self, settings):
         """Refuse a continuation whose settings differ from the stream's."""

@@ -15,8 +15,9 @@ row weight up to batch ``j``). Solving with the total curvature (of order
 
 a deterministic shift the sandwich (the spread of the estimate) does not
 see (``DWDClassifier``'s second-order correction, its default
-``shift_correction='auto'`` where the correction's state fits, subtracts
-its expectation: :mod:`._second_order`). The constant ``κ`` depends on the
+``shift_correction='auto'`` where the correction's state fits, streams
+started by ``fit`` included, subtracts its expectation:
+:mod:`._second_order`). The constant ``κ`` depends on the
 loss's third derivative and the
 design; simulations measured ``κ ≈ 0.7`` for the logistic loss (4:1
 classes), ``κ ≈ 1.1-1.6`` for genDWD (q = 1, 4:1 classes: the kink adds
@@ -57,8 +58,8 @@ class StreamShiftWarning(UserWarning):
     the offline one by a sizeable part of a standard error, and the
     intervals under-cover (see :doc:`/guide_inference`). Larger batches
     remove it; ``DWDClassifier``'s second-order correction (the default
-    ``shift_correction='auto'`` where its state fits, or
-    ``'second-order'``) corrects the estimate and gives intervals that
+    ``shift_correction='auto'`` where its state fits, in streams started
+    by ``fit`` too, or ``'second-order'``) corrects the estimate and gives intervals that
     include the correction's own variance (measured to cover where the
     first-order ones under-cover, at some more width; where the shift is
     small it can over-correct and over-cover, see :doc:`/guide_inference`).

@@ -1,6 +1,6 @@
 """A second-order correction of the renewable stream's shift
 (``DWDClassifier(shift_correction='auto')``, the default, where its state
-fits; ``'second-order'`` to require it).
+fits, streams started by ``fit`` too; ``'second-order'`` to require it).
 
 The renewable estimate ``θ_B`` solves ``Σ_j Ũ_j(θ) = 0``, each batch's
 score linearized at the estimate ``θ_j`` the stream had after it (see
@@ -50,6 +50,26 @@ Left out: the rows' direct variation of ``C``, ``B`` and ``S`` at a fixed
 ``θ`` (its covariance with the estimate's error moved SE / SD by a few
 percent in the prototype; its own variance needs fourth moments of the
 scores).
+
+Streams started by fit (``'auto'``): ``fit`` computes no moments (its cost
+and outputs are those of the first-order fit), and the later batches'
+moments, each at its estimate as above, stand in for the fit batch's,
+``S ≈ N / (N - N_1) Σ_{j≥2} S_j`` (likewise ``∂B``, ``∂S``;
+:meth:`ShiftCorrection.completed`), ``N_1`` the fit batch's row weight.
+The model above already assumes one expected moment per unit of row weight
+(``T_j ≈ (W_j / N_B) S_B``) and uses the moments only through their sums,
+so the imputation adds no new assumption: batches from one distribution,
+which the renewable estimator's normality assumes too. Its error has two
+parts, both of lower order than the correction ``C⁻¹ b = O(p1 / N)``:
+the later batches' sum estimates the fit batch's expected share with a
+relative error ``O((N - N_1)^-½)`` (a sample mean of rows), and the moments
+are taken at ``θ_j`` (j ≥ 2) rather than at ``θ_1``, which differ by
+``O(N_1^-½)``, a relative change of that order in a smooth moment. The
+imputed correction is therefore the exact one times ``1 + O(N^-½)``
+(when ``N - N_1`` is a fixed fraction of ``N``); where the later batches
+are few rows beside a large fit the relative error is larger, but then
+``r`` and the correction are small. ``'second-order'`` still computes the
+fit batch's moments (its exact state, at the fit's cost).
 
 Measured (benchmarks/README.md, "A second-order correction with a
 delta-method covariance", 300 data sets per cell): the shift's mean
@@ -110,13 +130,13 @@ def uses_second_order(option, p1, n_models):
 def shift_remedy(option, corrected, p1, n_models, from_fit=False):
     """The sentence of a ``DWDClassifier`` stream's
     :class:`~._inference_stream.StreamShiftWarning` about the correction:
-    that it is on, or why it is not (``from_fit``: a stream started by
-    ``fit`` under ``'auto'``)."""
+    that it is on, or why it is not (``from_fit``: a corrected stream
+    started by ``fit`` under ``'auto'``, the fit batch's moments imputed)."""
     if from_fit:
-        return ("No second-order correction: this stream started with fit, which "
-                "shift_correction='auto' leaves uncorrected at its own cost "
-                "(shift_correction='second-order' carries the correction from a fit; "
-                "a stream started by partial_fit is corrected). ")
+        return ("The second-order correction is on (shift_correction='auto'; this stream "
+                "started with fit, whose batch's moments are imputed from the later "
+                "batches'): the published estimate is corrected and its intervals include "
+                "the correction's own variance. ")
     if corrected:
         return (f"The second-order correction is on (shift_correction={option!r}): the "
                 "published estimate is corrected and its intervals include the "
@@ -333,6 +353,10 @@ class ShiftCorrection:
         ``r = Σ_{j≥2} W_j / N_j``.
     seen : float
         ``N``, the row weight of the batches so far.
+    imputed : float, default=0.0
+        ``N_1``, the row weight of a first batch whose moments were not
+        computed (a stream started by ``fit`` under ``'auto'``): the sums
+        hold the later batches only, and :meth:`completed` imputes its share.
     """
 
     third: np.ndarray
@@ -340,15 +364,34 @@ class ShiftCorrection:
     fourth: np.ndarray
     ratio_sum: float
     seen: float
+    imputed: float = 0.0
 
     def advance(self, moments, batch_weight):
         """Add one batch: its summed ``moments`` (:func:`batch_moments`, at
-        its estimate) and its row weight."""
-        third, outer, fourth = moments
+        its estimate) and its row weight; ``moments`` None: the stream's
+        first batch, its moments left to :meth:`completed`."""
         seen = self.seen + batch_weight
         ratio = batch_weight / seen if self.seen > 0 else 0.0
+        if moments is None:
+            if self.seen > 0:
+                raise ValueError("only a stream's first batch can leave its moments out")
+            return ShiftCorrection(self.third, self.outer_derivative, self.fourth,
+                                   self.ratio_sum, seen, imputed=batch_weight)
+        third, outer, fourth = moments
         return ShiftCorrection(self.third + third, self.outer_derivative + outer,
-                               self.fourth + fourth, self.ratio_sum + ratio, seen)
+                               self.fourth + fourth, self.ratio_sum + ratio, seen,
+                               imputed=self.imputed)
+
+    def completed(self):
+        """The state with the first batch's imputed share added:
+        ``S ≈ N / (N - N_1) Σ_{j≥2} S_j`` (likewise ``∂B``, ``∂S``; see the
+        module doc, "Streams started by fit"); the state itself where
+        nothing was imputed."""
+        if self.imputed == 0.0:
+            return self
+        scale = self.seen / (self.seen - self.imputed)
+        return ShiftCorrection(scale * self.third, scale * self.outer_derivative,
+                               scale * self.fourth, self.ratio_sum, self.seen)
 
     @classmethod
     def start(cls, n_models, p1):
@@ -357,7 +400,7 @@ class ShiftCorrection:
                    0.0, 0.0)
 
 
-def second_order_step(sites, previous, theta, cov, total_curvature, loss):
+def second_order_step(sites, previous, theta, cov, total_curvature, loss, impute=False):
     """One batch of the correction: the new state, the published estimate
     and its covariance.
 
@@ -376,6 +419,10 @@ def second_order_step(sites, previous, theta, cov, total_curvature, loss):
         The stream's accumulated curvature with this batch.
     loss : object
         With elementwise ``derivative`` (``ℓ'``) and ``curvature`` (``ℓ''``).
+    impute : bool, default=False
+        The stream's first batch only: leave its moments out (no summary
+        asked of the sites), to be imputed from the later batches'
+        (:meth:`ShiftCorrection.completed`).
 
     Returns
     -------
@@ -388,11 +435,13 @@ def second_order_step(sites, previous, theta, cov, total_curvature, loss):
     """
     n_models, p1 = cov.shape[0], cov.shape[1]
     start = ShiftCorrection.start(n_models, p1) if previous is None else previous
-    state = start.advance(batch_moments(sites, theta, cov, loss), sites.weight_sum)
+    moments = None if impute and previous is None else batch_moments(sites, theta, cov, loss)
+    state = start.advance(moments, sites.weight_sum)
     if previous is None:  # one batch: r = 0, no correction
         return theta, cov, state
-    return (corrected_theta(theta, state, cov, total_curvature),
-            delta_covariance(state, cov, total_curvature), state)
+    full = state.completed()
+    return (corrected_theta(theta, full, cov, total_curvature),
+            delta_covariance(full, cov, total_curvature), state)
 
 
 def smoothing_widths(gram, cov, batch_weight):
