@@ -15,6 +15,7 @@ import collections
 import contextlib
 import time
 
+import _checkout  # noqa: E402,F401  (this checkout's skfedpriv first)
 import skfedpriv.linear_model._dwd_solver as solver_module
 import skfedpriv.linear_model._newton as newton_module
 import skfedpriv.linear_model._quasi_newton as quasi_module

@@ -7,6 +7,7 @@ worker processes import the shipped plan). A plan with the same total keeps
 the privacy charge (``inference_releases`` counts ``ROUNDS``, their sum).
 """
 
+import _checkout  # noqa: E402,F401  (this checkout's skfedpriv first)
 from skfedpriv.linear_model import _inference_private
 
 

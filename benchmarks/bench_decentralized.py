@@ -37,6 +37,7 @@ import warnings
 import numpy as np
 from sklearn.linear_model import SGDClassifier
 
+import _checkout  # noqa: E402,F401  (this checkout's skfedpriv first)
 from skfedpriv._gossip import check_mixing_matrix, mixing_matrix
 from skfedpriv._losses import softmax_loss
 from skfedpriv.linear_model._conditional_gradient import project

@@ -25,6 +25,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import balanced_accuracy_score
 from sklearn.svm import LinearSVC
 
+import _checkout  # noqa: E402,F401  (this checkout's skfedpriv first)
 from skfedpriv import DWDClassifier
 from skfedpriv._progress import progress
 from skfedpriv.datasets import gaussian_bayes_accuracy, make_federated_gaussians

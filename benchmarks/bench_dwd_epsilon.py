@@ -27,6 +27,7 @@ import warnings
 import numpy as np
 from sklearn.model_selection import train_test_split
 
+import _checkout  # noqa: E402,F401  (this checkout's skfedpriv first)
 from skfedpriv import DWDClassifier
 from skfedpriv._progress import progress
 from skfedpriv.datasets import load_breast_cancer_sites, make_federated_gaussians

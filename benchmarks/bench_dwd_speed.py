@@ -61,9 +61,7 @@ from sklearn.linear_model import LogisticRegression as SkLogisticRegression
 from sklearn.linear_model import SGDClassifier
 from threadpoolctl import threadpool_limits
 
-# the checkout this script is in, before an installed copy (a run from a
-# worktree measures that worktree's code)
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import _checkout  # noqa: E402,F401  (this checkout's skfedpriv first)
 
 from skfedpriv import DecentralizedLogisticRegression, DWDClassifier, LogisticRegression
 from skfedpriv.datasets import make_federated_gaussians

@@ -18,6 +18,7 @@ from sklearn.linear_model import LogisticRegression as SklearnLogisticRegression
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
+import _checkout  # noqa: E402,F401  (this checkout's skfedpriv first)
 from skfedpriv import LogisticRegression
 
 from _output import benchmark_parser, markdown_table, output_dir, wrote

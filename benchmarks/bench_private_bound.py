@@ -47,6 +47,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 from joblib import Parallel, delayed  # noqa: E402
 
+import _checkout  # noqa: E402,F401  (this checkout's skfedpriv first)
 from skfedpriv import DWDClassifier  # noqa: E402
 from skfedpriv._loss import GenDWDLoss  # noqa: E402
 from skfedpriv.datasets import gaussian_gendwd_target, make_federated_gaussians  # noqa: E402

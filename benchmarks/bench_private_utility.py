@@ -46,7 +46,7 @@ import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import _checkout  # noqa: E402,F401  (this checkout's skfedpriv first)
 
 from skfedpriv import DecentralizedLogisticRegression, DWDClassifier  # noqa: E402
 from skfedpriv.linear_model._logistic import LogisticRegression  # noqa: E402

@@ -22,6 +22,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 from sklearn.linear_model import LogisticRegression as SkLogisticRegression  # noqa: E402
 
+import _checkout  # noqa: E402,F401  (this checkout's skfedpriv first)
 from skfedpriv import DWDClassifier  # noqa: E402
 from skfedpriv.datasets import make_federated_gaussians  # noqa: E402
 

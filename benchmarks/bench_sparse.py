@@ -34,6 +34,7 @@ from sklearn.linear_model import LogisticRegression as SklearnLogisticRegression
 from sklearn.svm import LinearSVC
 from threadpoolctl import threadpool_limits
 
+import _checkout  # noqa: E402,F401  (this checkout's skfedpriv first)
 from skfedpriv import DWDClassifier, LogisticRegression
 
 from _output import benchmark_parser, markdown_table, output_dir, wrote

@@ -35,6 +35,7 @@ import re
 import numpy as np
 from scipy import stats
 
+import _checkout  # noqa: E402,F401  (this checkout's skfedpriv first)
 from skfedpriv.datasets import gaussian_gendwd_target
 
 from _output import benchmark_parser, output_dir, wrote

@@ -47,6 +47,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 from scipy.stats import norm  # noqa: E402
 
+import _checkout  # noqa: E402,F401  (this checkout's skfedpriv first)
 from skfedpriv import DWDClassifier  # noqa: E402
 from skfedpriv._losses import gendwd_curvature, gendwd_derivative  # noqa: E402
 from skfedpriv.datasets import gaussian_gendwd_target, make_federated_gaussians  # noqa: E402

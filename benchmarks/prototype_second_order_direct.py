@@ -38,6 +38,7 @@ import warnings
 import numpy as np
 from scipy.stats import norm
 
+import _checkout  # noqa: E402,F401  (this checkout's skfedpriv first)
 from skfedpriv import DWDClassifier
 from skfedpriv._losses import gendwd_curvature, gendwd_derivative
 from skfedpriv.datasets import gaussian_gendwd_target, make_federated_gaussians

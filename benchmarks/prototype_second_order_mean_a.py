@@ -13,6 +13,7 @@ import numpy as np
 from scipy.stats import norm
 
 import prototype_second_order as P
+import _checkout  # noqa: E402,F401  (this checkout's skfedpriv first)
 from skfedpriv import DWDClassifier
 from skfedpriv.datasets import gaussian_gendwd_target, make_federated_gaussians
 
