@@ -64,14 +64,16 @@ from _step_plan import add_steps_argument, apply_steps  # noqa: E402
 MU, SIGMA, SITES, BATCHES = 0.2, 1.0, 5, 20
 #: The bound's plug-in curvatures: None the nearest PSD matrix of the last
 #: release, a number that share of the shrinkage estimate.
-PLUG_INS = (None, 1.0, 0.5, 0.33, 0.25)
+PLUG_INS = (None, 1.0, 0.5, 0.33, 0.25, 0.2, 0.15, 0.1, 0.0625)
 RESOLVED = (2.0, 4.0, 8.0, 16.0)
 CELLS = [(20000, 5, q, r, 1.0) for q in (1.0, 4.0) for r in (1.0, 4.0)] + [
     (20000, 5, 1.0, 4.0, 4.0), (20000, 5, 4.0, 4.0, 4.0),
     (20000, 20, 1.0, 1.0, 1.0), (20000, 20, 1.0, 1.0, 4.0), (20000, 20, 4.0, 4.0, 4.0),
     (2000, 5, 1.0, 1.0, 1.0), (2000, 5, 1.0, 4.0, 1.0), (2000, 5, 4.0, 4.0, 1.0),
     (2000, 5, 1.0, 1.0, 4.0), (2000, 5, 4.0, 4.0, 4.0), (2000, 20, 4.0, 4.0, 4.0),
-    (20000, 5, 1.0, 1.0, 4.0), (20000, 5, 4.0, 1.0, 4.0)]
+    (20000, 5, 1.0, 1.0, 4.0), (20000, 5, 4.0, 1.0, 4.0),
+    # a stream of n = 2 000 whose first batch holds half the rows: that batch
+    (1000, 5, 1.0, 4.0, 1.0), (1000, 5, 4.0, 4.0, 1.0)]
 #: ``--decompose``: the eight n = 20 000, p = 5 cells.
 DECOMPOSE_CELLS = [(20000, 5, q, r, e) for e in (1.0, 4.0) for q in (1.0, 4.0) for r in (1.0, 4.0)]
 
