@@ -26,10 +26,15 @@ sandwich) against the SD of ``θ̂`` around the target, the shipped bound
 width over the Wald one (``cv(b / s) / 1.96``, mean over published fits):
 which part makes an interval wide.
 
+``--intercept`` instead scores the intercept alone over the fits that
+publish at ``R = 8``, per plug-in share: how many publish, the share whose
+true residual is within the bound, and the coverage of its bias-aware
+interval (and the share wholly below the target).
+
 Usage::
 
     python benchmarks/bench_private_bound.py [--quick] [--reps R] [--n-jobs J] [--decompose]
-        [--steps S1 S2 S3] [--cells I ...] [--first-seed S]
+        [--intercept] [--steps S1 S2 S3] [--cells I ...] [--first-seed S]
 
 Writes ``private_bound.md`` (``private_bound_quick.md``; with
 ``--decompose``: ``private_decomposition.md``; with ``--steps``, the plan
@@ -65,14 +70,16 @@ from _step_plan import add_steps_argument, apply_steps  # noqa: E402
 MU, SIGMA, SITES, BATCHES = 0.2, 1.0, 5, 20
 #: The bound's plug-in curvatures: None the nearest PSD matrix of the last
 #: release, a number that share of the shrinkage estimate.
-PLUG_INS = (None, 1.0, 0.5, 0.33, 0.25)
+PLUG_INS = (None, 1.0, 0.5, 0.33, 0.25, 0.2, 0.15, 0.1, 0.0625)
 RESOLVED = (2.0, 4.0, 8.0, 16.0)
 CELLS = [(20000, 5, q, r, 1.0) for q in (1.0, 4.0) for r in (1.0, 4.0)] + [
     (20000, 5, 1.0, 4.0, 4.0), (20000, 5, 4.0, 4.0, 4.0),
     (20000, 20, 1.0, 1.0, 1.0), (20000, 20, 1.0, 1.0, 4.0), (20000, 20, 4.0, 4.0, 4.0),
     (2000, 5, 1.0, 1.0, 1.0), (2000, 5, 1.0, 4.0, 1.0), (2000, 5, 4.0, 4.0, 1.0),
     (2000, 5, 1.0, 1.0, 4.0), (2000, 5, 4.0, 4.0, 4.0), (2000, 20, 4.0, 4.0, 4.0),
-    (20000, 5, 1.0, 1.0, 4.0), (20000, 5, 4.0, 1.0, 4.0)]
+    (20000, 5, 1.0, 1.0, 4.0), (20000, 5, 4.0, 1.0, 4.0),
+    # a stream of n = 2 000 whose first batch holds half the rows: that batch
+    (1000, 5, 1.0, 4.0, 1.0), (1000, 5, 4.0, 4.0, 1.0)]
 #: ``--decompose``: the eight n = 20 000, p = 5 cells.
 DECOMPOSE_CELLS = [(20000, 5, q, r, e) for e in (1.0, 4.0) for q in (1.0, 4.0) for r in (1.0, 4.0)]
 
@@ -131,12 +138,17 @@ def replication(seed, n, p, q, ratio, epsilon):
                 shipped_bound=refinement.residual_bound[0], shipped_se=refinement.std_err[0])
 
 
-def cell_lines(n, p, q, ratio, epsilon, reps, n_jobs, first=0):
+def _cell_runs(n, p, q, ratio, epsilon, reps, n_jobs, first):
+    """A cell's target, its replications and the row head of its table lines."""
     intercept, coef = gaussian_gendwd_target(p, MU, SIGMA, ratio, q=q)
-    target = np.r_[intercept, coef]
     rows = Parallel(n_jobs=n_jobs)(delayed(replication)(s, n, p, q, ratio, epsilon)
                                    for s in range(first, first + reps))
     head = f"| {n} | {p} | {q:g} | {'balanced' if ratio == 1 else '4:1'} | {epsilon:g} | {reps} |"
+    return np.r_[intercept, coef], rows, head
+
+
+def cell_lines(n, p, q, ratio, epsilon, reps, n_jobs, first=0):
+    target, rows, head = _cell_runs(n, p, q, ratio, epsilon, reps, n_jobs, first)
     lines = []
     for k, share in enumerate(PLUG_INS):
         ratio_se = np.array([r["bounds"][k] / r["std_err"] for r in rows])
@@ -164,6 +176,30 @@ def cell_lines(n, p, q, ratio, epsilon, reps, n_jobs, first=0):
                      f"{np.median(ratio_se.max(axis=1)):.3g} | "
                      f"{np.median(np.max(np.abs([r['residual'] / r['std_err'] for r in rows]), axis=1)):.2f} | "
                      + " | ".join(cells) + " |")
+    return lines
+
+
+def intercept_lines(n, p, q, ratio, epsilon, reps, n_jobs, first=0):
+    """One cell's rows of the ``--intercept`` table (module doc), one per share."""
+    target, rows, head = _cell_runs(n, p, q, ratio, epsilon, reps, n_jobs, first)
+    std_err = np.array([r["std_err"] for r in rows])
+    error = np.array([r["estimate"] for r in rows])[:, 0] - target[0]
+    residual = np.array([r["residual"] for r in rows])[:, 0]
+    lines = []
+    for k, share in enumerate(PLUG_INS):
+        bound = np.array([r["bounds"][k] for r in rows])
+        published = np.all(bound <= 8.0 * std_err, axis=1)
+        name = "nearest PSD" if share is None else f"{share:g} × shrinkage"
+        if not published.any():
+            lines.append(f"{head} {name} | 0 | – | – | – |")
+            continue
+        half = bias_aware_critical(bound[published, 0] / std_err[published, 0]) * std_err[
+            published, 0]
+        within = np.abs(residual[published]) <= bound[published, 0] + 0.05 * std_err[
+            published, 0]
+        lines.append(f"{head} {name} | {published.sum()} | {100 * within.mean():.1f} % | "
+                     f"{100 * np.mean(np.abs(error[published]) <= half):.1f} % | "
+                     f"{100 * np.mean(error[published] + half < 0):.1f} % |")
     return lines
 
 
@@ -198,6 +234,8 @@ def main():
     parser.add_argument("--n-jobs", type=int, default=1, help="joblib processes")
     parser.add_argument("--decompose", action="store_true",
                         help="the parts of the published intervals (module doc)")
+    parser.add_argument("--intercept", action="store_true",
+                        help="the intercept over the published fits, per share (module doc)")
     parser.add_argument("--cells", type=int, nargs="*", default=None,
                         help="indices of the cells to run (default: all)")
     parser.add_argument("--first-seed", type=int, default=0,
@@ -214,14 +252,21 @@ def main():
         cells = [cells[i] for i in args.cells]
     if args.decompose:
         return decompose(cells, reps, args)
+    if args.intercept:
+        return intercept_table(cells, reps, args)
     header = ("| n | p | q | classes | ε | reps | plug-in | true residual within bound | "
               "within bound, fits published at R = 8 (their number) | "
               "largest bound / SE (median) | largest true residual / SE (median) | "
               + " | ".join(f"R = {r:g}: publish / coverage / width" for r in RESOLVED) + " |")
-    lines = [header, "|" + "---|" * (11 + len(RESOLVED))]
-    target = output_dir(args.output_dir) / _name("private_bound", args)
+    _write_table("private_bound", header, cells, cell_lines, reps, args)
+
+
+def _write_table(stem, header, cells, make_lines, reps, args):
+    """Run each cell's ``make_lines`` and write the table as it grows."""
+    lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
+    target = output_dir(args.output_dir) / _name(stem, args)
     for cell in cells:
-        lines += cell_lines(*cell, reps, args.n_jobs, args.first_seed)
+        lines += make_lines(*cell, reps, args.n_jobs, args.first_seed)
         print(lines[-1], flush=True)
         target.write_text("\n".join(lines) + "\n")
     wrote(target)
@@ -235,13 +280,15 @@ def _name(stem, args):
 def decompose(cells, reps, args):
     header = ("| n | p | q | classes | ε | reps | published | privacy SE / SD | sampling SE / SD | "
               "bound / SE (median) | true residual / SE (median) | bias-aware / Wald half width |")
-    lines = [header, "|" + "---|" * 12]
-    target = output_dir(args.output_dir) / _name("private_decomposition", args)
-    for cell in cells:
-        lines.append(decompose_line(*cell, reps, args.n_jobs, args.first_seed))
-        print(lines[-1], flush=True)
-        target.write_text("\n".join(lines) + "\n")
-    wrote(target)
+    _write_table("private_decomposition", header, cells,
+                 lambda *a: [decompose_line(*a)], reps, args)
+
+
+def intercept_table(cells, reps, args):
+    header = ("| n | p | q | classes | ε | reps | plug-in | fits published at R = 8 | "
+              "intercept's true residual within bound | intercept covered | "
+              "interval wholly below target |")
+    _write_table("private_bound_intercept", header, cells, intercept_lines, reps, args)
 
 
 if __name__ == "__main__":
