@@ -197,6 +197,7 @@ class _Sites:
 
     def __init__(self, parts):
         self.parts, self.weight_sum = parts, sum(w.sum() for _, _, w in parts)
+        self.task_parts = parts
 
     def gram(self):
         return sum(augmented_gram(X, w, self.fit_intercept) for X, _, w in self.parts)

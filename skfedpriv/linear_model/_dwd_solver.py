@@ -651,6 +651,12 @@ class SiteData(DWDSites):
         """True when the sites' rows were sent to a Dask cluster."""
         return self._handles is not None
 
+    @property
+    def task_parts(self):
+        """Each site's rows for a per-site task: ``(X, Y, w)``, or its
+        futures on a cluster (sent once, see :attr:`scattered`)."""
+        return self._handles if self.scattered else self.parts
+
     def reduced_precision(self, on):
         """Answer the next requests from a float32 copy of the rows (``on``)
         or from the rows themselves again; True if the answers changed.
@@ -1044,8 +1050,7 @@ class SiteData(DWDSites):
         """Summed inference summaries of the sites at ``Theta`` (see
         :class:`DWDSites`)."""
         from ._inference_sites import sum_site_inference
-        parts = self._handles if self.scattered else self.parts
-        out = sum_site_inference(parts, Theta, self.fit_intercept, derivative, curvature,
+        out = sum_site_inference(self.task_parts, Theta, self.fit_intercept, derivative, curvature,
                                  self.n_jobs)
         self.rounds += 1
         self.floats_sent += out.n_floats

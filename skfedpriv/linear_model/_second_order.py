@@ -304,11 +304,9 @@ def batch_moments(sites, theta, cov, loss):
     if getattr(sites, "offers_second_order", False):
         return sites.second_order_summary(theta, cov, loss)
     widths = smoothing_widths(sites.gram(), cov, sites.weight_sum)
-    # the rows, or their futures on a cluster (as SiteData's own summaries do)
-    parts = sites._handles if getattr(sites, "scattered", False) else sites.parts
     n_jobs = getattr(sites, "n_jobs", None)
     return _summed(map_sites(_moments_task, [(part, theta, sites.fit_intercept, loss, widths)
-                                             for part in parts], n_jobs=n_jobs))
+                                             for part in sites.task_parts], n_jobs=n_jobs))
 
 
 def _row_pair_blocks(X, fit_intercept):
