@@ -955,9 +955,9 @@ class NewtonSolver:
         losses = self.sites.line_losses(Theta, np.where(searching, 1.0, 0.0) * direction,
                                         steps_grid, self.message)
         if self.prior is None and Theta.size <= _GRID_AT_ONCE:
-            # objective()'s numbers at every grid point in one array
+            # the objective at every grid point in one array
             T = Theta[None] + steps_grid[:, None, None] * direction[None]
-            values = np.asarray(losses) + 0.5 * (self.ridge @ (T * T))
+            values = self.objective(T, np.asarray(losses))
         else:
             values = np.array([self.objective(Theta + t * direction, loss)
                                for t, loss in zip(steps_grid, losses)])
