@@ -266,11 +266,17 @@ def site_curvature_matrices(X, Y, weights, scores, loss, fit_intercept, models=T
                                single)[0]
 
 
+def _flagged(models, n_models):
+    """The indices of the models flagged by ``models`` (True: all, or a
+    bool per model)."""
+    return np.flatnonzero(np.broadcast_to(np.asarray(models, dtype=bool), (n_models,)))
+
+
 def _curvature_matrices(X, Y, weights, scores, loss, fit_intercept, models=True, exact=False,
                         single=False):
     """:func:`site_curvature_matrices` and the row curvature they sum (one
     column per model flagged)."""
-    models = np.flatnonzero(np.broadcast_to(np.asarray(models, dtype=bool), scores.shape[1:]))
+    models = _flagged(models, scores.shape[1])
     if len(models) < scores.shape[1]:  # else no copy of the columns
         Y, scores = Y[:, models], scores[:, models]
     row_curvature = _row_curvature(Y, weights, scores, as_loss(loss),
@@ -802,8 +808,7 @@ class SiteData(DWDSites):
         remote protocol sends only the ``p1 x p1`` sum). ``floats_sent``
         counts the average site's rows."""
         loss = as_loss(loss)
-        flagged = np.flatnonzero(np.broadcast_to(np.asarray(models, dtype=bool),
-                                                 Theta.shape[1:]))
+        flagged = _flagged(models, Theta.shape[1])
         scales = []
         for X, Y, w in self.parts:
             scores = (self._scores(Theta) if self._pooled
@@ -858,12 +863,11 @@ class SiteData(DWDSites):
         if self._pooled:
             X, Y, w = self.parts[0]
             key = (loss, Theta.shape, Theta.tobytes())
-            unmoved = self._unmoved_models(Theta, loss)
             if self._last_summary[0] == key:
                 # the loss and gradient here are known (sent just before, or
                 # formed with the line search that reached this point)
                 total, grad = self._last_summary[1]
-            elif unmoved is not None:
+            elif (unmoved := self._unmoved_models(Theta, loss)) is not None:
                 total, grad = self._moved_summary(Theta, loss, unmoved)
             elif _n_numbers(X) >= _FUSED_SIZE and self._cached_scores(Theta) is None:
                 # scores not known here (e.g. the full step of a Newton step):
@@ -941,7 +945,7 @@ class SiteData(DWDSites):
                 and curvature.size <= _n_numbers(X))
         self._matrices = None if not keep else (
             loss, Theta.tobytes(),
-            np.flatnonzero(np.broadcast_to(np.asarray(models, dtype=bool), Theta.shape[1:])),
+            _flagged(models, Theta.shape[1]),
             curvature, row_curvature)
 
     def _windowed_product(self, Theta, V, loss, row_curvature):
